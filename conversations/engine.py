@@ -1,0 +1,82 @@
+"""The one inference engine of this process, created lazily on first use.
+
+Neither Daphne nor Django's ASGI handler has a lifespan hook, and AppConfig.ready()
+also runs in migrate and Celery, so the engine is built on first use (or by an
+explicit background preload) and shared by every consumer and API request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+if TYPE_CHECKING:
+    from inference import AsyncEngine
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_engine: AsyncEngine | None = None
+_state = "not_loaded"  # not_loaded | loading | ready | error
+_error: str | None = None
+
+
+def get_engine() -> AsyncEngine:
+    """Blocking: loads the model the first time. Call it off the event loop."""
+    global _engine, _state, _error
+    with _lock:
+        if _engine is not None:
+            return _engine
+        from inference import AsyncEngine, EngineConfig
+
+        _state = "loading"
+        try:
+            config = EngineConfig(**{k: v for k, v in settings.ENGINE.items() if v is not None})
+            _engine = AsyncEngine(config)
+        except Exception as exc:
+            _state, _error = "error", f"{type(exc).__name__}: {exc}"
+            log.exception("engine failed to load")
+            raise
+        _state, _error = "ready", None
+        return _engine
+
+
+async def aget_engine() -> AsyncEngine:
+    if _engine is not None:
+        return _engine
+    return await sync_to_async(get_engine, thread_sensitive=False)()
+
+
+def preload_engine() -> threading.Thread:
+    def load() -> None:
+        try:
+            get_engine()
+        except Exception:  # already logged; /healthz reports it
+            pass
+
+    thread = threading.Thread(target=load, name="engine-preload", daemon=True)
+    thread.start()
+    return thread
+
+
+def engine_status() -> dict:
+    status: dict = {"ready": _state == "ready", "state": _state}
+    if _error:
+        status["error"] = _error
+    if _engine is not None:
+        status["model"] = _engine.model_name
+        status["stats"] = _engine.stats().as_dict()
+    return status
+
+
+def reset_engine_for_tests() -> None:
+    """Shut the engine down so the next get_engine() builds one from current settings."""
+    global _engine, _state, _error
+    with _lock:
+        if _engine is not None:
+            _engine.shutdown()
+        _engine, _state, _error = None, "not_loaded", None

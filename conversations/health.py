@@ -1,0 +1,39 @@
+"""Readiness probes for /healthz: each returns (ready, detail)."""
+
+from __future__ import annotations
+
+import uuid
+
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.db import connection
+
+
+def _database_ping() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.fetchone()
+
+
+async def database_ready() -> tuple[bool, str]:
+    try:
+        await sync_to_async(_database_ping)()
+    except Exception as exc:
+        return False, f"{type(exc).__name__}: {exc}"
+    return True, connection.vendor
+
+
+async def channel_layer_ready() -> tuple[bool, str]:
+    layer = get_channel_layer()
+    if layer is None:
+        return False, "no channel layer configured"
+    try:
+        channel = await layer.new_channel()
+        token = uuid.uuid4().hex
+        await layer.send(channel, {"type": "health.ping", "token": token})
+        message = await layer.receive(channel)
+    except Exception as exc:
+        return False, f"{type(exc).__name__}: {exc}"
+    if message.get("token") != token:
+        return False, "round trip returned a different message"
+    return True, type(layer).__name__

@@ -1,0 +1,7 @@
+from django.urls import path
+
+from conversations import consumers
+
+websocket_urlpatterns = [
+    path("ws/chat/", consumers.ChatConsumer.as_asgi()),
+]

@@ -1,0 +1,35 @@
+"""Fixtures shared by the Django-side tests."""
+
+from __future__ import annotations
+
+import pytest
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+ORIGIN = (b"origin", b"http://127.0.0.1")
+
+
+@pytest.fixture
+def make_user(db):
+    def make(username: str = "alice", password: str = "a-long-unusual-passphrase-42"):
+        return get_user_model().objects.create_user(username=username, password=password)
+
+    return make
+
+
+def session_cookie_for(user) -> bytes:
+    client = Client()
+    client.force_login(user)
+    return f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}".encode()
+
+
+def websocket(path: str, user=None, origin: tuple[bytes, bytes] | None = ORIGIN) -> WebsocketCommunicator:
+    """A communicator on the real ASGI application, signed in as ``user`` when given."""
+    from chatsite.asgi import application
+
+    headers = [origin] if origin else []
+    if user is not None:
+        headers.append((b"cookie", session_cookie_for(user)))
+    return WebsocketCommunicator(application, path, headers=headers)
