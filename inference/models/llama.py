@@ -1,0 +1,219 @@
+"""Llama-family decoder (Llama, Mistral, Qwen2) over a paged KV cache.
+
+Parameter names match Hugging Face's ``*ForCausalLM`` exactly, so loading a
+checkpoint is a straight ``state_dict`` copy. The forward pass works on packed
+tokens ``[T]`` from many sequences at once; where each token's K/V goes and
+what it attends to is described by the step's ``AttentionContext``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from inference.attention import paged_attention
+from inference.attention_context import AttentionContext
+from inference.model_config import ModelConfig
+
+
+def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
+    """Inverse frequencies ``[head_dim/2]`` (fp32), computed as transformers does for
+    the default, ``linear`` and ``llama3`` rope types."""
+    dim = config.head_dim
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    scaling = config.rope_scaling
+    if scaling is None:
+        return inv_freq
+    rope_type = scaling["rope_type"]
+    if rope_type == "linear":
+        return inv_freq / scaling["factor"]
+    if rope_type == "llama3":
+        factor = scaling["factor"]
+        low_freq_factor = scaling["low_freq_factor"]
+        high_freq_factor = scaling["high_freq_factor"]
+        old_context_len = scaling.get("original_max_position_embeddings", config.max_position_embeddings)
+        low_freq_wavelen = old_context_len / low_freq_factor
+        high_freq_wavelen = old_context_len / high_freq_factor
+        wavelen = 2 * math.pi / inv_freq
+        # Long wavelengths are slowed by `factor`, short ones kept, the band between smoothly blended.
+        inv_freq_llama = torch.where(wavelen > low_freq_wavelen, inv_freq / factor, inv_freq)
+        smooth = (old_context_len / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+        smoothed = (1 - smooth) * inv_freq_llama / factor + smooth * inv_freq_llama
+        is_medium = ~(wavelen < high_freq_wavelen) & ~(wavelen > low_freq_wavelen)
+        return torch.where(is_medium, smoothed, inv_freq_llama)
+    raise ValueError(f"rope type {rope_type!r}")  # ModelConfig.from_hf already rejects these
+
+
+def rope_cos_sin_cache(config: ModelConfig) -> torch.Tensor:
+    """``[max_position_embeddings, head_dim]`` fp32: cos in the first half, sin in the
+    second (the layout ``kernels.reference.rotary_ref`` and the Triton kernel take)."""
+    positions = torch.arange(config.max_position_embeddings, dtype=torch.float32)
+    freqs = torch.outer(positions, rope_inv_freq(config))
+    return torch.cat((freqs.cos(), freqs.sin()), dim=-1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE of ``x`` ``[T, heads, D]`` with ``cos``/``sin`` ``[T, 1, D/2]`` (fp32)."""
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, hidden_size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in fp32 and scale after casting back, as HF's LlamaRMSNorm does.
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_heads
+        self.num_kv_heads = config.num_kv_heads
+        self.head_dim = config.head_dim
+        self.scale = config.head_dim**-0.5
+        qkv_bias = config.attention_bias
+        hidden, q_size, kv_size = config.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.q_proj = nn.Linear(hidden, q_size, bias=qkv_bias)
+        self.k_proj = nn.Linear(hidden, kv_size, bias=qkv_bias)
+        self.v_proj = nn.Linear(hidden, kv_size, bias=qkv_bias)
+        self.o_proj = nn.Linear(q_size, hidden, bias=config.attention_out_bias)
+
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        ctx: AttentionContext,
+        kv_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        tokens = hidden.shape[0]
+        q = self.q_proj(hidden).view(tokens, self.num_heads, self.head_dim)
+        k = self.k_proj(hidden).view(tokens, self.num_kv_heads, self.head_dim)
+        v = self.v_proj(hidden).view(tokens, self.num_kv_heads, self.head_dim)
+        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        k_cache, v_cache = kv_cache[:, 0, self.layer_idx], kv_cache[:, 1, self.layer_idx]
+        out = paged_attention(q, k, v, k_cache, v_cache, ctx, self.scale)
+        return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        hidden, inter, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
+        self.gate_proj = nn.Linear(hidden, inter, bias=bias)
+        self.up_proj = nn.Linear(hidden, inter, bias=bias)
+        self.down_proj = nn.Linear(inter, hidden, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.self_attn = Attention(config, layer_idx)
+        self.mlp = MLP(config)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        ctx: AttentionContext,
+        kv_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        hidden = hidden + self.self_attn(self.input_layernorm(hidden), cos, sin, ctx, kv_cache)
+        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+
+
+class LlamaModel(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+
+class LlamaForCausalLM(nn.Module):
+    """``forward(input_ids[T], positions[T], ctx, kv_cache) -> hidden[T, H]``;
+    ``compute_logits(hidden[N, H]) -> [N, vocab]`` fp32.
+
+    ``kv_cache`` is the engine's pool ``[num_blocks, 2, num_layers, block_size, Hkv, D]``.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.model = LlamaModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+        # Kept out of the module's buffers on purpose: `.to(bfloat16)` must not round
+        # the angles, so the cache stays fp32 and follows the device lazily.
+        self._cos_sin_cache = rope_cos_sin_cache(config)
+
+    @property
+    def cos_sin_cache(self) -> torch.Tensor:
+        """``[max_pos, head_dim]`` fp32 on the model's device (for the Triton rotary kernel)."""
+        device = self.model.embed_tokens.weight.device
+        if self._cos_sin_cache.device != device:
+            self._cos_sin_cache = self._cos_sin_cache.to(device)
+        return self._cos_sin_cache
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        ctx: AttentionContext,
+        kv_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        cos, sin = self.cos_sin_cache[positions.long()].chunk(2, dim=-1)
+        cos, sin = cos[:, None, :], sin[:, None, :]  # broadcast over heads
+        hidden = self.model.embed_tokens(input_ids)
+        for layer in self.model.layers:
+            hidden = layer(hidden, cos, sin, ctx, kv_cache)
+        return self.model.norm(hidden)
+
+    @torch.inference_mode()
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(hidden).float()
+
+    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
+        """Copy an HF-named state dict into our parameters (casting dtype/device).
+
+        ``lm_head.weight`` may be absent when embeddings are tied; rotary buffers that
+        old checkpoints saved are ignored. Anything else missing is an error."""
+        params = dict(self.named_parameters())  # tied lm_head is deduplicated away here
+        missing = [name for name in params if name not in state_dict]
+        if missing:
+            raise KeyError(f"checkpoint lacks {len(missing)} weights, e.g. {missing[:3]}")
+        unexpected = [
+            name
+            for name in state_dict
+            if name not in params and not name.endswith("rotary_emb.inv_freq") and name != "lm_head.weight"
+        ]
+        if unexpected:
+            raise KeyError(f"checkpoint has weights this model lacks, e.g. {unexpected[:3]}")
+        with torch.no_grad():
+            for name, param in params.items():
+                tensor = state_dict[name]
+                if tensor.shape != param.shape:
+                    raise ValueError(f"{name}: checkpoint shape {tuple(tensor.shape)} != {tuple(param.shape)}")
+                param.copy_(tensor)

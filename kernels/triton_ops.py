@@ -1,0 +1,22 @@
+"""The Triton kernels the engine uses on CUDA, one import away.
+
+Importing this module imports triton; ``kernels.reference`` (the CPU path)
+never does. Each function has the semantics of its reference in
+``kernels.reference`` (see docs/interfaces.md).
+"""
+
+from __future__ import annotations
+
+from kernels.paged_decode import paged_decode_attention
+from kernels.paged_prefill import paged_prefill_attention
+from kernels.rmsnorm import fused_add_rms_norm
+from kernels.rotary import rotary_embedding_
+from kernels.store_kv import store_kv
+
+__all__ = [
+    "fused_add_rms_norm",
+    "paged_decode_attention",
+    "paged_prefill_attention",
+    "rotary_embedding_",
+    "store_kv",
+]

@@ -1,0 +1,85 @@
+"""A real Daphne server in a subprocess, on the test database, serving a tiny model.
+
+The in-memory channel layer and mocks do not cross processes, so the server is
+configured through the environment (a tiny random-weight model) rather than patched.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from django.conf import settings
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class LiveSite:
+    url: str
+    process: subprocess.Popen
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def database_env() -> dict[str, str]:
+    """Point the server at the database pytest-django created for this run."""
+    db = settings.DATABASES["default"]
+    if db["ENGINE"] == "django.db.backends.postgresql":
+        auth = db["USER"] + (f":{db['PASSWORD']}" if db.get("PASSWORD") else "")
+        return {"DATABASE_URL": f"postgresql://{auth}@{db['HOST']}:{db['PORT'] or 5432}/{db['NAME']}"}
+    return {"SQLITE_PATH": str(db["NAME"])}
+
+
+def start_live_site(model_dir: Path, log_dir: Path, **extra_env: str) -> LiveSite:
+    port = free_port()
+    env = {**os.environ, **database_env(), **extra_env}
+    env.update(ENGINE_MODEL=str(model_dir), ENGINE_PRELOAD="true", DJANGO_SETTINGS_MODULE="chatsite.settings")
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    log_path = log_dir / f"daphne-{port}.log"
+    daphne = Path(sys.executable).with_name("daphne")
+    process = subprocess.Popen(
+        [str(daphne), "-b", "127.0.0.1", "-p", str(port), "chatsite.asgi:application"],
+        cwd=ROOT,
+        env=env,
+        stdout=log_path.open("w"),
+        stderr=subprocess.STDOUT,
+    )
+    site = LiveSite(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"daphne exited with {process.returncode}:\n{site.log()}")
+        try:
+            health = httpx.get(f"{site.url}/healthz", timeout=2).json()
+            if health["engine"]["ready"]:
+                return site
+            if health["engine"]["state"] == "error":
+                raise RuntimeError(f"engine failed to load: {health['engine']}")
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    stop_live_site(site)
+    raise RuntimeError(f"daphne did not become ready:\n{site.log()}")
+
+
+def stop_live_site(site: LiveSite) -> None:
+    site.process.terminate()
+    try:
+        site.process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        site.process.kill()
