@@ -52,7 +52,9 @@ def paged_attention(
     if ops is not None:
         ops.store_kv(key, value, k_cache, v_cache, ctx.slot_mapping)
         if ctx.is_decode_only:
-            return ops.paged_decode_attention(query, k_cache, v_cache, ctx.block_tables, ctx.context_lens, scale)
+            return ops.paged_decode_attention(
+                query, k_cache, v_cache, ctx.block_tables, ctx.context_lens, scale
+            )
         return ops.paged_prefill_attention(
             query, k_cache, v_cache, ctx.block_tables, ctx.query_start_loc, ctx.context_lens, scale
         )

@@ -83,7 +83,9 @@ def kv_block_bytes(
     return 2 * num_layers * block_size * num_kv_heads * head_dim * itemsize
 
 
-def num_kv_blocks(config: EngineConfig, block_bytes: int, device: torch.device, reserve_bytes: int = 0) -> int:
+def num_kv_blocks(
+    config: EngineConfig, block_bytes: int, device: torch.device, reserve_bytes: int = 0
+) -> int:
     """Blocks that fit the memory budget: ``kv_cache_gb`` on CPU, a share of the memory
     free right now (after the weights are loaded) on CUDA, less ``reserve_bytes`` kept
     for activations."""

@@ -125,7 +125,9 @@ def _rope_of(config: Any, architecture: str) -> tuple[float, dict[str, Any] | No
     if scaling is not None:
         rope_type = scaling.get("rope_type", scaling.get("type", "default"))
         if rope_type not in SUPPORTED_ROPE_TYPES:
-            raise UnsupportedModelError(architecture, f"rope type {rope_type!r} (supported: {SUPPORTED_ROPE_TYPES})")
+            raise UnsupportedModelError(
+                architecture, f"rope type {rope_type!r} (supported: {SUPPORTED_ROPE_TYPES})"
+            )
         if rope_type == "default":
             scaling = None
         else:

@@ -29,5 +29,9 @@ def default_model_path() -> Path:
             path = Path(str(entry.locate())).resolve()
             if path.is_file():
                 return path
-            raise FileNotFoundError(f"{DEFAULT_DISTRIBUTION} lists {path} but it is missing; reinstall: {INSTALL_HINT}")
-    raise FileNotFoundError(f"{DEFAULT_GGUF_NAME} not found in the installed {DEFAULT_DISTRIBUTION}; {INSTALL_HINT}")
+            raise FileNotFoundError(
+                f"{DEFAULT_DISTRIBUTION} lists {path} but it is missing; reinstall: {INSTALL_HINT}"
+            )
+    raise FileNotFoundError(
+        f"{DEFAULT_GGUF_NAME} not found in the installed {DEFAULT_DISTRIBUTION}; {INSTALL_HINT}"
+    )

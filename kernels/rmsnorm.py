@@ -82,6 +82,6 @@ def fused_add_rms_norm(
             eps,
             HAS_RESIDUAL=residual is not None,
             BLOCK=next_pow2(hidden),
-            num_warps=min(16, max(1, triton.cdiv(hidden, 256))),
+            num_warps=min(16, next_pow2(triton.cdiv(hidden, 256))),
         )
     return out.view(x.shape), new_residual

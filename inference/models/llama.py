@@ -84,7 +84,11 @@ class Attention(nn.Module):
         self.head_dim = config.head_dim
         self.scale = config.head_dim**-0.5
         qkv_bias = config.attention_bias
-        hidden, q_size, kv_size = config.hidden_size, self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        hidden, q_size, kv_size = (
+            config.hidden_size,
+            self.num_heads * self.head_dim,
+            self.num_kv_heads * self.head_dim,
+        )
         self.q_proj = nn.Linear(hidden, q_size, bias=qkv_bias)
         self.k_proj = nn.Linear(hidden, kv_size, bias=qkv_bias)
         self.v_proj = nn.Linear(hidden, kv_size, bias=qkv_bias)
@@ -215,5 +219,7 @@ class LlamaForCausalLM(nn.Module):
             for name, param in params.items():
                 tensor = state_dict[name]
                 if tensor.shape != param.shape:
-                    raise ValueError(f"{name}: checkpoint shape {tuple(tensor.shape)} != {tuple(param.shape)}")
+                    raise ValueError(
+                        f"{name}: checkpoint shape {tuple(tensor.shape)} != {tuple(param.shape)}"
+                    )
                 param.copy_(tensor)
