@@ -2,6 +2,8 @@ from django.contrib import admin
 from django.urls import include, path
 
 from conversations import views
+from conversations.api import views as api_views
+from conversations.api.app import api as openai_api
 
 urlpatterns = [
     path("", views.home, name="home"),
@@ -9,5 +11,9 @@ urlpatterns = [
     path("accounts/signup/", views.signup, name="signup"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
+    path("v1/", openai_api.urls),
+    path("v1/<path:path>", api_views.api_not_found),
+    path("settings/api-keys/", api_views.api_keys, name="api_keys"),
+    path("settings/api-keys/<int:key_id>/revoke/", api_views.revoke_api_key, name="api_key_revoke"),
     path("", include("conversations.urls")),
 ]

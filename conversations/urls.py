@@ -1,1 +1,12 @@
-urlpatterns: list = []
+from django.urls import path
+
+from conversations import views
+
+urlpatterns = [
+    path("c/<int:pk>/", views.conversation_page, name="conversation"),
+    path("chat/conversations/", views.conversation_list, name="conversation-list"),
+    path("chat/conversations/new/", views.conversation_create, name="conversation-create"),
+    path("chat/conversations/<int:pk>/", views.conversation_detail, name="conversation-detail"),
+    path("chat/conversations/<int:pk>/update/", views.conversation_update, name="conversation-update"),
+    path("chat/conversations/<int:pk>/delete/", views.conversation_delete, name="conversation-delete"),
+]

@@ -1,19 +1,91 @@
+"""Pages and the chat UI's small JSON endpoints.
+
+Every view requires a signed-in user (JSON endpoints answer 401 rather than redirect),
+and a conversation id that is not the user's is a 404, never a 403.
+"""
+
 from __future__ import annotations
 
+import json
+from functools import wraps
+
+from asgiref.sync import async_to_sync
+from django import forms
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
+from django.db import transaction
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
 
+from conversations import tree as tree_ops
 from conversations.engine import engine_status
 from conversations.forms import SignUpForm
+from conversations.generation import broadcast, conversation_group, mark_orphans_interrupted, user_group
 from conversations.health import channel_layer_ready, database_ready
+from conversations.models import Conversation, Message
+
+LIST_LIMIT = 100
+SEARCH_MAX_CHARS = 200
+
+
+def login_required_json(view):
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return JsonResponse({"detail": "sign in first"}, status=401)
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _own_conversation(request: HttpRequest, pk: int) -> Conversation:
+    return get_object_or_404(Conversation, pk=pk, owner=request.user)
+
+
+def _notify(group: str, event: str, **data) -> None:
+    async_to_sync(broadcast)(group, event, **data)
+
+
+def _json_body(request: HttpRequest) -> dict:
+    if not request.body:
+        return {}
+    try:
+        data = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+# --- Pages ---------------------------------------------------------------------------
+
+
+def _chat_page(request: HttpRequest, conversation: Conversation | None) -> HttpResponse:
+    state = {
+        "conversation_id": conversation.pk if conversation else None,
+        "conversations": _conversation_rows(request.user, ""),
+        "username": request.user.get_username(),
+        "urls": {
+            "list": "/chat/conversations/",
+            "create": "/chat/conversations/new/",
+            "websocket": "/ws/chat/",
+        },
+    }
+    return render(request, "conversations/chat.html", {"state": state, "conversation": conversation})
 
 
 @login_required
+@never_cache
 def home(request: HttpRequest) -> HttpResponse:
-    return render(request, "conversations/chat.html")
+    return _chat_page(request, None)
+
+
+@login_required
+@never_cache
+def conversation_page(request: HttpRequest, pk: int) -> HttpResponse:
+    return _chat_page(request, _own_conversation(request, pk))
 
 
 def signup(request: HttpRequest) -> HttpResponse:
@@ -39,3 +111,116 @@ async def healthz(request: HttpRequest) -> JsonResponse:
         "engine": engine,
     }
     return JsonResponse(body, status=200)
+
+
+# --- JSON: the conversation list -----------------------------------------------------
+
+
+def _conversation_rows(user, query: str) -> list[dict]:
+    conversations = Conversation.objects.filter(owner=user)
+    if query:
+        conversations = conversations.filter(
+            Q(title__icontains=query) | Q(messages__content__icontains=query)
+        ).distinct()
+    rows = list(conversations.order_by("-updated_at", "-id").values("id", "title", "updated_at")[:LIST_LIMIT])
+    snippets: dict[int, str] = {}
+    if query and rows:
+        matches = (
+            Message.objects.filter(conversation_id__in=[r["id"] for r in rows], content__icontains=query)
+            .order_by("created_at")
+            .values_list("conversation_id", "content")
+        )
+        for conversation_id, content in matches:
+            if conversation_id not in snippets:
+                snippets[conversation_id] = _snippet(content, query)
+    return [
+        {
+            "id": r["id"],
+            "title": r["title"],
+            "updated_at": r["updated_at"].isoformat(),
+            "snippet": snippets.get(r["id"], ""),
+        }
+        for r in rows
+    ]
+
+
+def _snippet(content: str, query: str, width: int = 80) -> str:
+    at = content.lower().find(query.lower())
+    if at < 0:
+        return ""
+    start = max(0, at - width // 2)
+    text = " ".join(content[start : start + width].split())
+    return ("…" if start else "") + text + ("…" if start + width < len(content) else "")
+
+
+@require_GET
+@login_required_json
+@never_cache
+def conversation_list(request: HttpRequest) -> JsonResponse:
+    query = request.GET.get("q", "").strip()[:SEARCH_MAX_CHARS]
+    return JsonResponse({"conversations": _conversation_rows(request.user, query), "query": query})
+
+
+@require_POST
+@login_required_json
+def conversation_create(request: HttpRequest) -> JsonResponse:
+    conversation = tree_ops.ensure_empty_conversation(request.user)
+    _notify(user_group(request.user.pk), "conversations")
+    return JsonResponse({"conversation": tree_ops.conversation_dict(conversation)}, status=201)
+
+
+@require_GET
+@login_required_json
+@never_cache
+def conversation_detail(request: HttpRequest, pk: int) -> JsonResponse:
+    conversation = _own_conversation(request, pk)
+    tree = tree_ops.Tree.load(conversation)
+    mark_orphans_interrupted(list(tree.by_id.values()), set())
+    return JsonResponse(tree_ops.thread_dict(tree))
+
+
+class ConversationForm(forms.ModelForm):
+    title = forms.CharField(max_length=200, strip=True)
+    system_prompt = forms.CharField(max_length=20_000, required=False, strip=False)
+    temperature = forms.FloatField(min_value=0.0, max_value=2.0)
+    top_p = forms.FloatField(min_value=0.01, max_value=1.0)
+    top_k = forms.IntegerField(min_value=0, max_value=1000)
+    max_tokens = forms.IntegerField(min_value=1, max_value=32_768)
+
+    class Meta:
+        model = Conversation
+        fields = ["title", "system_prompt", "temperature", "top_p", "top_k", "max_tokens"]
+
+
+@require_POST
+@login_required_json
+def conversation_update(request: HttpRequest, pk: int) -> JsonResponse:
+    """Rename and/or change the settings; the body (JSON or form) may name any subset."""
+    conversation = _own_conversation(request, pk)
+    incoming = _json_body(request) if request.content_type == "application/json" else request.POST.dict()
+    fields = ConversationForm.Meta.fields
+    data = {name: getattr(conversation, name) for name in fields}
+    data.update({k: v for k, v in incoming.items() if k in fields})
+    form = ConversationForm(data, instance=conversation)
+    if not form.is_valid():
+        return JsonResponse({"errors": form.errors.get_json_data()}, status=400)
+    conversation = form.save()
+    _notify(user_group(request.user.pk), "conversations")
+    _notify(conversation_group(conversation.pk), "settings")
+    return JsonResponse({"conversation": tree_ops.conversation_dict(conversation)})
+
+
+@require_POST
+@login_required_json
+def conversation_delete(request: HttpRequest, pk: int) -> JsonResponse:
+    conversation = _own_conversation(request, pk)
+    with transaction.atomic():
+        # Messages first, in one statement, so the cascade need not walk a deep tree.
+        Conversation.objects.filter(pk=pk).update(current_leaf=None, active_root=None)
+        Message.objects.filter(conversation=conversation).update(active_child=None)
+        Message.objects.filter(conversation=conversation).order_by().delete()
+        conversation.delete()
+    # Open sockets stop its answers and tell their tabs.
+    _notify(conversation_group(pk), "deleted", conversation_id=pk)
+    _notify(user_group(request.user.pk), "conversations")
+    return JsonResponse({"deleted": pk})

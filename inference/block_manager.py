@@ -123,7 +123,7 @@ class BlockManager:
         """How many of ``hits`` are currently free (taking them shrinks the free pool)."""
         return sum(1 for b in hits if self.blocks[b].ref_count == 0)
 
-    def admit(self, seq: Sequence, hits: list[int], count_stats: bool = True) -> None:
+    def admit(self, seq: Sequence, hits: list[int]) -> None:
         """Give a sequence with no blocks the cached ``hits`` as its leading blocks."""
         assert not seq.block_table and seq.num_computed_tokens == 0
         for block_id in hits:
@@ -131,9 +131,11 @@ class BlockManager:
         seq.block_table = list(hits)
         seq.num_registered_blocks = len(hits)
         seq.num_computed_tokens = len(hits) * self.block_size
-        if count_stats:
-            self.queried_tokens += seq.num_tokens
-            self.hit_tokens += seq.num_computed_tokens
+
+    def record_lookup(self, num_tokens: int, num_hit_tokens: int) -> None:
+        """Count a prompt's first admission in the hit-rate statistics."""
+        self.queried_tokens += num_tokens
+        self.hit_tokens += num_hit_tokens
 
     def register_full_blocks(self, seq: Sequence) -> None:
         """After a step: publish blocks that became full (and computed) to the cache."""

@@ -57,19 +57,6 @@ class EngineConfig:
             raise TypeError(f"unknown engine option(s): {', '.join(unknown)}")
         return cls(**kwargs)
 
-    def resolve_device(self) -> torch.device:
-        if self.device is None:
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return torch.device(self.device)
-
-    def resolve_dtype(self, device: torch.device) -> torch.dtype:
-        if self.dtype is None:
-            return torch.bfloat16 if device.type == "cuda" else torch.float32
-        dtype = getattr(torch, str(self.dtype).removeprefix("torch."), None)
-        if not isinstance(dtype, torch.dtype):
-            raise ValueError(f"EngineConfig.dtype is not a torch dtype: {self.dtype!r}")
-        return dtype
-
     def resolve_max_model_len(self, model_max_len: int) -> int:
         limit = min(model_max_len, DEFAULT_MAX_MODEL_LEN)
         return limit if self.max_model_len is None else min(self.max_model_len, model_max_len)

@@ -13,6 +13,7 @@ always runs on ``inference.models``.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -105,13 +106,9 @@ def load_model(
     model_config = ModelConfig.from_hf(hf_config, name=name)
     tokenizer = load_tokenizer(model_dir, model_config)
     state_dict = load_state_dict(model_dir)
-    with torch.device("meta"):
+    with torch.device("meta"):  # no allocation or random init: weights are assigned next
         model = build_model(model_config)
-    # Materialise directly in the target dtype/device, then copy: no fp32 detour on GPU.
-    model = model.to_empty(device=torch_device).to(torch_dtype)
-    if model_config.tie_word_embeddings:
-        model.lm_head.weight = model.model.embed_tokens.weight  # to_empty keeps ties, but be explicit
-    model.load_weights(state_dict)
+    model.load_weights(state_dict, device=torch_device, dtype=torch_dtype)
     model.eval()
     logger.info(
         "loaded %s (%s) on %s/%s in %.1fs",
@@ -159,14 +156,27 @@ def load_state_dict(model_dir: Path) -> dict[str, torch.Tensor]:
 def ensure_gguf_converted(gguf_path: Path, weights_cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """The HF-format cache directory for ``gguf_path``, converting on first use.
 
-    Writes into a private temporary directory and renames it into place, so
-    concurrent processes never see a half-written cache (the loser of a race
-    discards its copy)."""
+    Writes into a private temporary directory and renames it into place, so readers
+    never see a half-written cache; a file lock makes concurrent processes wait for
+    one conversion instead of each doing their own."""
     target = gguf_cache_dir(gguf_path, weights_cache_dir)
     if (target / _COMPLETE_MARKER).is_file():
         return target
-    started = time.perf_counter()
     target.parent.mkdir(parents=True, exist_ok=True)
+    # Serialise conversions (web workers and task workers may start together): the
+    # others wait, then find the finished cache instead of converting again.
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / _COMPLETE_MARKER).is_file():
+            return target
+        for stale in target.parent.glob(f".{target.name}.tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)  # left by a killed converter (we hold the lock)
+        _convert_gguf(gguf_path, target)
+    return target
+
+
+def _convert_gguf(gguf_path: Path, target: Path) -> None:
+    started = time.perf_counter()
     tmp = target.parent / f".{target.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
     try:
@@ -194,7 +204,6 @@ def ensure_gguf_converted(gguf_path: Path, weights_cache_dir: str | os.PathLike[
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     logger.info("converted %s to %s in %.1fs", gguf_path.name, target, time.perf_counter() - started)
-    return target
 
 
 def read_gguf(gguf_path: Path) -> tuple[Any, Any, dict[str, torch.Tensor]]:

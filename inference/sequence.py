@@ -35,6 +35,7 @@ class Sequence:
     num_prompt_tokens: int
     index: int = 0  # completion index within the request
     seq_id: int = field(default_factory=lambda: next(_seq_ids))
+    request: Request | None = field(default=None, repr=False)
     num_computed_tokens: int = 0
     # Block manager state: physical blocks, chained hashes of full blocks (a pure
     # function of token_ids, so kept across preemption), and how many leading
@@ -94,6 +95,7 @@ class Request:
     num_preemptions: int = 0
     first_token_time: float | None = None
     finish_time: float | None = None
+    beam_hyps: list[Sequence] = field(default_factory=list)  # beam search: finished hypotheses, best first
     beam_outputs: list[Sequence] | None = None  # beam search: the n best, in score order
 
     @property

@@ -17,7 +17,7 @@ from kernels._launch import compute_dtype, dot_precision, next_pow2, num_sms
 
 _LOG2E = 1.4426950408889634
 # Running max starts finite so fully masked rows give exp2(-inf - m) = 0, never NaN.
-_NEG_BIG = -1.0e30
+_NEG_BIG = tl.constexpr(-1.0e30)  # a constexpr: jit code may only read constexpr globals
 
 
 @triton.jit

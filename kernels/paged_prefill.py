@@ -22,7 +22,7 @@ import triton.language as tl
 from kernels._launch import compute_dtype, dot_precision, next_pow2
 
 _LOG2E = 1.4426950408889634
-_NEG_BIG = -1.0e30
+_NEG_BIG = tl.constexpr(-1.0e30)  # a constexpr: jit code may only read constexpr globals
 
 
 @triton.jit
@@ -158,7 +158,7 @@ def paged_prefill_attention(
     scale: float,
     *,
     block_m: int = 64,
-    block_n: int = 32,
+    block_n: int = 64,
 ) -> torch.Tensor:
     """Same semantics as ``reference.paged_attention_ref``.
 
@@ -185,6 +185,9 @@ def paged_prefill_attention(
     if block_q * block_g < 16:  # tl.dot needs M >= 16
         block_q = 16 // block_g
     comp = compute_dtype(k_cache)
+    if comp == tl.float32 and head_dim > 64:
+        # fp32 tiles are twice as big: keep shared memory under the ~100 KB of consumer GPUs.
+        block_n = min(block_n, 32)
     grid = (num_tokens // block_q + num_seqs, kv_heads)
     _prefill_kernel[grid](
         query,

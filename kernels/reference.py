@@ -32,9 +32,7 @@ def store_kv_ref(
     v_cache[blocks, offsets] = value[keep].to(v_cache.dtype)
 
 
-def gather_kv(
-    cache: torch.Tensor, block_table: torch.Tensor, length: int
-) -> torch.Tensor:
+def gather_kv(cache: torch.Tensor, block_table: torch.Tensor, length: int) -> torch.Tensor:
     """The first ``length`` cached positions of one sequence: ``[length, kv_heads, head_dim]``."""
     block_size = cache.shape[1]
     num_blocks = (length + block_size - 1) // block_size

@@ -62,7 +62,9 @@ def rotary_embedding_(
     num_tokens, q_heads, head_dim = query.shape
     assert key.shape[0] == num_tokens and key.shape[2] == head_dim
     assert cos_sin_cache.shape[-1] == head_dim, "partial rotary is not supported"
-    assert head_dim % 2 == 0 and (head_dim // 2) & (head_dim // 2 - 1) == 0, "head_dim/2 must be a power of two"
+    assert head_dim % 2 == 0 and (head_dim // 2) & (head_dim // 2 - 1) == 0, (
+        "head_dim/2 must be a power of two"
+    )
     assert query.stride(-1) == 1 and key.stride(-1) == 1, "in-place rotary needs a contiguous head_dim"
     assert cos_sin_cache.stride(-1) == 1
     if num_tokens == 0:

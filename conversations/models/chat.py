@@ -1,16 +1,25 @@
-"""Conversations and their message trees."""
+"""Conversations and their message trees.
+
+A conversation's messages form a tree through ``Message.parent``: siblings share a
+parent (an edited question, a regenerated answer). The visible thread is the path
+from a root to ``Conversation.current_leaf``; each message remembers the child last
+selected under it (``active_child``) so that switching back to a branch returns to
+the leaf that was showing there. The tree walks live in ``conversations.tree``.
+"""
 
 from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
 
+DEFAULT_TITLE = "New chat"
+
 
 class Conversation(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
     )
-    title = models.CharField(max_length=200, default="New chat")
+    title = models.CharField(max_length=200, default=DEFAULT_TITLE)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True, db_index=True)
     system_prompt = models.TextField(blank=True, default="")
@@ -28,7 +37,7 @@ class Conversation(models.Model):
     )
 
     class Meta:
-        ordering = ["-updated_at"]
+        ordering = ["-updated_at", "-id"]
         indexes = [models.Index(fields=["owner", "-updated_at"])]
 
     def __str__(self) -> str:
@@ -57,7 +66,8 @@ class Message(models.Model):
     )
     role = models.CharField(max_length=16, choices=Role.choices)
     content = models.TextField(blank=True, default="")
-    # Token ids of this rendered turn, reused verbatim so the next turn is an exact cache hit.
+    # Token ids of this rendered turn, reused verbatim so the next turn is an exact cache hit:
+    # for an answer the ids the model generated, for a user message its segment in the prompt.
     token_ids = models.JSONField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)
     finish_reason = models.CharField(max_length=16, blank=True, default="")
@@ -65,16 +75,33 @@ class Message(models.Model):
     prompt_tokens = models.IntegerField(default=0)
     completion_tokens = models.IntegerField(default=0)
     cached_tokens = models.IntegerField(default=0)
+    # Earlier messages left out of this answer's prompt to fit the context window.
+    context_dropped = models.IntegerField(default=0)
+    model_name = models.CharField(max_length=200, blank=True, default="")
     time_to_first_token_ms = models.FloatField(null=True, blank=True)
     tokens_per_s = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Bumped by every partial save: a "streaming" message nobody has touched for a while
+    # belonged to a process that died, and is shown (and stored) as interrupted.
+    updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["created_at", "id"]
         indexes = [
             models.Index(fields=["conversation", "parent"]),
             models.Index(fields=["conversation", "created_at"]),
+            models.Index(fields=["status"]),
         ]
 
     def __str__(self) -> str:
         return f"{self.role}: {self.content[:40]}"
+
+
+class EngineStatus(models.Model):
+    """No table: gives the admin a read-only "Engine status" page (see conversations.admin)."""
+
+    class Meta:
+        managed = False
+        verbose_name = "engine status"
+        verbose_name_plural = "engine status"
+        default_permissions = ("view",)

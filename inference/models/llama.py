@@ -24,7 +24,10 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
     """Inverse frequencies ``[head_dim/2]`` (fp32), computed as transformers does for
     the default, ``linear`` and ``llama3`` rope types."""
     dim = config.head_dim
-    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    # Explicit CPU: the model may be constructed under a `torch.device("meta")` context.
+    inv_freq = 1.0 / (
+        config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").float() / dim)
+    )
     scaling = config.rope_scaling
     if scaling is None:
         return inv_freq
@@ -51,7 +54,7 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
 def rope_cos_sin_cache(config: ModelConfig) -> torch.Tensor:
     """``[max_position_embeddings, head_dim]`` fp32: cos in the first half, sin in the
     second (the layout ``kernels.reference.rotary_ref`` and the Triton kernel take)."""
-    positions = torch.arange(config.max_position_embeddings, dtype=torch.float32)
+    positions = torch.arange(config.max_position_embeddings, dtype=torch.float32, device="cpu")
     freqs = torch.outer(positions, rope_inv_freq(config))
     return torch.cat((freqs.cos(), freqs.sin()), dim=-1)
 
@@ -199,12 +202,19 @@ class LlamaForCausalLM(nn.Module):
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden).float()
 
-    def load_weights(self, state_dict: Mapping[str, torch.Tensor]) -> None:
-        """Copy an HF-named state dict into our parameters (casting dtype/device).
+    def load_weights(
+        self,
+        state_dict: Mapping[str, torch.Tensor],
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        """Install an HF-named state dict as our parameters, moved to ``device``/``dtype``.
 
+        The tensors are assigned, not copied, so the model may be built on the meta
+        device and never allocates twice (a same-dtype CPU load is zero-copy).
         ``lm_head.weight`` may be absent when embeddings are tied; rotary buffers that
-        old checkpoints saved are ignored. Anything else missing is an error."""
-        params = dict(self.named_parameters())  # tied lm_head is deduplicated away here
+        old checkpoints saved are ignored. Anything else missing or extra is an error."""
+        params = dict(self.named_parameters())  # a tied lm_head is deduplicated away here
         missing = [name for name in params if name not in state_dict]
         if missing:
             raise KeyError(f"checkpoint lacks {len(missing)} weights, e.g. {missing[:3]}")
@@ -215,11 +225,12 @@ class LlamaForCausalLM(nn.Module):
         ]
         if unexpected:
             raise KeyError(f"checkpoint has weights this model lacks, e.g. {unexpected[:3]}")
-        with torch.no_grad():
-            for name, param in params.items():
-                tensor = state_dict[name]
-                if tensor.shape != param.shape:
-                    raise ValueError(
-                        f"{name}: checkpoint shape {tuple(tensor.shape)} != {tuple(param.shape)}"
-                    )
-                param.copy_(tensor)
+        for name, param in params.items():
+            tensor = state_dict[name]
+            if tensor.shape != param.shape:
+                raise ValueError(f"{name}: checkpoint shape {tuple(tensor.shape)} != {tuple(param.shape)}")
+            tensor = tensor.to(device=device or param.device, dtype=dtype or param.dtype)
+            module_name, _, attr = name.rpartition(".")
+            setattr(self.get_submodule(module_name), attr, nn.Parameter(tensor, requires_grad=False))
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight

@@ -1,0 +1,361 @@
+"""The OpenAI-compatible API, mounted at /v1 (OpenAPI document at /v1/openapi.json, docs at /v1/docs).
+
+Disconnects: Django's ASGIHandler (5.2) listens for ``http.disconnect`` while the view
+runs *and* while a streaming response is sent, and cancels the task doing either.
+- Non-streaming: the cancellation lands in the view, inside ``Generation.deltas()``,
+  whose ``finally`` closes the engine streams and aborts the engine requests.
+- Streaming: the cancellation lands either inside our generator (awaiting the engine:
+  same path) or in Django's ``send``; then Django closes ``aiter(response)``, and
+  ``EventStreamResponse.__aiter__`` closes our generator explicitly (Django's own
+  wrapper would leave the inner generators to the garbage collector), which again
+  aborts the engine requests at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from ninja import NinjaAPI
+from ninja.parser import Parser
+
+from conversations.api import schemas
+from conversations.api.auth import ApiKeyAuth
+from conversations.api.errors import (
+    ApiError,
+    error_from_exception,
+    install_handlers,
+    invalid,
+    model_not_found,
+    too_large,
+)
+from conversations.api.generation import Generation, check_context, sampling_params
+from conversations.api.usage import CLIENT_CLOSED, RequestLog
+from conversations.engine import aget_engine
+
+log = logging.getLogger(__name__)
+
+STARTED = int(time.time())
+# Above this many messages, render the chat template once instead of per message
+# (per-message rendering keeps prefixes stable but costs O(messages²) renders).
+SEGMENTED_CHAT_LIMIT = 64
+
+
+class LimitedJsonParser(Parser):
+    """JSON bodies up to ``API_MAX_BODY_BYTES``; larger ones are a 413."""
+
+    def parse_body(self, request: HttpRequest) -> Any:
+        limit = settings.API_MAX_BODY_BYTES
+        size = len(request.body)
+        if size > limit:
+            raise too_large(limit, size)
+        return json.loads(request.body)
+
+
+def _record_error(request: HttpRequest, error: ApiError, exc: Exception) -> None:
+    api_log: RequestLog | None = getattr(request, "api_log", None)
+    if api_log is not None:
+        api_log.finish(error.status, error=error.message)
+
+
+api = NinjaAPI(
+    title="Chat site: OpenAI-compatible API",
+    version="1.0.0",
+    description=(
+        "The chat site's inference engine behind OpenAI's API. Point the official `openai` client at "
+        "`/v1` with an API key from the site's API keys page (`Authorization: Bearer <key>`). "
+        'Errors use OpenAI\'s shape: `{"error": {"message", "type", "param", "code"}}`.'
+    ),
+    urls_namespace="openai-api",
+    parser=LimitedJsonParser(),
+    auth=ApiKeyAuth(),
+)
+install_handlers(api, _record_error)
+
+ERRORS = {
+    400: schemas.ErrorResponse,
+    401: schemas.ErrorResponse,
+    404: schemas.ErrorResponse,
+    413: schemas.ErrorResponse,
+    429: schemas.ErrorResponse,
+    500: schemas.ErrorResponse,
+    503: schemas.ErrorResponse,
+}
+STREAM_DOC = {
+    "responses": {
+        "200": {
+            "description": "The completion; with `stream: true`, server-sent events "
+            "(`data: {chunk}` lines, ending with `data: [DONE]`).",
+            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+        }
+    }
+}
+
+
+async def ready_engine() -> Any:
+    try:
+        return await aget_engine()
+    except Exception as exc:
+        raise ApiError(
+            503, "The model is not available right now.", type="server_error", code="engine_unavailable"
+        ) from exc
+
+
+def check_model(engine: Any, model: str) -> None:
+    if model != engine.model_name:
+        raise model_not_found(model)
+
+
+def model_card(engine: Any) -> dict[str, Any]:
+    return {
+        "id": engine.model_name,
+        "object": "model",
+        "created": STARTED,
+        "owned_by": "chatsite",
+        "max_model_len": engine.max_model_len,
+    }
+
+
+# --- Models -------------------------------------------------------------------------------
+
+
+@api.get("/models", response={200: schemas.ModelList, **ERRORS}, summary="List models")
+async def list_models(request: HttpRequest) -> HttpResponse:
+    engine = await ready_engine()
+    request.api_log.finish(200)
+    return JsonResponse({"object": "list", "data": [model_card(engine)]})
+
+
+@api.get("/models/{model}", response={200: schemas.ModelCard, **ERRORS}, summary="Retrieve a model")
+async def retrieve_model(request: HttpRequest, model: str) -> HttpResponse:
+    request.api_log.model = model
+    engine = await ready_engine()
+    check_model(engine, model)
+    request.api_log.finish(200)
+    return JsonResponse(model_card(engine))
+
+
+# --- Chat completions ----------------------------------------------------------------------
+
+
+def _message_text(message: schemas.ChatMessage, i: int) -> str:
+    content = message.content
+    if content is None:
+        if message.role == "assistant":
+            return ""
+        raise invalid(
+            f"messages[{i}].content is required for the {message.role} role.", param=f"messages[{i}].content"
+        )
+    if isinstance(content, str):
+        return content
+    return "\n".join(part.text for part in content)
+
+
+async def encode_chat(engine: Any, messages: list[dict[str, str]]) -> list[int]:
+    tokenizer = engine.tokenizer
+
+    def encode() -> list[int]:
+        if len(messages) <= SEGMENTED_CHAT_LIMIT:
+            return tokenizer.encode_chat(messages)
+        return tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+
+    try:
+        return await asyncio.to_thread(encode)
+    except Exception as exc:  # the chat template rejected the conversation (jinja raise_exception)
+        raise invalid(
+            f"The messages could not be rendered with the model's chat template: {exc}", param="messages"
+        ) from exc
+
+
+@api.post(
+    "/chat/completions",
+    response={200: schemas.ChatCompletion, **ERRORS},
+    summary="Create a chat completion",
+    openapi_extra=STREAM_DOC,
+)
+async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionRequest) -> HttpResponse:
+    api_log: RequestLog = request.api_log
+    api_log.model, api_log.stream = body.model, bool(body.stream)
+    engine = await ready_engine()
+    check_model(engine, body.model)
+    if body.tools:
+        raise invalid("Tools (function calling) are not supported by this server.", param="tools")
+    if body.response_format and body.response_format.get("type", "text") != "text":
+        raise invalid("Only the 'text' response format is supported by this server.", param="response_format")
+    top_logprobs = None
+    if body.logprobs:
+        top_logprobs = body.top_logprobs or 0
+    elif body.top_logprobs is not None:
+        raise invalid("top_logprobs needs logprobs to be true.", param="top_logprobs")
+    messages = [
+        {"role": "system" if m.role == "developer" else m.role, "content": _message_text(m, i)}
+        for i, m in enumerate(body.messages)
+    ]
+    max_tokens = body.max_completion_tokens or body.max_tokens
+    params = sampling_params(body, max_tokens, top_logprobs)
+    prompt = await encode_chat(engine, messages)
+    check_context(engine, [prompt], max_tokens, "messages")
+    generation = Generation(
+        engine,
+        kind="chat",
+        prompts=[prompt],
+        params=params,
+        prompt_param="messages",
+        top_logprobs=top_logprobs,
+    )
+    return await respond(request, generation, body)
+
+
+# --- Text completions ----------------------------------------------------------------------
+
+
+async def encode_prompts(engine: Any, prompt: Any) -> tuple[list[list[int]], list[str]]:
+    """Token ids and texts of the prompt(s): a string, strings, token ids, or lists of them."""
+    tokenizer = engine.tokenizer
+    if isinstance(prompt, str):
+        prompt = [prompt]
+    if prompt and isinstance(prompt[0], int):
+        prompt = [prompt]
+    if isinstance(prompt[0], str):
+        texts = list(prompt)
+        ids = await asyncio.to_thread(lambda: [tokenizer.encode(t) for t in texts])
+        return ids, texts
+    ids = [list(p) for p in prompt]
+    for p, seq in enumerate(ids):
+        bad = next((t for t in seq if t >= tokenizer.vocab_size), None)
+        if bad is not None:
+            param = "prompt" if len(ids) == 1 else f"prompt[{p}]"
+            raise invalid(
+                f"Token id {bad} is out of the vocabulary (size {tokenizer.vocab_size}).", param=param
+            )
+    texts = await asyncio.to_thread(lambda: [tokenizer.decode(seq) for seq in ids])
+    return ids, texts
+
+
+@api.post(
+    "/completions",
+    response={200: schemas.Completion, **ERRORS},
+    summary="Create a text completion",
+    openapi_extra=STREAM_DOC,
+)
+async def completions(request: HttpRequest, body: schemas.CompletionRequest) -> HttpResponse:
+    api_log: RequestLog = request.api_log
+    api_log.model, api_log.stream = body.model, bool(body.stream)
+    engine = await ready_engine()
+    check_model(engine, body.model)
+    if body.echo and body.logprobs is not None:
+        raise invalid("echo together with logprobs is not supported by this server.", param="echo")
+    params = sampling_params(body, body.max_tokens, body.logprobs)
+    prompts, texts = await encode_prompts(engine, body.prompt)
+    check_context(engine, prompts, body.max_tokens, "prompt")
+    generation = Generation(
+        engine,
+        kind="completion",
+        prompts=prompts,
+        params=params,
+        prompt_param="prompt",
+        echo=texts if body.echo else None,
+    )
+    return await respond(request, generation, body)
+
+
+# --- Responses -----------------------------------------------------------------------------
+
+
+def _usage_fields(generation: Generation) -> dict[str, Any]:
+    usage = generation.usage()
+    return {
+        "prompt_tokens": usage["prompt_tokens"],
+        "completion_tokens": usage["completion_tokens"],
+        "cached_tokens": usage["prompt_tokens_details"]["cached_tokens"],
+    }
+
+
+async def respond(request: HttpRequest, generation: Generation, body: Any) -> HttpResponse:
+    api_log: RequestLog = request.api_log
+    api_log.request_id = generation.id
+    if not body.stream:
+        try:
+            async for _ in generation.deltas():
+                pass
+        except asyncio.CancelledError:
+            api_log.finish(CLIENT_CLOSED, finish_reason="abort", **_usage_fields(generation))
+            raise
+        api_log.finish(200, finish_reason=generation.finish_reason, **_usage_fields(generation))
+        return JsonResponse(generation.response_body())
+
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    deltas = generation.deltas()
+    # The first delta comes before the response starts, so that a prompt over the
+    # context window or a full queue is still an HTTP error, not an event.
+    try:
+        first = await anext(deltas)
+    except StopAsyncIteration:
+        first = None
+    except asyncio.CancelledError:
+        api_log.finish(CLIENT_CLOSED, finish_reason="abort")
+        raise
+    return EventStreamResponse(event_stream(generation, deltas, first, include_usage, api_log))
+
+
+def sse_event(data: Any) -> bytes:
+    return b"data: " + json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+async def event_stream(
+    generation: Generation,
+    deltas: AsyncIterator[Any],
+    first: Any,
+    include_usage: bool,
+    api_log: RequestLog,
+) -> AsyncIterator[bytes]:
+    status, error, finish_reason = CLIENT_CLOSED, "", "abort"
+    try:
+        for choices in generation.opening_chunks():
+            yield sse_event(generation.chunk(choices, include_usage))
+        if first is not None:
+            for choices in generation.delta_chunks(*first):
+                yield sse_event(generation.chunk(choices, include_usage))
+            async for choice, delta in deltas:
+                for choices in generation.delta_chunks(choice, delta):
+                    yield sse_event(generation.chunk(choices, include_usage))
+        if include_usage:
+            yield sse_event(generation.chunk([], True, generation.usage()))
+        status, finish_reason = 200, generation.finish_reason
+        yield DONE
+    except Exception as exc:
+        api_error = error_from_exception(exc)
+        if api_error.status >= 500:
+            log.error("API stream failed", exc_info=exc)
+        status, error, finish_reason = api_error.status, api_error.message, "error"
+        yield sse_event(api_error.body())
+        yield DONE
+    finally:
+        await deltas.aclose()  # aborts the engine requests if they still run
+        api_log.finish(status, finish_reason=finish_reason, error=error, **_usage_fields(generation))
+
+
+class EventStreamResponse(StreamingHttpResponse):
+    """Server-sent events whose generator is closed as soon as Django stops sending."""
+
+    def __init__(self, events: AsyncIterator[bytes]) -> None:
+        super().__init__(events, content_type="text/event-stream")
+        self._events = events
+        self["Cache-Control"] = "no-cache"
+        self["X-Accel-Buffering"] = "no"
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for part in self._events:
+                yield part
+        finally:
+            await self._events.aclose()

@@ -1,0 +1,185 @@
+"""Typed request and response bodies of the OpenAI-compatible API.
+
+Requests follow OpenAI's field names, plus vLLM's sampling extensions. Unknown fields
+are ignored (as OpenAI and vLLM do), so newer clients keep working. Bounds live here,
+so they also appear in the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from ninja import Schema
+from pydantic import ConfigDict, Field
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_N = 16  # completions per request (OpenAI allows 128; one engine's batch is smaller)
+MAX_TOP_LOGPROBS = 20
+MAX_STOP = 16
+
+NonEmptyStr = Annotated[str, Field(min_length=1)]
+
+
+class RequestSchema(Schema):
+    model_config = ConfigDict(extra="ignore")
+
+
+class TextPart(RequestSchema):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(RequestSchema):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+
+class StreamOptions(RequestSchema):
+    include_usage: bool | None = False
+
+
+class SamplingFields(RequestSchema):
+    """Fields shared by chat and text completions."""
+
+    model: str = Field(description="The served model's id, as GET /v1/models lists it.")
+    n: int | None = Field(1, ge=1, le=MAX_N)
+    temperature: float | None = Field(None, ge=0, le=2, description="0 is greedy. Default 1.")
+    top_p: float | None = Field(None, gt=0, le=1)
+    max_tokens: int | None = Field(None, ge=1, description="Default: what the context window leaves.")
+    stop: NonEmptyStr | Annotated[list[NonEmptyStr], Field(max_length=MAX_STOP)] | None = None
+    seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
+    presence_penalty: float | None = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float | None = Field(0.0, ge=-2, le=2)
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    # vLLM extensions.
+    top_k: int | None = Field(None, ge=-1, description="vLLM extension: -1 or 0 disables it.")
+    min_p: float | None = Field(None, ge=0, le=1, description="vLLM extension.")
+    repetition_penalty: float | None = Field(None, gt=0, le=10, description="vLLM extension.")
+    ignore_eos: bool | None = Field(False, description="vLLM extension.")
+    use_beam_search: bool | None = Field(False, description="vLLM extension.")
+    length_penalty: float | None = Field(1.0, ge=-10, le=10, description="vLLM extension (beam search).")
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1, description="Preferred over max_tokens.")
+    logprobs: bool | None = False
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
+    # Accepted so that clients sending them get a clear error rather than silence.
+    tools: list[dict] | None = None
+    response_format: dict | None = None
+
+
+class CompletionRequest(SamplingFields):
+    prompt: (
+        str
+        | Annotated[list[str], Field(min_length=1, max_length=MAX_N)]
+        | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+        | Annotated[
+            list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]],
+            Field(min_length=1, max_length=MAX_N),
+        ]
+    )
+    logprobs: int | None = Field(None, ge=0, le=5)
+    echo: bool | None = False
+
+
+# --- Responses (documentation; the views build these bodies directly) -----------------
+
+
+class ErrorDetail(Schema):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(Schema):
+    error: ErrorDetail
+
+
+class ModelCard(Schema):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+    max_model_len: int
+
+
+class ModelList(Schema):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class PromptTokensDetails(Schema):
+    cached_tokens: int
+
+
+class Usage(Schema):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
+
+
+class TopLogprob(Schema):
+    token: str
+    logprob: float
+    bytes: list[int] | None = None
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChoiceLogprobs(Schema):
+    content: list[TokenLogprob] | None = None
+
+
+class AssistantMessage(Schema):
+    role: Literal["assistant"] = "assistant"
+    content: str | None = None
+
+
+class ChatChoice(Schema):
+    index: int
+    message: AssistantMessage
+    logprobs: ChoiceLogprobs | None = None
+    finish_reason: Literal["stop", "length"] | None = None
+
+
+class ChatCompletion(Schema):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    system_fingerprint: str | None = None
+
+
+class CompletionLogprobs(Schema):
+    tokens: list[str]
+    token_logprobs: list[float | None]
+    top_logprobs: list[dict[str, float] | None]
+    text_offset: list[int]
+
+
+class CompletionChoice(Schema):
+    index: int
+    text: str
+    logprobs: CompletionLogprobs | None = None
+    finish_reason: Literal["stop", "length"] | None = None
+
+
+class Completion(Schema):
+    id: str
+    object: Literal["text_completion"] = "text_completion"
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+    system_fingerprint: str | None = None

@@ -1,0 +1,94 @@
+"""The usage log: one ApiRequest row per authenticated API call.
+
+Rows are written from a background task on a worker thread, so a client that hangs
+up (and cancels the request's task) still gets its request counted, and no response
+waits on the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import close_old_connections, connection
+from django.utils import timezone
+
+from conversations.models import ApiKey, ApiRequest
+
+log = logging.getLogger(__name__)
+
+_pending: set[asyncio.Task] = set()
+
+# Status recorded when the client disconnected before the answer was complete (nginx's).
+CLIENT_CLOSED = 499
+
+
+@dataclass
+class RequestLog:
+    key: ApiKey
+    endpoint: str
+    started: float = field(default_factory=time.monotonic)
+    model: str = ""
+    stream: bool = False
+    request_id: str = ""
+    recorded: bool = False
+
+    def finish(
+        self,
+        status: int,
+        *,
+        prompt_tokens: int = 0,
+        completion_tokens: int = 0,
+        cached_tokens: int = 0,
+        finish_reason: str = "",
+        error: str = "",
+    ) -> None:
+        """Record this call once; later calls are ignored."""
+        if self.recorded:
+            return
+        self.recorded = True
+        row = {
+            "key_id": self.key.pk,
+            "owner_id": self.key.owner_id,
+            "request_id": self.request_id[:64],
+            "endpoint": self.endpoint[:64],
+            "model": self.model[:200],
+            "status_code": status,
+            "stream": self.stream,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "cached_tokens": cached_tokens,
+            "finish_reason": finish_reason[:32],
+            "error": error[:2000],
+            "duration_ms": (time.monotonic() - self.started) * 1000,
+        }
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # called from sync code: write now
+            _write(row)
+            return
+        task = loop.create_task(sync_to_async(_write, thread_sensitive=False)(row))
+        _pending.add(task)
+        task.add_done_callback(_pending.discard)
+
+
+def _write(row: dict[str, Any]) -> None:
+    close_old_connections()
+    try:
+        ApiRequest.objects.create(**row)
+        ApiKey.objects.filter(pk=row["key_id"]).update(last_used_at=timezone.now())
+    except Exception:
+        log.exception("could not record an API request")
+    finally:
+        # A worker thread outside any request: nothing else would close its connection.
+        connection.close()
+
+
+async def wait_for_pending() -> None:
+    """Tests and shutdown: let the queued usage rows land."""
+    if _pending:
+        await asyncio.gather(*list(_pending), return_exceptions=True)

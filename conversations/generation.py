@@ -1,0 +1,516 @@
+"""Answers generated independently of any one websocket.
+
+One :class:`GenerationManager` per event loop (one per Daphne process) runs every
+answer as its own ``asyncio`` task. Sockets come and go as *watchers* of a
+conversation:
+
+- **Fan-out.** Each delta is pushed, in-process and without awaiting, to every watcher
+  of the conversation (each consumer forwards them over its own socket). A watcher that
+  joins mid-answer gets the text so far first, then the live deltas; both happen on the
+  event loop's thread, so nothing is lost or repeated in between.
+- **Grace.** When the last watcher of a conversation leaves, a timer of
+  ``GENERATION_GRACE_SECONDS`` starts for each of its live answers; a watcher coming
+  back cancels it. When it fires the engine request is aborted and the partial answer
+  saved as ``interrupted``.
+- **Partial saves.** A saver task writes the text so far every ``PARTIAL_SAVE_SECONDS``
+  (and touches the row now and then even without new text), so a crash loses at most
+  that much; a ``streaming`` message whose row has not been touched for
+  :func:`stale_after` seconds and that no live generation owns is shown as interrupted.
+- **Coarse events** (an answer started, progressed, finished; the tree changed; the
+  conversation list changed) go through the channel layer's groups, never one message
+  per token, so tabs connected to *other* processes refresh from the database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+import weakref
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Protocol
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.utils import timezone
+
+from conversations.engine import aget_engine
+from conversations.models import Conversation, Message
+
+log = logging.getLogger(__name__)
+
+# Tells this process's group events from other processes' (in-process watchers already
+# get the tokens directly and skip the coarse copies).
+PROCESS_ID = uuid.uuid4().hex
+STOP_FALLBACK_SECONDS = 5.0
+HEARTBEAT_SECONDS = 10.0
+
+
+def conversation_group(conversation_id: int) -> str:
+    return f"chat.conversation.{conversation_id}"
+
+
+def user_group(user_id: int) -> str:
+    return f"chat.user.{user_id}"
+
+
+async def broadcast(group: str, event: str, **data: Any) -> None:
+    """A coarse event to every consumer in ``group`` (in any process)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        await layer.group_send(group, {"type": "chat.event", "event": event, "process": PROCESS_ID, **data})
+    except Exception:  # a full or unreachable layer must not break a generation
+        log.warning("group_send to %s failed", group, exc_info=True)
+
+
+def stale_after() -> float:
+    """Seconds after which an untouched ``streaming`` row counts as orphaned."""
+    return max(60.0, 10 * settings.PARTIAL_SAVE_SECONDS, 2 * HEARTBEAT_SECONDS)
+
+
+class Watcher(Protocol):
+    def push(self, event: dict) -> None:
+        """Take an event without blocking (a consumer queues it for its socket)."""
+
+
+# --- Prompt building -------------------------------------------------------------
+
+
+@dataclass
+class PromptPlan:
+    token_ids: list[int]
+    max_tokens: int
+    dropped: int = 0  # history messages left out to fit the context
+    user_segment: list[int] | None = None  # the last user turn's ids, to store on it
+
+
+def _chat_messages(system_prompt: str, history: list[dict]) -> list[dict]:
+    messages: list[dict] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    for item in history:
+        message = {"role": item["role"], "content": item["content"]}
+        ids = item.get("token_ids")
+        # Stored ids are reused verbatim (an exact cache hit), except for the first message:
+        # templates may put a default system prompt into its segment.
+        if ids and (item["role"] == "assistant" or messages):
+            message["token_ids"] = ids
+        messages.append(message)
+    return messages
+
+
+def build_prompt(tokenizer, system_prompt: str, history: list[dict], max_model_len: int, max_tokens: int):
+    """The prompt ids for answering ``history`` (root first, ending with the question).
+
+    A history too long for the context loses whole turns (a user message and its answers)
+    from the oldest end; room for at least a quarter of the context (or ``max_tokens`` if
+    smaller) is kept for the answer. Raises ``PromptTooLongError`` if even the last turn
+    alone does not fit."""
+    from inference import PromptTooLongError
+
+    reserve = max(1, min(max_tokens, max_model_len // 4))
+    budget = max_model_len - reserve
+    turn_starts = [i for i, item in enumerate(history) if item["role"] == "user"] or [0]
+    offset = 1 if system_prompt else 0
+    start = 0
+    while True:
+        encoding = tokenizer.encode_chat_segments(_chat_messages(system_prompt, history[start:]))
+        ids = encoding.token_ids
+        if len(ids) <= budget:
+            break
+        later = [s for s in turn_starts if s > start]
+        if not later:
+            raise PromptTooLongError(len(ids), budget)
+        chosen = later[0]
+        if encoding.exact:
+            excess = len(ids) - budget
+            for candidate in later:
+                chosen = candidate
+                segments = encoding.segments[offset : offset + candidate - start]
+                if sum(len(seg) for seg in segments) >= excess:
+                    break
+        start = chosen
+    user_segment = None
+    if encoding.exact and history and history[-1]["role"] == "user" and len(history) - start + offset > 1:
+        user_segment = list(encoding.segments[-1])
+    return PromptPlan(
+        token_ids=ids,
+        max_tokens=max(1, min(max_tokens, max_model_len - len(ids))),
+        dropped=start,
+        user_segment=user_segment,
+    )
+
+
+# --- Database steps (synchronous, run through database_sync_to_async) ------------
+
+
+@database_sync_to_async
+def _load_prompt_inputs(message_id: int) -> tuple[Conversation, list[dict]] | None:
+    try:
+        answer = Message.objects.select_related("conversation").defer("token_ids").get(pk=message_id)
+    except Message.DoesNotExist:
+        return None
+    from conversations.tree import Tree
+
+    tree = Tree.load(answer.conversation)
+    parent = tree.by_id.get(answer.parent_id)
+    path = tree.path_to(parent) if parent is not None else []
+    path = [
+        m
+        for m in path
+        if m.status != Message.Status.ERROR and (m.content or m.role != Message.Role.ASSISTANT)
+    ]
+    stored = dict(Message.objects.filter(pk__in=[m.pk for m in path]).values_list("pk", "token_ids"))
+    history = [{"id": m.pk, "role": m.role, "content": m.content, "token_ids": stored.get(m.pk)} for m in path]
+    return answer.conversation, history
+
+
+@database_sync_to_async
+def _update_message(message_id: int, **fields: Any) -> int:
+    fields.setdefault("updated_at", timezone.now())
+    return Message.objects.filter(pk=message_id).update(**fields)
+
+
+@database_sync_to_async
+def _store_user_segment(message_id: int, ids: list[int]) -> None:
+    Message.objects.filter(pk=message_id, token_ids__isnull=True).update(token_ids=ids)
+
+
+def mark_orphans_interrupted(messages: list[Message], live_ids: set[int]) -> None:
+    """Synchronous: ``streaming`` messages no generation owns and nobody saved lately were
+    left by a process that died; store and show them as interrupted."""
+    cutoff = timezone.now() - timedelta(seconds=stale_after())
+    orphans = [
+        m
+        for m in messages
+        if m.status == Message.Status.STREAMING and m.pk not in live_ids and m.updated_at and m.updated_at < cutoff
+    ]
+    if not orphans:
+        return
+    Message.objects.filter(pk__in=[m.pk for m in orphans], status=Message.Status.STREAMING).update(
+        status=Message.Status.INTERRUPTED, finish_reason="abort"
+    )
+    for m in orphans:
+        m.status, m.finish_reason = Message.Status.INTERRUPTED, "abort"
+
+
+# --- The manager -------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Generation:
+    message_id: int
+    conversation_id: int
+    owner_id: int
+    request_id: str
+    text: str = ""
+    token_ids: list[int] = field(default_factory=list)
+    stop_reason: str | None = None  # "user" | "grace" | "deleted"
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    dropped: int = 0
+    task: asyncio.Task | None = None
+    grace_handle: asyncio.TimerHandle | None = None
+    engine: Any = None
+    saver: asyncio.Task | None = None
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def snapshot(self) -> dict:
+        return {
+            "type": "snapshot",
+            "conversation_id": self.conversation_id,
+            "message_id": self.message_id,
+            "content": self.text,
+        }
+
+
+class GenerationManager:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.generations: dict[int, Generation] = {}
+        self.watchers: dict[int, set[Watcher]] = defaultdict(set)
+
+    # Watchers ----------------------------------------------------------------------
+    def watch(self, conversation_id: int, watcher: Watcher) -> None:
+        self.watchers[conversation_id].add(watcher)
+        for gen in self.live_in(conversation_id):
+            self._cancel_grace(gen)
+
+    def unwatch(self, conversation_id: int, watcher: Watcher) -> None:
+        watchers = self.watchers.get(conversation_id)
+        if watchers is None:
+            return
+        watchers.discard(watcher)
+        if not watchers:
+            del self.watchers[conversation_id]
+            for gen in self.live_in(conversation_id):
+                self._schedule_grace(gen)
+
+    def watcher_count(self, conversation_id: int) -> int:
+        return len(self.watchers.get(conversation_id, ()))
+
+    def _emit(self, conversation_id: int, event: dict) -> None:
+        for watcher in list(self.watchers.get(conversation_id, ())):
+            try:
+                watcher.push(event)
+            except Exception:
+                log.exception("a watcher refused an event")
+
+    # Queries -----------------------------------------------------------------------
+    def live_in(self, conversation_id: int) -> list[Generation]:
+        return [g for g in self.generations.values() if g.conversation_id == conversation_id]
+
+    def get(self, message_id: int) -> Generation | None:
+        return self.generations.get(message_id)
+
+    def live_text(self, message_id: int) -> str | None:
+        gen = self.generations.get(message_id)
+        return gen.text if gen is not None else None
+
+    # Control -----------------------------------------------------------------------
+    def start(self, *, conversation_id: int, owner_id: int, message_id: int) -> Generation:
+        """Generate the answer ``message_id`` (a ``streaming`` row already in the tree)."""
+        if message_id in self.generations:
+            return self.generations[message_id]
+        gen = Generation(
+            message_id=message_id,
+            conversation_id=conversation_id,
+            owner_id=owner_id,
+            request_id=f"chat-{message_id}-{uuid.uuid4().hex[:8]}",
+        )
+        self.generations[message_id] = gen
+        gen.task = self.loop.create_task(self._run(gen), name=gen.request_id)
+        if not self.watcher_count(conversation_id):
+            self._schedule_grace(gen)
+        return gen
+
+    def stop(self, message_id: int, reason: str = "user") -> bool:
+        """Abort the answer (the engine frees it within a step); the text so far is kept."""
+        gen = self.generations.get(message_id)
+        if gen is None:
+            return False
+        if gen.stop_reason is None:
+            gen.stop_reason = reason
+        self._cancel_grace(gen)
+        if gen.engine is not None:
+            try:
+                gen.engine.abort(gen.request_id)
+            except Exception:
+                log.exception("engine.abort failed")
+        # Should the engine never answer, stop waiting for it.
+        self.loop.call_later(STOP_FALLBACK_SECONDS, self._force_cancel, gen)
+        return True
+
+    def stop_conversation(self, conversation_id: int, reason: str = "deleted") -> None:
+        for gen in self.live_in(conversation_id):
+            self.stop(gen.message_id, reason)
+
+    def _force_cancel(self, gen: Generation) -> None:
+        if gen.task is not None and not gen.task.done() and not gen.done.is_set():
+            gen.task.cancel()
+
+    def _schedule_grace(self, gen: Generation) -> None:
+        self._cancel_grace(gen)
+        gen.grace_handle = self.loop.call_later(
+            settings.GENERATION_GRACE_SECONDS, self.stop, gen.message_id, "grace"
+        )
+
+    def _cancel_grace(self, gen: Generation) -> None:
+        if gen.grace_handle is not None:
+            gen.grace_handle.cancel()
+            gen.grace_handle = None
+
+    # The task ----------------------------------------------------------------------
+    async def _run(self, gen: Generation) -> None:
+        from inference import EngineOverloadedError, PromptTooLongError
+
+        error = ""
+        timing: dict[str, float] = {"started": time.monotonic()}
+        saver: asyncio.Task | None = None
+        try:
+            saver = await self._generate(gen, timing)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            gen.stop_reason = gen.stop_reason or "cancelled"
+        except PromptTooLongError as exc:
+            error = (
+                f"This message is too long for the model: the prompt needs {exc.num_tokens} tokens "
+                f"and the context has room for {exc.limit}. Shorten it or start a new chat."
+            )
+        except EngineOverloadedError:
+            error = "The server is busy (too many answers are waiting). Please try again in a moment."
+        except ValueError as exc:
+            error = f"These settings cannot be used: {exc}."
+        except Exception as exc:
+            log.exception("generation %s failed", gen.request_id)
+            error = f"The answer failed: {type(exc).__name__}: {exc}"
+        finally:
+            gen.done.set()
+            saver = saver or gen.saver
+            if saver is not None:
+                await asyncio.gather(saver, return_exceptions=True)
+        await self._finish(gen, error, timing)
+
+    async def _generate(self, gen: Generation, timing: dict[str, float]) -> asyncio.Task | None:
+        """Build the prompt and stream the answer into ``gen``; returns the saver task."""
+        from inference import SamplingParams
+
+        loaded = await _load_prompt_inputs(gen.message_id)
+        if loaded is None:
+            gen.stop_reason = gen.stop_reason or "deleted"
+            return None
+        conversation, history = loaded
+        engine = gen.engine = await aget_engine()
+        plan = await asyncio.to_thread(
+            build_prompt,
+            engine.tokenizer,
+            conversation.system_prompt,
+            history,
+            engine.max_model_len,
+            conversation.max_tokens,
+        )
+        params = SamplingParams(
+            temperature=conversation.temperature,
+            top_p=conversation.top_p,
+            top_k=conversation.top_k,
+            max_tokens=plan.max_tokens,
+        )
+        gen.prompt_tokens, gen.dropped = len(plan.token_ids), plan.dropped
+        if plan.user_segment and history:
+            await _store_user_segment(history[-1]["id"], plan.user_segment)
+        await _update_message(
+            gen.message_id,
+            prompt_tokens=gen.prompt_tokens,
+            context_dropped=plan.dropped,
+            model_name=engine.model_name[:200],
+        )
+        if gen.stop_reason:
+            return None
+        self._emit(
+            gen.conversation_id,
+            {
+                "type": "started",
+                "conversation_id": gen.conversation_id,
+                "message_id": gen.message_id,
+                "context_dropped": plan.dropped,
+                "prompt_tokens": gen.prompt_tokens,
+            },
+        )
+        await broadcast(conversation_group(gen.conversation_id), "started", message_id=gen.message_id)
+        gen.saver = asyncio.create_task(self._saver(gen))
+        stream = engine.stream(plan.token_ids, params, request_id=gen.request_id)
+        try:
+            async for delta in stream:
+                if "first_token" not in timing and (delta.token_ids or delta.text):
+                    timing["first_token"] = time.monotonic()
+                gen.token_ids.extend(delta.token_ids or ())
+                gen.cached_tokens = delta.num_cached_tokens or gen.cached_tokens
+                if delta.text:
+                    gen.text += delta.text
+                    self._emit(
+                        gen.conversation_id,
+                        {
+                            "type": "delta",
+                            "conversation_id": gen.conversation_id,
+                            "message_id": gen.message_id,
+                            "text": delta.text,
+                        },
+                    )
+                if delta.finished:
+                    gen.finish_reason = delta.finish_reason
+                    break
+                if gen.stop_reason:
+                    break
+        finally:
+            await stream.aclose()
+        return gen.saver
+
+    async def _finish(self, gen: Generation, error: str, timing: dict[str, float]) -> None:
+        """The final save, then the news to the watchers and the group."""
+        now = time.monotonic()
+        if error:
+            status = Message.Status.ERROR
+        elif gen.stop_reason or gen.finish_reason in (None, "abort"):
+            status = Message.Status.INTERRUPTED
+        else:
+            status = Message.Status.COMPLETE
+        if status == Message.Status.ERROR:
+            finish_reason = "error"
+        else:
+            finish_reason = gen.finish_reason or ("abort" if status == Message.Status.INTERRUPTED else "")
+        first = timing.get("first_token")
+        count = len(gen.token_ids)
+        fields = {
+            "content": gen.text,
+            "status": status,
+            "finish_reason": finish_reason,
+            "error": error,
+            "completion_tokens": count,
+            "cached_tokens": gen.cached_tokens,
+            "time_to_first_token_ms": (first - timing["started"]) * 1000 if first else None,
+            "tokens_per_s": count / (now - first) if first and count > 1 and now > first else None,
+        }
+        try:
+            if gen.stop_reason != "deleted":
+                await _update_message(gen.message_id, token_ids=gen.token_ids or None, **fields)
+        except Exception:
+            log.exception("final save of message %s failed", gen.message_id)
+        finally:
+            self.generations.pop(gen.message_id, None)
+            self._cancel_grace(gen)
+        message = {"id": gen.message_id, "prompt_tokens": gen.prompt_tokens, "context_dropped": gen.dropped}
+        self._emit(
+            gen.conversation_id,
+            {"type": "finished", "conversation_id": gen.conversation_id, "message": {**message, **fields}},
+        )
+        await broadcast(conversation_group(gen.conversation_id), "finished", message_id=gen.message_id)
+
+    async def _saver(self, gen: Generation) -> None:
+        """Writes the text so far every PARTIAL_SAVE_SECONDS until the answer is done."""
+        saved_len = 0
+        last_save = time.monotonic()
+        while not gen.done.is_set():
+            try:
+                await asyncio.wait_for(gen.done.wait(), timeout=settings.PARTIAL_SAVE_SECONDS)
+                return
+            except TimeoutError:
+                pass
+            grown = len(gen.token_ids) != saved_len
+            if not grown and time.monotonic() - last_save < HEARTBEAT_SECONDS:
+                continue
+            count = len(gen.token_ids)
+            try:
+                updated = await _update_message(
+                    gen.message_id,
+                    content=gen.text,
+                    token_ids=gen.token_ids[:count] or None,
+                    completion_tokens=count,
+                )
+            except Exception:
+                log.warning("partial save of message %s failed", gen.message_id, exc_info=True)
+                continue
+            if not updated:  # the message (or its conversation) was deleted
+                self.stop(gen.message_id, "deleted")
+                return
+            saved_len, last_save = count, time.monotonic()
+            if grown:
+                await broadcast(conversation_group(gen.conversation_id), "progress", message_id=gen.message_id)
+
+
+_managers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GenerationManager] = weakref.WeakKeyDictionary()
+
+
+def get_manager() -> GenerationManager:
+    """The manager of the running event loop (one per process under Daphne)."""
+    loop = asyncio.get_running_loop()
+    manager = _managers.get(loop)
+    if manager is None:
+        manager = _managers[loop] = GenerationManager(loop)
+    return manager

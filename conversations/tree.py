@@ -1,0 +1,352 @@
+"""Walking and changing a conversation's message tree.
+
+A conversation's messages are loaded in one query (without their token ids), so any
+walk over them (the visible thread, the siblings of each message, a subtree) costs a
+bounded number of queries however long the conversation is.
+
+Selection is remembered at every level: ``Message.active_child`` is the child last
+selected under a message and ``Conversation.active_root`` the root, so descending
+through them from any message reaches the leaf last shown in that branch. Every
+operation that changes what is shown goes through :func:`select_leaf`, which keeps
+those pointers consistent with ``Conversation.current_leaf``.
+
+All functions here are synchronous (call them through ``database_sync_to_async``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from django.db import transaction
+from django.utils import timezone
+
+from conversations.models import Conversation, Message
+from conversations.models.chat import DEFAULT_TITLE
+
+TITLE_LENGTH = 60
+
+
+class TreeError(ValueError):
+    """An operation that does not fit the tree (an unknown message, a wrong role)."""
+
+
+@dataclass
+class Tree:
+    conversation: Conversation
+    by_id: dict[int, Message] = field(default_factory=dict)
+    # parent id (None for the roots) -> children, oldest first
+    children: dict[int | None, list[Message]] = field(default_factory=lambda: defaultdict(list))
+
+    @classmethod
+    def load(cls, conversation: Conversation) -> Tree:
+        """All of ``conversation``'s messages in one query (token ids deferred)."""
+        tree = cls(conversation)
+        for message in Message.objects.filter(conversation=conversation).defer("token_ids").order_by(
+            "created_at", "id"
+        ):
+            tree.by_id[message.pk] = message
+            tree.children[message.parent_id].append(message)
+        return tree
+
+    def get(self, message_id: int | None) -> Message:
+        try:
+            return self.by_id[int(message_id)]  # type: ignore[arg-type]
+        except (KeyError, TypeError, ValueError):
+            raise TreeError(f"no message {message_id!r} in this conversation") from None
+
+    def roots(self) -> list[Message]:
+        return self.children.get(None, [])
+
+    def siblings(self, message: Message) -> list[Message]:
+        """``message`` and the messages that share its parent, oldest first."""
+        return self.children.get(message.parent_id, [])
+
+    def path_to(self, message: Message) -> list[Message]:
+        """The messages from the root down to ``message``."""
+        path = []
+        node: Message | None = message
+        while node is not None:
+            path.append(node)
+            node = self.by_id.get(node.parent_id) if node.parent_id is not None else None
+        path.reverse()
+        return path
+
+    def descend(self, message: Message) -> Message:
+        """The leaf last selected below ``message`` (following ``active_child``)."""
+        node = message
+        seen = set()
+        while kids := self.children.get(node.pk):
+            seen.add(node.pk)
+            chosen = self.by_id.get(node.active_child_id) if node.active_child_id else None
+            if chosen is None or chosen.parent_id != node.pk or chosen.pk in seen:
+                chosen = kids[-1]
+            node = chosen
+        return node
+
+    def default_root(self) -> Message | None:
+        roots = self.roots()
+        if not roots:
+            return None
+        chosen = self.by_id.get(self.conversation.active_root_id) if self.conversation.active_root_id else None
+        return chosen if chosen is not None and chosen.parent_id is None else roots[-1]
+
+    def leaf(self) -> Message | None:
+        leaf = self.by_id.get(self.conversation.current_leaf_id) if self.conversation.current_leaf_id else None
+        if leaf is not None:
+            return leaf
+        root = self.default_root()
+        return self.descend(root) if root is not None else None
+
+    def thread(self) -> list[Message]:
+        """The visible thread: the path from a root to the current leaf."""
+        leaf = self.leaf()
+        return self.path_to(leaf) if leaf is not None else []
+
+    def subtree_ids(self, message: Message) -> list[int]:
+        ids, stack = [], [message]
+        while stack:
+            node = stack.pop()
+            ids.append(node.pk)
+            stack.extend(self.children.get(node.pk, []))
+        return ids
+
+    def add(self, message: Message) -> None:
+        self.by_id[message.pk] = message
+        self.children[message.parent_id].append(message)
+
+
+def select_leaf(tree: Tree, leaf: Message | None) -> None:
+    """Show the thread ending at ``leaf``: point every ancestor's ``active_child`` along it."""
+    conversation = tree.conversation
+    changed = []
+    if leaf is not None:
+        path = tree.path_to(leaf)
+        for parent, child in zip(path, path[1:], strict=False):
+            if parent.active_child_id != child.pk:
+                parent.active_child_id = child.pk
+                changed.append(parent)
+        root_id = path[0].pk
+    else:
+        root = tree.default_root()
+        root_id = root.pk if root is not None else None
+    if changed:
+        Message.objects.bulk_update(changed, ["active_child"])
+    conversation.current_leaf_id = leaf.pk if leaf is not None else None
+    conversation.active_root_id = root_id
+    Conversation.objects.filter(pk=conversation.pk).update(
+        current_leaf_id=conversation.current_leaf_id, active_root_id=root_id
+    )
+
+
+def _touch(conversation: Conversation) -> None:
+    conversation.updated_at = timezone.now()
+    Conversation.objects.filter(pk=conversation.pk).update(updated_at=conversation.updated_at)
+
+
+def make_title(text: str) -> str:
+    """A sidebar title from a first message: its first line, without Markdown marks."""
+    line = next((ln for ln in text.strip().splitlines() if ln.strip()), "")
+    line = re.sub(r"[`*_#>\[\]]+", "", line)
+    line = re.sub(r"\s+", " ", line).strip()
+    if not line:
+        return DEFAULT_TITLE
+    if len(line) <= TITLE_LENGTH:
+        return line
+    cut = line[:TITLE_LENGTH].rsplit(" ", 1)[0] or line[:TITLE_LENGTH]
+    return cut.rstrip(" ,.;:") + "…"
+
+
+def _new_message(tree: Tree, parent: Message | None, role: str, content: str = "", **fields) -> Message:
+    message = Message.objects.create(
+        conversation=tree.conversation,
+        parent=parent,
+        role=role,
+        content=content,
+        **fields,
+    )
+    tree.add(message)
+    return message
+
+
+def _new_answer(tree: Tree, parent: Message) -> Message:
+    return _new_message(tree, parent, Message.Role.ASSISTANT, status=Message.Status.STREAMING)
+
+
+@transaction.atomic
+def send_message(conversation: Conversation, content: str, parent_id: int | None = None) -> tuple[Tree, Message]:
+    """Add a user message under the current leaf (or ``parent_id``) and an empty answer under it.
+
+    Returns the tree and the new answer (status streaming), which is now the current leaf."""
+    content = content.strip()
+    if not content:
+        raise TreeError("the message is empty")
+    tree = Tree.load(conversation)
+    parent = tree.get(parent_id) if parent_id is not None else tree.leaf()
+    user = _new_message(tree, parent, Message.Role.USER, content)
+    answer = _new_answer(tree, user)
+    select_leaf(tree, answer)
+    if conversation.title == DEFAULT_TITLE and parent is None:
+        conversation.title = make_title(content)
+        Conversation.objects.filter(pk=conversation.pk).update(title=conversation.title)
+    _touch(conversation)
+    return tree, answer
+
+
+@transaction.atomic
+def edit_message(conversation: Conversation, message_id: int, content: str) -> tuple[Tree, Message]:
+    """A sibling of user message ``message_id`` with ``content``, and a fresh answer under it.
+
+    The old message and its branch stay; the new branch is selected."""
+    content = content.strip()
+    if not content:
+        raise TreeError("the message is empty")
+    tree = Tree.load(conversation)
+    original = tree.get(message_id)
+    if original.role != Message.Role.USER:
+        raise TreeError("only your own messages can be edited")
+    parent = tree.by_id.get(original.parent_id) if original.parent_id else None
+    user = _new_message(tree, parent, Message.Role.USER, content)
+    answer = _new_answer(tree, user)
+    select_leaf(tree, answer)
+    _touch(conversation)
+    return tree, answer
+
+
+@transaction.atomic
+def regenerate(conversation: Conversation, message_id: int) -> tuple[Tree, Message]:
+    """A new answer: a sibling of assistant message ``message_id``, or a child of user message
+    ``message_id`` (a question left without an answer)."""
+    tree = Tree.load(conversation)
+    message = tree.get(message_id)
+    if message.role == Message.Role.ASSISTANT:
+        parent = tree.by_id.get(message.parent_id) if message.parent_id else None
+        if parent is None:
+            raise TreeError("this answer has no question to answer again")
+    elif message.role == Message.Role.USER:
+        parent = message
+    else:
+        raise TreeError("system messages cannot be regenerated")
+    answer = _new_answer(tree, parent)
+    select_leaf(tree, answer)
+    _touch(conversation)
+    return tree, answer
+
+
+@transaction.atomic
+def switch_branch(conversation: Conversation, message_id: int) -> Tree:
+    """Show the branch through ``message_id``, down to the leaf last selected in it."""
+    tree = Tree.load(conversation)
+    message = tree.get(message_id)
+    select_leaf(tree, tree.descend(message))
+    return tree
+
+
+@transaction.atomic
+def select_message(conversation: Conversation, message_id: int) -> Tree:
+    """Make ``message_id`` itself the current leaf."""
+    tree = Tree.load(conversation)
+    select_leaf(tree, tree.get(message_id))
+    return tree
+
+
+@transaction.atomic
+def delete_subtree(conversation: Conversation, message_id: int) -> tuple[Tree, list[int]]:
+    """Delete ``message_id`` and everything below it. If the thread showed it, show the
+    nearest remaining sibling's branch instead (or stop at the parent).
+
+    Returns the updated tree and the deleted ids."""
+    tree = Tree.load(conversation)
+    message = tree.get(message_id)
+    doomed = tree.subtree_ids(message)
+    doomed_set = set(doomed)
+    current = tree.leaf()
+    siblings = tree.siblings(message)
+    position = siblings.index(message)
+    remaining = [m for m in siblings if m.pk != message.pk]
+    parent = tree.by_id.get(message.parent_id) if message.parent_id else None
+
+    Message.objects.filter(pk__in=doomed).delete()
+    for pk in doomed:
+        gone = tree.by_id.pop(pk)
+        tree.children.pop(pk, None)
+        tree.children[gone.parent_id] = [m for m in tree.children.get(gone.parent_id, []) if m.pk != pk]
+    for node in tree.by_id.values():
+        if node.active_child_id in doomed_set:
+            node.active_child_id = None
+    if conversation.active_root_id in doomed_set:
+        conversation.active_root_id = None
+
+    if current is None or current.pk in doomed_set:
+        if remaining:
+            neighbour = remaining[max(position - 1, 0)]
+            new_leaf = tree.descend(neighbour)
+        else:
+            new_leaf = parent
+        conversation.current_leaf_id = None
+        select_leaf(tree, new_leaf)
+    _touch(conversation)
+    return tree, doomed
+
+
+def ensure_empty_conversation(owner) -> Conversation:
+    """The owner's untouched new chat if one exists (so "New chat" does not pile up empty
+    conversations), else a fresh one."""
+    empty = (
+        Conversation.objects.filter(owner=owner, title=DEFAULT_TITLE, messages__isnull=True)
+        .order_by("-updated_at")
+        .first()
+    )
+    if empty is not None:
+        _touch(empty)
+        return empty
+    return Conversation.objects.create(owner=owner)
+
+
+# --- What the browser receives ------------------------------------------------------
+
+
+def conversation_dict(conversation: Conversation) -> dict:
+    return {
+        "id": conversation.pk,
+        "title": conversation.title,
+        "updated_at": conversation.updated_at.isoformat() if conversation.updated_at else None,
+        "system_prompt": conversation.system_prompt,
+        "temperature": conversation.temperature,
+        "top_p": conversation.top_p,
+        "top_k": conversation.top_k,
+        "max_tokens": conversation.max_tokens,
+    }
+
+
+def message_dict(message: Message, tree: Tree | None = None) -> dict:
+    data = {
+        "id": message.pk,
+        "parent_id": message.parent_id,
+        "role": message.role,
+        "content": message.content,
+        "status": message.status,
+        "finish_reason": message.finish_reason,
+        "error": message.error,
+        "prompt_tokens": message.prompt_tokens,
+        "completion_tokens": message.completion_tokens,
+        "cached_tokens": message.cached_tokens,
+        "context_dropped": message.context_dropped,
+        "time_to_first_token_ms": message.time_to_first_token_ms,
+        "tokens_per_s": message.tokens_per_s,
+        "model": message.model_name,
+        "created_at": message.created_at.isoformat() if message.created_at else None,
+    }
+    if tree is not None:
+        siblings = tree.siblings(message)
+        data["siblings"] = [m.pk for m in siblings]
+        data["sibling_index"] = next(i for i, m in enumerate(siblings) if m.pk == message.pk)
+    return data
+
+
+def thread_dict(tree: Tree) -> dict:
+    return {
+        "conversation": conversation_dict(tree.conversation),
+        "messages": [message_dict(m, tree) for m in tree.thread()],
+    }

@@ -1,0 +1,507 @@
+"""The synchronous engine: requests in, one step at a time, deltas out.
+
+``LLMEngine.step()`` = schedule → run the model → sample → apply stop rules →
+free what finished → return a ``StreamDelta`` per sequence that moved. The
+offline ``LLM`` and the threaded ``AsyncEngine`` both drive this class.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid
+from collections import deque
+
+import torch
+
+from inference.block_manager import BlockManager
+from inference.config import EngineConfig, kv_block_bytes, num_kv_blocks
+from inference.errors import EngineOverloadedError
+from inference.model_config import ModelConfig
+from inference.model_loader import load_model
+from inference.model_runner import ModelRunner
+from inference.outputs import CompletionOutput, EngineStats, RequestOutput, StreamDelta
+from inference.sampler import Sampler
+from inference.sampling_params import SamplingParams
+from inference.scheduler import ScheduledBatch, Scheduler
+from inference.sequence import Request, RequestStatus, Sequence
+from inference.tokenizer import Tokenizer
+
+logger = logging.getLogger(__name__)
+
+RATE_WINDOW_S = 10.0  # tokens_per_s averages over this many recent seconds
+
+
+class LLMEngine:
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        *,
+        loaded: tuple[torch.nn.Module, Tokenizer, ModelConfig] | None = None,
+        **overrides: object,
+    ) -> None:
+        """Load ``config.model`` (or reuse ``loaded`` = ``load_model``'s result, so tests and
+        benchmarks can build several engines on one copy of the weights)."""
+        config = config or EngineConfig()
+        if overrides:
+            config = dataclasses.replace(config, **overrides)  # type: ignore[arg-type]
+        self.config = config
+        if config.num_threads:
+            torch.set_num_threads(config.num_threads)
+        if loaded is None:
+            loaded = load_model(config.model, config.device, config.dtype, config.weights_cache_dir)
+        self.model, self.tokenizer, self.model_config = loaded
+        param = next(self.model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self.model_name = self.model_config.name
+        mc, bs = self.model_config, config.block_size
+        block_bytes = kv_block_bytes(bs, mc.num_layers, mc.num_kv_heads, mc.head_dim, self.dtype)
+        # CUDA: keep room for the largest step's activations and logits.
+        reserve = config.max_num_batched_tokens * (mc.hidden_size * 16 + mc.intermediate_size * 8) + (
+            config.max_num_seqs * mc.vocab_size * 8
+        )
+        num_blocks = num_kv_blocks(config, block_bytes, self.device, reserve)
+        # A lone sequence must be able to grow to the limit, or it could never finish.
+        self.max_model_len = min(config.resolve_max_model_len(mc.max_model_len), num_blocks * bs)
+        self.block_manager = BlockManager(num_blocks, bs, config.enable_prefix_caching)
+        self.scheduler = Scheduler(
+            self.block_manager, config.max_num_batched_tokens, config.max_num_seqs, self.max_model_len
+        )
+        self.runner = ModelRunner(self.model, mc, num_blocks, bs, self.device, self.dtype)
+        self.sampler = Sampler(self.device, config.seed)
+        self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
+        self.requests: dict[str, Request] = {}
+        self._pending: list[StreamDelta] = []  # abort deltas, returned by the next step
+        # Stats.
+        self.num_steps = 0
+        self.total_generated_tokens = 0
+        self.total_prompt_tokens = 0
+        self._recent: deque[tuple[float, float, int]] = deque()  # (step start, end, tokens generated)
+        self.peak_kv_blocks_used = 0
+        self.kv_waste_at_peak = 0.0
+        self._kv_slots_used = 0
+        logger.info(
+            "engine: %s on %s/%s, %d KV blocks of %d tokens (%.2f GiB), max_model_len %d",
+            self.model_name,
+            self.device,
+            self.dtype,
+            num_blocks,
+            bs,
+            num_blocks * block_bytes / 2**30,
+            self.max_model_len,
+        )
+
+    # ---- requests -------------------------------------------------------------------
+    def encode_prompt(self, prompt: str | list[int]) -> list[int]:
+        return self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
+
+    def check_prompt(self, token_ids: list[int]) -> None:
+        """Raise ``PromptTooLongError`` for a prompt that can never run (thread-safe)."""
+        self.scheduler.check_prompt(len(token_ids))
+
+    def add_request(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        request_id: str | None = None,
+    ) -> Request:
+        params = params or SamplingParams()
+        token_ids = self.encode_prompt(prompt)
+        request_id = request_id or uuid.uuid4().hex
+        if request_id in self.requests:
+            raise ValueError(f"request id {request_id!r} is already running")
+        self.check_prompt(token_ids)
+        if len(self.scheduler.waiting) >= self.config.max_waiting:
+            raise EngineOverloadedError(f"{len(self.scheduler.waiting)} requests are already waiting")
+        request = Request(
+            request_id, token_ids, params, prompt=prompt if isinstance(prompt, str) else None
+        )
+        request.seqs.append(self._new_seq(request, token_ids, index=0))
+        self.scheduler.add(request)
+        self.requests[request_id] = request
+        self.total_prompt_tokens += len(token_ids)
+        return request
+
+    def _new_seq(self, request: Request, token_ids: list[int], index: int) -> Sequence:
+        params = request.params
+        seq = Sequence(list(token_ids), request.num_prompt_tokens, index=index, request=request)
+        if params.seed is not None and not params.use_beam_search:
+            seq.generator = self.sampler.make_generator(params.seed + index)
+        if not params.use_beam_search:
+            seq.detokenizer = self.tokenizer.detokenizer()
+        if params.logprobs is not None:
+            seq.logprobs = []
+        return seq
+
+    def _fork(self, request: Request, parent: Sequence, index: int) -> Sequence:
+        """A new sequence sharing ``parent``'s tokens and KV blocks."""
+        child = self._new_seq(request, parent.token_ids, index)
+        child.cumulative_logprob = parent.cumulative_logprob
+        if parent.logprobs is not None:
+            child.logprobs = list(parent.logprobs)
+        self.block_manager.fork(parent, child)
+        request.seqs.append(child)
+        return child
+
+    def abort(self, request_id: str) -> bool:
+        """Stop a request now and free its blocks; its final deltas come with the next step."""
+        request = self.requests.pop(request_id, None)
+        if request is None:
+            return False
+        if request.params.use_beam_search:
+            live = sorted(request.seqs, key=lambda s: -s.cumulative_logprob)
+            self.scheduler.abort(request)
+            request.beam_outputs = self._rank_beams(request, request.beam_hyps + live)
+            self._pending += self._beam_deltas(request)
+            return True
+        live = list(request.seqs)
+        self.scheduler.abort(request)
+        for seq in live:
+            seq.output_text += seq.detokenizer.flush() if seq.detokenizer else ""
+        self._pending += self._deltas(request, live)
+        return True
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished() or bool(self._pending)
+
+    # ---- one step -------------------------------------------------------------------
+    def step(self) -> list[StreamDelta]:
+        deltas, self._pending = self._pending, []
+        started = time.monotonic()
+        batch = self.scheduler.schedule()
+        for request in batch.out_of_memory:
+            logger.warning("request %s cannot grow inside the KV pool; finishing it", request.request_id)
+            deltas += self._finish_out_of_memory(request)
+        if not batch.seqs:
+            return deltas
+        self._track_kv_usage(batch)
+        logits, sampled = self.runner.execute(batch)
+        self.scheduler.finish_step(batch)
+        generated = 0
+        if logits is not None:
+            seqs = [batch.seqs[i] for i in sampled]
+            new, generated = self._process_samples(seqs, logits)
+            deltas += new
+        self.num_steps += 1
+        self.total_generated_tokens += generated
+        self._recent.append((started, time.monotonic(), generated))
+        return deltas
+
+    def tokens_per_s(self, now: float | None = None) -> float:
+        """Generated tokens per second over the last ``RATE_WINDOW_S`` (0 when idle that long)."""
+        now = time.monotonic() if now is None else now
+        while self._recent and self._recent[0][1] < now - RATE_WINDOW_S:
+            self._recent.popleft()
+        if not self._recent:
+            return 0.0
+        span = now - self._recent[0][0]
+        return sum(n for _, _, n in self._recent) / span if span > 0 else 0.0
+
+    def _process_samples(self, seqs: list[Sequence], logits: torch.Tensor) -> tuple[list[StreamDelta], int]:
+        """Sample a token for every sequence that reached its end; beams step as a group."""
+        groups: dict[Request, list[int]] = {}
+        for row, seq in enumerate(seqs):
+            groups.setdefault(seq.request, []).append(row)  # type: ignore[arg-type]
+        rows: list[int] = []
+        sample_seqs: list[Sequence] = []
+        generated = 0
+        for request, request_rows in groups.items():
+            if request.params.use_beam_search:
+                continue
+            if not request.forked and request.params.n > 1:
+                # First token of n parallel samples: split the prompt's sequence, sharing
+                # its blocks; each child samples from the same logits with its own noise.
+                parent = seqs[request_rows[0]]
+                for index in range(1, request.params.n):
+                    self._fork(request, parent, index)
+                request.forked = True
+                rows += request_rows * request.params.n
+                sample_seqs += request.seqs
+            else:
+                rows += request_rows
+                sample_seqs += [seqs[r] for r in request_rows]
+        deltas: list[StreamDelta] = []
+        if sample_seqs:
+            chosen = logits if rows == list(range(len(seqs))) else logits[rows]
+            params = [s.request.params for s in sample_seqs]  # type: ignore[union-attr]
+            result = self.sampler(chosen, sample_seqs, params)
+            for i, (seq, token) in enumerate(zip(sample_seqs, result.token_ids)):
+                if result.top_logprobs is not None and seq.logprobs is not None:
+                    seq.cumulative_logprob += result.logprobs[i]  # type: ignore[index]
+                    seq.logprobs.append(result.top_logprobs[i])  # type: ignore[arg-type]
+                self._append_token(seq, token)
+            generated += len(sample_seqs)
+        now = time.monotonic()
+        for request, request_rows in groups.items():
+            if request.first_token_time is None:
+                request.first_token_time = now
+            if request.params.use_beam_search:
+                beams = [seqs[r] for r in request_rows]
+                generated += len(beams)
+                if self._beam_step(request, logits[request_rows], beams):
+                    deltas += self._beam_deltas(request)
+                continue
+            touched = list(request.seqs)
+            for seq in touched:
+                if seq.is_finished:
+                    self.scheduler.finish_seq(request, seq)
+            deltas += self._deltas(request, touched)
+            if request.is_finished:
+                self.requests.pop(request.request_id, None)
+                request.finish_time = now
+        return deltas, generated
+
+    # ---- stop rules -----------------------------------------------------------------
+    def _append_token(self, seq: Sequence, token: int) -> None:
+        request = seq.request
+        params = request.params  # type: ignore[union-attr]
+        seq.token_ids.append(token)
+        if (token in self.eos_token_ids and not params.ignore_eos) or token in params.stop_token_ids:
+            seq.finish_reason, seq.stop_reason = "stop", token
+        else:
+            text = seq.detokenizer.push(token)
+            if text:
+                seq.output_text += text
+                if params.stop:
+                    self._check_stop_strings(seq, params, len(text))
+        if not seq.is_finished and (
+            (params.max_tokens is not None and seq.num_output_tokens >= params.max_tokens)
+            or seq.num_tokens >= self.max_model_len
+        ):
+            seq.finish_reason = "length"
+        if seq.is_finished and not isinstance(seq.stop_reason, str):
+            seq.output_text += seq.detokenizer.flush()
+
+    @staticmethod
+    def _check_stop_strings(seq: Sequence, params: SamplingParams, num_new_chars: int) -> None:
+        """End at the earliest stop string that the new text completes; the stop
+        string itself is cut from the output (unless include_stop_str_in_output)."""
+        text = seq.output_text
+        longest = max(len(s) for s in params.stop)  # type: ignore[union-attr]
+        search_from = max(0, len(text) - num_new_chars - longest + 1)
+        best: tuple[int, str] | None = None
+        for stop in params.stop:  # type: ignore[union-attr]
+            at = text.find(stop, search_from)
+            if at >= 0 and (best is None or at < best[0]):
+                best = (at, stop)
+        if best is not None:
+            at, stop = best
+            seq.output_text = text[: at + len(stop)] if params.include_stop_str_in_output else text[:at]
+            seq.finish_reason, seq.stop_reason = "stop", stop
+
+    @staticmethod
+    def _held_back(text: str, stops: list[str]) -> int:
+        """Characters at the end of ``text`` that could still become a stop string,
+        so streaming must not show them yet."""
+        held = 0
+        for stop in stops:
+            for k in range(min(len(stop) - 1, len(text)), held, -1):
+                if text.endswith(stop[:k]):
+                    held = k
+                    break
+        return held
+
+    def _deltas(self, request: Request, seqs: list[Sequence]) -> list[StreamDelta]:
+        out = []
+        stops = request.params.stop or []
+        for seq in seqs:
+            text = seq.output_text
+            upto = len(text) if seq.is_finished or not stops else len(text) - self._held_back(text, stops)
+            upto = max(upto, seq.num_emitted_chars)
+            new_tokens = seq.token_ids[seq.num_prompt_tokens + seq.num_emitted_tokens :]
+            if not new_tokens and upto == seq.num_emitted_chars and not seq.is_finished:
+                continue
+            logprobs = None
+            if seq.logprobs is not None:
+                logprobs = seq.logprobs[seq.num_emitted_tokens :]
+            out.append(
+                StreamDelta(
+                    request_id=request.request_id,
+                    index=seq.index,
+                    text=text[seq.num_emitted_chars : upto],
+                    token_ids=new_tokens,
+                    finished=seq.is_finished,
+                    finish_reason=seq.finish_reason,
+                    num_prompt_tokens=request.num_prompt_tokens,
+                    num_cached_tokens=request.num_cached_tokens,
+                    num_output_tokens=seq.num_output_tokens,
+                    logprobs=logprobs,
+                    stop_reason=seq.stop_reason,
+                )
+            )
+            seq.num_emitted_chars = upto
+            seq.num_emitted_tokens += len(new_tokens)
+        if out and request.is_finished:
+            out[-1].request_finished = True
+        return out
+
+    # ---- beam search ----------------------------------------------------------------
+    def _beam_score(self, request: Request, seq: Sequence) -> float:
+        length = max(1, seq.num_output_tokens)
+        return seq.cumulative_logprob / length**request.params.length_penalty
+
+    def _rank_beams(self, request: Request, candidates: list[Sequence]) -> list[Sequence]:
+        ranked = sorted(candidates, key=lambda s: -self._beam_score(request, s))[: request.params.n]
+        for index, seq in enumerate(ranked):
+            seq.index = index
+            seq.output_text = self.tokenizer.decode(
+                [t for t in seq.output_token_ids if t not in self.eos_token_ids]
+            )
+        return ranked
+
+    def _beam_step(self, request: Request, logits: torch.Tensor, beams: list[Sequence]) -> bool:
+        """One step of beam search over the group's live beams. Returns True when done.
+
+        Candidates are the 2·width best (beam, token) extensions by cumulative logprob;
+        an end token in the top width ends a hypothesis, the best ``width`` others
+        continue. A continuing beam reuses its parent's Sequence (and blocks); a
+        parent chosen more than once is forked, so siblings share the prefix's blocks
+        and copy only the partly filled tail on their first write."""
+        params = request.params
+        width = params.beam_width or 1
+        stop_ids = set(params.stop_token_ids or ()) | (set() if params.ignore_eos else set(self.eos_token_ids))
+        logp = logits.float().log_softmax(dim=-1)
+        vocab = logp.shape[1]
+        cum = torch.tensor([b.cumulative_logprob for b in beams], device=logp.device)
+        top_scores, top_ids = (cum[:, None] + logp).view(-1).topk(min(2 * width, logp.numel()))
+        chosen: dict[int, list[tuple[int, float]]] = {}
+        kept = 0
+        for rank, (score, flat) in enumerate(zip(top_scores.tolist(), top_ids.tolist(), strict=True)):
+            parent, token = divmod(flat, vocab)
+            if token in stop_ids:
+                if rank < width:
+                    hyp = Sequence(beams[parent].token_ids + [token], request.num_prompt_tokens, request=request)
+                    hyp.cumulative_logprob, hyp.finish_reason, hyp.stop_reason = score, "stop", token
+                    request.beam_hyps.append(hyp)
+                continue
+            chosen.setdefault(parent, []).append((token, score))
+            kept += 1
+            if kept == width:
+                break
+        request.forked = True
+        for i, beam in enumerate(beams):
+            if i not in chosen:
+                self.scheduler.drop_seq(request, beam)
+        for i, extensions in chosen.items():
+            parent = beams[i]
+            for token, score in extensions[1:]:
+                child = self._fork(request, parent, index=0)
+                child.token_ids.append(token)
+                child.cumulative_logprob = score
+            token, score = extensions[0]
+            parent.token_ids.append(token)
+            parent.cumulative_logprob = score
+        live = request.seqs
+        if live and (
+            (params.max_tokens is not None and live[0].num_output_tokens >= params.max_tokens)
+            or live[0].num_tokens >= self.max_model_len
+        ):
+            for beam in list(live):
+                beam.finish_reason = "length"
+                request.beam_hyps.append(beam)
+                self.scheduler.drop_seq(request, beam)
+        request.beam_hyps.sort(key=lambda s: -self._beam_score(request, s))
+        del request.beam_hyps[width:]
+        done = not request.seqs
+        if not done and len(request.beam_hyps) >= width:
+            best_live = max(self._beam_score(request, s) for s in request.seqs)
+            done = self._beam_score(request, request.beam_hyps[-1]) >= best_live
+        if done:
+            for beam in list(request.seqs):
+                self.scheduler.drop_seq(request, beam)
+            self.scheduler.retire(request)
+            request.beam_outputs = self._rank_beams(request, request.beam_hyps)
+            self.requests.pop(request.request_id, None)
+            request.finish_time = time.monotonic()
+        return done
+
+    def _beam_deltas(self, request: Request) -> list[StreamDelta]:
+        """Beams are only final at the end, so they stream as one delta per output."""
+        for seq in request.beam_outputs or []:
+            if seq.finish_reason is None:
+                seq.finish_reason = "abort"
+        return self._deltas(request, request.beam_outputs or [])
+
+    def _finish_out_of_memory(self, request: Request) -> list[StreamDelta]:
+        self.requests.pop(request.request_id, None)
+        if request.params.use_beam_search:
+            for seq in request.seqs:
+                seq.finish_reason = "length"
+            request.beam_outputs = self._rank_beams(request, request.beam_hyps + request.seqs)
+            request.seqs = []
+            return self._beam_deltas(request)
+        live = list(request.seqs)
+        for seq in live:
+            seq.finish_reason = "length"
+            seq.output_text += seq.detokenizer.flush()
+            request.seqs.remove(seq)
+            request.finished_seqs.append(seq)
+        return self._deltas(request, live)
+
+    # ---- outputs and stats ----------------------------------------------------------
+    def request_output(self, request: Request) -> RequestOutput:
+        outputs = [
+            CompletionOutput(
+                index=seq.index,
+                text=seq.output_text,
+                token_ids=seq.output_token_ids,
+                cumulative_logprob=seq.cumulative_logprob
+                if (seq.logprobs is not None or request.params.use_beam_search)
+                else None,
+                logprobs=seq.logprobs,
+                finish_reason=seq.finish_reason,
+                stop_reason=seq.stop_reason,
+            )
+            for seq in request.outputs_in_order()
+        ]
+        return RequestOutput(
+            request_id=request.request_id,
+            prompt=request.prompt,
+            prompt_token_ids=request.prompt_token_ids,
+            outputs=outputs,
+            finished=request.status is RequestStatus.FINISHED,
+            num_cached_tokens=request.num_cached_tokens,
+        )
+
+    def _track_kv_usage(self, batch: ScheduledBatch) -> None:
+        """Token slots holding K/V (after this step's writes) versus blocks in use: only
+        each sequence's last block can be partly filled; forks share tails, so a
+        block counts once at its fullest."""
+        bs = self.block_manager.block_size
+        scheduled = {seq.seq_id: n for seq, n in zip(batch.seqs, batch.num_new_tokens)}
+        tails: dict[int, int] = {}
+        for request in self.scheduler.running:
+            for seq in request.seqs:
+                if seq.block_table:
+                    end = seq.num_computed_tokens + scheduled.get(seq.seq_id, 0)
+                    block = seq.block_table[-1]
+                    tails[block] = max(tails.get(block, 0), end - (len(seq.block_table) - 1) * bs)
+        used = self.block_manager.num_blocks - self.block_manager.num_free_blocks
+        partial = [fill for fill in tails.values() if fill < bs]
+        self._kv_slots_used = (used - len(partial)) * bs + sum(partial)
+        if used > self.peak_kv_blocks_used:
+            self.peak_kv_blocks_used = used
+            self.kv_waste_at_peak = 1 - self._kv_slots_used / (used * bs)
+
+    def stats(self) -> EngineStats:
+        blocks = self.block_manager.stats()
+        return EngineStats(
+            running=len(self.scheduler.running),
+            waiting=len(self.scheduler.waiting),
+            kv_blocks_total=blocks.total,
+            kv_blocks_used=blocks.used,
+            kv_blocks_cached=blocks.cached,
+            kv_blocks_free=blocks.free,
+            kv_block_size=self.block_manager.block_size,
+            kv_slots_used=self._kv_slots_used if blocks.used else 0,
+            prefix_hit_rate=blocks.hit_rate,
+            prefix_hit_tokens=blocks.hit_tokens,
+            prefix_queried_tokens=blocks.queried_tokens,
+            tokens_per_s=self.tokens_per_s(),
+            total_generated_tokens=self.total_generated_tokens,
+            total_prompt_tokens=self.total_prompt_tokens,
+            num_preemptions=self.scheduler.num_preemptions,
+            num_steps=self.num_steps,
+            extra={"peak_kv_blocks_used": self.peak_kv_blocks_used, "kv_waste_at_peak": self.kv_waste_at_peak},
+        )

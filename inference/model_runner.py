@@ -1,0 +1,131 @@
+"""Runs one scheduled step on the model: pack, forward, logits of the sampled rows.
+
+Every step is one flat, unpadded batch: the new tokens of all scheduled
+sequences back to back (decodes contribute one each, prefill chunks many), with
+their positions and the pool slot each token's K/V goes to. Attention finds each
+sequence's context through its block table (``AttentionContext``). Only the last
+position of a sequence that reaches its end this step goes through the LM head,
+which for a 49k vocabulary is most of a decode step's FLOPs otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from inference.attention_context import AttentionContext
+from inference.model_config import ModelConfig
+from inference.scheduler import ScheduledBatch
+
+
+@dataclass
+class PackedBatch:
+    input_ids: torch.Tensor  # [T]
+    positions: torch.Tensor  # [T]
+    ctx: AttentionContext
+    sample_rows: torch.Tensor  # [N] rows of the hidden states whose logits are needed
+    sampled: list[int]  # indices into batch.seqs of those N sequences
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        model_config: ModelConfig,
+        num_blocks: int,
+        block_size: int,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
+        self.model = model
+        self.block_size = block_size
+        self.device = device
+        # The pool: block-major so that one block's K and V for every layer is one
+        # contiguous slab (copy-on-write and CPU offload move it as a unit).
+        self.kv_cache = torch.zeros(
+            num_blocks,
+            2,
+            model_config.num_layers,
+            block_size,
+            model_config.num_kv_heads,
+            model_config.head_dim,
+            dtype=dtype,
+            device=device,
+        )
+        self._pin = device.type == "cuda"
+
+    def _tensor(self, data: list[int], dtype: torch.dtype) -> torch.Tensor:
+        """Host list -> device tensor; on CUDA through pinned memory without blocking."""
+        t = torch.tensor(data, dtype=dtype)
+        if self._pin:
+            return t.pin_memory().to(self.device, non_blocking=True)
+        return t
+
+    def pack(self, batch: ScheduledBatch) -> PackedBatch:
+        bs = self.block_size
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        query_start_loc = [0]
+        context_lens: list[int] = []
+        sample_rows: list[int] = []
+        sampled: list[int] = []
+        for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens)):
+            start, end = seq.num_computed_tokens, seq.num_computed_tokens + n
+            input_ids.extend(seq.token_ids[start:end])
+            positions.extend(range(start, end))
+            table = seq.block_table
+            # Slots block by block: a run of positions inside one block is contiguous.
+            pos = start
+            while pos < end:
+                block_end = min(end, (pos // bs + 1) * bs)
+                base = table[pos // bs] * bs - (pos // bs) * bs
+                slots.extend(range(base + pos, base + block_end))
+                pos = block_end
+            query_start_loc.append(query_start_loc[-1] + n)
+            context_lens.append(end)
+            if end == seq.num_tokens:
+                sample_rows.append(query_start_loc[-1] - 1)
+                sampled.append(i)
+        width = max(len(s.block_table) for s in batch.seqs)
+        tables = [s.block_table + [0] * (width - len(s.block_table)) for s in batch.seqs]
+        ctx = AttentionContext(
+            slot_mapping=self._tensor(slots, torch.int64),
+            query_start_loc=self._tensor(query_start_loc, torch.int32),
+            context_lens=self._tensor(context_lens, torch.int32),
+            block_tables=self._tensor(tables, torch.int32).view(len(tables), width),
+            max_query_len=max(batch.num_new_tokens),
+            max_context_len=max(context_lens),
+        )
+        return PackedBatch(
+            input_ids=self._tensor(input_ids, torch.int64),
+            positions=self._tensor(positions, torch.int64),
+            ctx=ctx,
+            sample_rows=self._tensor(sample_rows, torch.int64),
+            sampled=sampled,
+        )
+
+    @torch.inference_mode()
+    def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
+        """Copy-on-write: give each new block its source's K/V (all layers at once)."""
+        if copies:
+            src = torch.tensor([s for s, _ in copies], device=self.device)
+            dst = torch.tensor([d for _, d in copies], device=self.device)
+            self.kv_cache[dst] = self.kv_cache[src]
+
+    @torch.inference_mode()
+    def execute(self, batch: ScheduledBatch) -> tuple[torch.Tensor | None, list[int]]:
+        """Run the step. Returns (fp32 logits ``[N, vocab]`` or None, the indices into
+        ``batch.seqs`` of the N sequences that get a new token)."""
+        self.copy_blocks(batch.copies)
+        packed = self.pack(batch)
+        hidden = self.run_model(packed)
+        if not packed.sampled:
+            return None, []
+        return self.model.compute_logits(hidden[packed.sample_rows]), packed.sampled
+
+    def run_model(self, packed: PackedBatch) -> torch.Tensor:
+        """The forward pass. The hook where decode-only steps can later replay a
+        captured CUDA graph for their batch size instead of launching eagerly."""
+        return self.model(packed.input_ids, packed.positions, packed.ctx, self.kv_cache)

@@ -1,0 +1,83 @@
+"""What the engine hands back: streamed deltas, finished outputs and live stats."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class StreamDelta:
+    """New text and tokens of one completion since its previous delta."""
+
+    request_id: str
+    index: int  # completion index (n > 1)
+    text: str
+    token_ids: list[int]
+    finished: bool  # this completion is done
+    finish_reason: str | None  # "stop" | "length" | "abort" | None
+    num_prompt_tokens: int
+    num_cached_tokens: int  # prompt tokens served from the prefix cache
+    num_output_tokens: int  # so far, for this completion
+    logprobs: list[dict[int, float]] | None = None  # per new token: top ids -> logprob (with the sampled id)
+    request_finished: bool = False  # the last delta of the whole request
+    stop_reason: str | int | None = None  # the stop string or stop token id that ended it
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    text: str
+    token_ids: list[int]
+    cumulative_logprob: float | None
+    logprobs: list[dict[int, float]] | None
+    finish_reason: str | None
+    stop_reason: str | int | None = None
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt: str | None
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    finished: bool
+    num_cached_tokens: int = 0
+
+    # The first completion, for the common n == 1 case.
+    @property
+    def text(self) -> str:
+        return self.outputs[0].text
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.outputs[0].token_ids
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.outputs[0].finish_reason
+
+
+@dataclass
+class EngineStats:
+    running: int = 0  # requests
+    waiting: int = 0
+    kv_blocks_total: int = 0
+    kv_blocks_used: int = 0
+    kv_blocks_cached: int = 0  # free but holding a revivable prefix
+    kv_blocks_free: int = 0
+    kv_block_size: int = 0
+    kv_slots_used: int = 0  # token slots holding K/V; kv waste = 1 - slots_used / (blocks_used * size)
+    prefix_hit_rate: float = 0.0  # prompt tokens served from cache / prompt tokens
+    prefix_hit_tokens: int = 0
+    prefix_queried_tokens: int = 0
+    tokens_per_s: float = 0.0  # generated tokens per second over the recent window
+    total_generated_tokens: int = 0
+    total_prompt_tokens: int = 0
+    num_preemptions: int = 0
+    num_steps: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

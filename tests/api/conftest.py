@@ -1,0 +1,73 @@
+"""Fixtures for the OpenAI-compatible API: keys, the official clients, engine stats."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import openai
+import pytest
+
+from conversations.models import ApiKey, ApiRequest
+
+
+def engine_stats(site) -> dict:
+    return httpx.get(f"{site.url}/healthz", timeout=10).json()["engine"]["stats"]
+
+
+def wait_until_idle(site, timeout: float = 20.0) -> dict:
+    """Stats once nothing runs or waits (the engine thread updates them after each step)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = engine_stats(site)
+        if stats["running"] == 0 and stats["waiting"] == 0:
+            return stats
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the engine did not go idle: {stats}")
+        time.sleep(0.02)
+
+
+def wait_for_rows(user, count: int, timeout: float = 10.0, **filters) -> list[ApiRequest]:
+    """Usage rows are written in the background after the response: poll for them."""
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = list(ApiRequest.objects.filter(owner=user, **filters).order_by("created_at", "id"))
+        if len(rows) >= count or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def api_user(transactional_db, make_user):
+    return make_user("api-user")
+
+
+@pytest.fixture
+def api_key(api_user, live_site) -> str:
+    _key, raw = ApiKey.objects.create_key(api_user, name="tests")
+    yield raw
+    # Let this test's generations end and their usage rows land before the database is flushed.
+    wait_until_idle(live_site)
+    time.sleep(0.2)
+
+
+@pytest.fixture(scope="session")
+def model_name(live_site) -> str:
+    return httpx.get(f"{live_site.url}/healthz", timeout=10).json()["engine"]["model"]
+
+
+@pytest.fixture
+def client(live_site, api_key) -> openai.OpenAI:
+    with openai.OpenAI(base_url=f"{live_site.url}/v1", api_key=api_key, max_retries=0, timeout=60) as c:
+        yield c
+
+
+@pytest.fixture
+async def aclient(live_site, api_key) -> openai.AsyncOpenAI:
+    c = openai.AsyncOpenAI(base_url=f"{live_site.url}/v1", api_key=api_key, max_retries=0, timeout=60)
+    yield c
+    await c.close()
+
+
+def chat(content: str = "Hello!") -> list[dict]:
+    return [{"role": "user", "content": content}]
