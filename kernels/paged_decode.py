@@ -61,8 +61,12 @@ def _decode_kernel(
     split = tl.program_id(2)
 
     ctx_len = tl.load(context_lens_ptr + b)
-    start = split * partition
-    end = tl.minimum(start + partition, ctx_len)
+    if SPLIT:
+        start = split * partition
+        end = tl.minimum(start + partition, ctx_len)
+    else:  # one program per (sequence, KV head) takes the whole context, whatever its length
+        start = 0
+        end = ctx_len
 
     g = tl.arange(0, BLOCK_G)
     d = tl.arange(0, BLOCK_D)
@@ -196,8 +200,10 @@ def paged_decode_attention(
     token, whose K/V must already be stored. Equal to ``paged_attention_ref`` with
     ``query_start_loc = arange(B + 1)``. Returns a contiguous ``[B, q_heads, head_dim]``.
 
-    ``max_context_len`` (a host int) only bounds the split count; without it the
-    bound is the block table width, so no device sync happens (CUDA-graph safe).
+    ``max_context_len`` (a host int, at least every ``context_lens`` entry) only
+    sizes the split-K partition; without it the bound is the block table width, so
+    the launch needs no device-to-host sync (CUDA-graph safe). ``num_splits`` forces
+    the split count (tests); ``block_n`` is the keys per inner-loop tile.
     """
     batch, q_heads, head_dim = query.shape
     _, block_size, kv_heads, _ = k_cache.shape

@@ -101,6 +101,12 @@ def from_validation_errors(errors: list[dict[str, Any]]) -> ApiError:
     for error in errors:
         param = param_of(error.get("loc", ()))
         details.setdefault(param, str(error.get("msg", "invalid value")))
+    # A union (``str | list[str]``) reports every alternative; the deepest error is the
+    # one for the alternative the client meant ("stop[0]", not "stop: not a string").
+    deeper = {p for p in details if p}
+    for param in list(details):
+        if param and any(other != param and other.startswith(param) and other[len(param)] in "[." for other in deeper):
+            del details[param]
     if not details:
         return invalid("Invalid request body.")
     first = next(iter(details))

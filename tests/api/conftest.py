@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import httpx
@@ -71,3 +72,24 @@ async def aclient(live_site, api_key) -> openai.AsyncOpenAI:
 
 def chat(content: str = "Hello!") -> list[dict]:
     return [{"role": "user", "content": content}]
+
+
+def parse_sse(text: str) -> list[dict]:
+    """Data-only server-sent events, strictly: ``data: <json>`` blocks, ending with [DONE]."""
+    assert text.endswith("\n\n"), text[-200:]
+    blocks = text[:-2].split("\n\n")
+    assert all(b.startswith("data: ") and "\n" not in b for b in blocks), blocks
+    assert blocks[-1] == "data: [DONE]"
+    assert blocks.count("data: [DONE]") == 1
+    return [json.loads(b[len("data: ") :]) for b in blocks[:-1]]
+
+
+def wait_for_stats(site, predicate, timeout: float = 20.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = engine_stats(site)
+        if predicate(stats):
+            return stats
+        if time.monotonic() > deadline:
+            raise AssertionError(f"engine stats never matched: {stats}")
+        time.sleep(0.02)

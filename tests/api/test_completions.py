@@ -3,27 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
 import httpx
 import pytest
 
 from conversations.models import Conversation
-from tests.api.conftest import chat, wait_for_rows
+from tests.api.conftest import chat, parse_sse, wait_for_rows
 
 pytestmark = pytest.mark.timeout(120)
 
 UNTIL_MAX = {"ignore_eos": True}  # a random-weight model may emit EOS at any point
-
-
-def parse_sse(text: str) -> list:
-    """Data-only server-sent events, strictly: ``data: <json>`` blocks, ending with [DONE]."""
-    assert text.endswith("\n\n"), text[-200:]
-    blocks = text[:-2].split("\n\n")
-    assert all(b.startswith("data: ") and "\n" not in b for b in blocks), blocks
-    assert blocks[-1] == "data: [DONE]"
-    assert blocks.count("data: [DONE]") == 1
-    return [json.loads(b[len("data: ") :]) for b in blocks[:-1]]
 
 
 # --- chat, sync -------------------------------------------------------------------------
@@ -108,7 +97,9 @@ def test_chat_stream_shares_one_id_starts_with_the_role_and_ends_with_usage(clie
 def test_raw_stream_is_data_only_events_ending_with_done(live_site, api_key, model_name):
     body = {"model": model_name, "messages": chat(), "max_tokens": 4, "stream": True, **UNTIL_MAX}
     headers = {"Authorization": f"Bearer {api_key}"}
-    with httpx.stream("POST", f"{live_site.url}/v1/chat/completions", json=body, headers=headers, timeout=60) as r:
+    with httpx.stream(
+        "POST", f"{live_site.url}/v1/chat/completions", json=body, headers=headers, timeout=60
+    ) as r:
         assert r.status_code == 200
         assert r.headers["content-type"].startswith("text/event-stream")
         events = parse_sse(r.read().decode())
@@ -138,7 +129,13 @@ def test_n_2_returns_two_indexed_choices_and_counts_both(client, model_name):
 
 
 def test_a_seed_reproduces_a_sampled_answer(client, model_name):
-    args = {"model": model_name, "messages": chat(), "max_tokens": 12, "temperature": 1.0, "extra_body": UNTIL_MAX}
+    args = {
+        "model": model_name,
+        "messages": chat(),
+        "max_tokens": 12,
+        "temperature": 1.0,
+        "extra_body": UNTIL_MAX,
+    }
     first = client.chat.completions.create(**args, seed=1234).choices[0].message.content
     again = client.chat.completions.create(**args, seed=1234).choices[0].message.content
     other = client.chat.completions.create(**args, seed=4321).choices[0].message.content
@@ -160,7 +157,9 @@ def test_logprobs_give_each_token_and_its_top_alternatives(client, model_name):
 
 def test_vllm_extensions_are_honoured(client, model_name):
     base = {"model": model_name, "messages": chat(), "max_tokens": 8}
-    greedy = client.chat.completions.create(**base, temperature=0, extra_body=UNTIL_MAX).choices[0].message.content
+    greedy = (
+        client.chat.completions.create(**base, temperature=0, extra_body=UNTIL_MAX).choices[0].message.content
+    )
     top1 = client.chat.completions.create(**base, temperature=1.0, extra_body={"top_k": 1, **UNTIL_MAX})
     assert top1.choices[0].message.content == greedy
     tuned = client.chat.completions.create(
@@ -215,7 +214,9 @@ def test_completions_stream_with_usage_and_logprobs(client, model_name):
 
 
 def test_completions_take_token_ids(client, model_name):
-    response = client.completions.create(model=model_name, prompt=[1, 2, 3, 4], max_tokens=2, extra_body=UNTIL_MAX)
+    response = client.completions.create(
+        model=model_name, prompt=[1, 2, 3, 4], max_tokens=2, extra_body=UNTIL_MAX
+    )
     assert response.usage.prompt_tokens == 4
 
 
