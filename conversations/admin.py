@@ -95,7 +95,16 @@ class ConversationAdmin(admin.ModelAdmin):
 
 @admin.register(Message)
 class MessageAdmin(admin.ModelAdmin):
-    list_display = ("id", "conversation", "parent_id", "role", "status", "excerpt", "completion_tokens", "created_at")
+    list_display = (
+        "id",
+        "conversation",
+        "parent_id",
+        "role",
+        "status",
+        "excerpt",
+        "completion_tokens",
+        "created_at",
+    )
     list_filter = ("role", "status", "created_at")
     list_select_related = ("conversation",)
     search_fields = ("content", "conversation__title", "conversation__owner__username")
@@ -114,7 +123,10 @@ class MessageAdmin(admin.ModelAdmin):
         return format_html_join(
             ", ",
             '<a href="{}">#{} {} [{}]</a>',
-            ((reverse("admin:conversations_message_change", args=[pk]), pk, role, status) for pk, role, status in kids),
+            (
+                (reverse("admin:conversations_message_change", args=[pk]), pk, role, status)
+                for pk, role, status in kids
+            ),
         )
 
 
@@ -150,7 +162,14 @@ class EngineStatusAdmin(admin.ModelAdmin):
             ("Prefix hit tokens", stats.get("prefix_hit_tokens", "—")),
             ("Tokens per second", _number(stats.get("tokens_per_s"))),
         ]
-        shown = {"running", "waiting", "kv_blocks_total", "kv_blocks_used", "kv_blocks_cached", "kv_blocks_free"}
+        shown = {
+            "running",
+            "waiting",
+            "kv_blocks_total",
+            "kv_blocks_used",
+            "kv_blocks_cached",
+            "kv_blocks_free",
+        }
         shown |= {"prefix_hit_rate", "prefix_hit_tokens", "tokens_per_s"}
         extra = [(key.replace("_", " "), value) for key, value in stats.items() if key not in shown]
         context = {

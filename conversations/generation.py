@@ -165,7 +165,9 @@ def _load_prompt_inputs(message_id: int) -> tuple[Conversation, list[dict]] | No
         if m.status != Message.Status.ERROR and (m.content or m.role != Message.Role.ASSISTANT)
     ]
     stored = dict(Message.objects.filter(pk__in=[m.pk for m in path]).values_list("pk", "token_ids"))
-    history = [{"id": m.pk, "role": m.role, "content": m.content, "token_ids": stored.get(m.pk)} for m in path]
+    history = [
+        {"id": m.pk, "role": m.role, "content": m.content, "token_ids": stored.get(m.pk)} for m in path
+    ]
     return answer.conversation, history
 
 
@@ -187,7 +189,10 @@ def mark_orphans_interrupted(messages: list[Message], live_ids: set[int]) -> Non
     orphans = [
         m
         for m in messages
-        if m.status == Message.Status.STREAMING and m.pk not in live_ids and m.updated_at and m.updated_at < cutoff
+        if m.status == Message.Status.STREAMING
+        and m.pk not in live_ids
+        and m.updated_at
+        and m.updated_at < cutoff
     ]
     if not orphans:
         return
@@ -501,10 +506,14 @@ class GenerationManager:
                 return
             saved_len, last_save = count, time.monotonic()
             if grown:
-                await broadcast(conversation_group(gen.conversation_id), "progress", message_id=gen.message_id)
+                await broadcast(
+                    conversation_group(gen.conversation_id), "progress", message_id=gen.message_id
+                )
 
 
-_managers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GenerationManager] = weakref.WeakKeyDictionary()
+_managers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GenerationManager] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def get_manager() -> GenerationManager:

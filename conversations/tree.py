@@ -43,8 +43,8 @@ class Tree:
     def load(cls, conversation: Conversation) -> Tree:
         """All of ``conversation``'s messages in one query (token ids deferred)."""
         tree = cls(conversation)
-        for message in Message.objects.filter(conversation=conversation).defer("token_ids").order_by(
-            "created_at", "id"
+        for message in (
+            Message.objects.filter(conversation=conversation).defer("token_ids").order_by("created_at", "id")
         ):
             tree.by_id[message.pk] = message
             tree.children[message.parent_id].append(message)
@@ -89,11 +89,15 @@ class Tree:
         roots = self.roots()
         if not roots:
             return None
-        chosen = self.by_id.get(self.conversation.active_root_id) if self.conversation.active_root_id else None
+        chosen = (
+            self.by_id.get(self.conversation.active_root_id) if self.conversation.active_root_id else None
+        )
         return chosen if chosen is not None and chosen.parent_id is None else roots[-1]
 
     def leaf(self) -> Message | None:
-        leaf = self.by_id.get(self.conversation.current_leaf_id) if self.conversation.current_leaf_id else None
+        leaf = (
+            self.by_id.get(self.conversation.current_leaf_id) if self.conversation.current_leaf_id else None
+        )
         if leaf is not None:
             return leaf
         root = self.default_root()
@@ -175,7 +179,9 @@ def _new_answer(tree: Tree, parent: Message) -> Message:
 
 
 @transaction.atomic
-def send_message(conversation: Conversation, content: str, parent_id: int | None = None) -> tuple[Tree, Message]:
+def send_message(
+    conversation: Conversation, content: str, parent_id: int | None = None
+) -> tuple[Tree, Message]:
     """Add a user message under the current leaf (or ``parent_id``) and an empty answer under it.
 
     Returns the tree and the new answer (status streaming), which is now the current leaf."""

@@ -87,15 +87,22 @@ ERRORS = {
     500: schemas.ErrorResponse,
     503: schemas.ErrorResponse,
 }
-STREAM_DOC = {
-    "responses": {
-        "200": {
-            "description": "The completion; with `stream: true`, server-sent events "
-            "(`data: {chunk}` lines, ending with `data: [DONE]`).",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+
+
+def stream_doc(schema: str) -> dict[str, Any]:
+    """The 200 response: JSON, or with ``stream: true`` server-sent events."""
+    return {
+        "responses": {
+            "200": {
+                "description": "The completion; with `stream: true`, data-only server-sent events "
+                "(`data: {chunk}` blocks, ending with `data: [DONE]`).",
+                "content": {
+                    "application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}},
+                    "text/event-stream": {"schema": {"type": "string"}},
+                },
+            }
         }
     }
-}
 
 
 async def ready_engine() -> Any:
@@ -177,7 +184,7 @@ async def encode_chat(engine: Any, messages: list[dict[str, str]]) -> list[int]:
     "/chat/completions",
     response={200: schemas.ChatCompletion, **ERRORS},
     summary="Create a chat completion",
-    openapi_extra=STREAM_DOC,
+    openapi_extra=stream_doc("ChatCompletion"),
 )
 async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionRequest) -> HttpResponse:
     api_log: RequestLog = request.api_log
@@ -242,7 +249,7 @@ async def encode_prompts(engine: Any, prompt: Any) -> tuple[list[list[int]], lis
     "/completions",
     response={200: schemas.Completion, **ERRORS},
     summary="Create a text completion",
-    openapi_extra=STREAM_DOC,
+    openapi_extra=stream_doc("Completion"),
 )
 async def completions(request: HttpRequest, body: schemas.CompletionRequest) -> HttpResponse:
     api_log: RequestLog = request.api_log

@@ -105,7 +105,9 @@ def from_validation_errors(errors: list[dict[str, Any]]) -> ApiError:
     # one for the alternative the client meant ("stop[0]", not "stop: not a string").
     deeper = {p for p in details if p}
     for param in list(details):
-        if param and any(other != param and other.startswith(param) and other[len(param)] in "[." for other in deeper):
+        if param and any(
+            other != param and other.startswith(param) and other[len(param)] in "[." for other in deeper
+        ):
             del details[param]
     if not details:
         return invalid("Invalid request body.")

@@ -361,7 +361,9 @@
         if (!m) return;
         Object.assign(m, data.message);
         state.dirty.delete(m.id);
-        renderMessage(m);
+        // The last answer done: every message's buttons come back, so draw them all again.
+        if (isStreaming()) renderMessage(m);
+        else renderThread();
         updateComposer();
         if (m.status === "error") toast(m.error);
         break;
@@ -604,6 +606,7 @@
     area.addEventListener("input", () => autoGrow(area));
     area.focus();
     area.setSelectionRange(area.value.length, area.value.length);
+    article.scrollIntoView({ block: "nearest" });
     const restore = () => {
       article.replaceWith(messageNode(m));
       state.editing = null;

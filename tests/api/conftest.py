@@ -58,13 +58,13 @@ def model_name(live_site) -> str:
 
 
 @pytest.fixture
-def client(live_site, api_key) -> openai.OpenAI:
+def openai_client(live_site, api_key) -> openai.OpenAI:
     with openai.OpenAI(base_url=f"{live_site.url}/v1", api_key=api_key, max_retries=0, timeout=60) as c:
         yield c
 
 
 @pytest.fixture
-async def aclient(live_site, api_key) -> openai.AsyncOpenAI:
+async def async_openai_client(live_site, api_key) -> openai.AsyncOpenAI:
     c = openai.AsyncOpenAI(base_url=f"{live_site.url}/v1", api_key=api_key, max_retries=0, timeout=60)
     yield c
     await c.close()

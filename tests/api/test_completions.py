@@ -19,18 +19,18 @@ UNTIL_MAX = {"ignore_eos": True}  # a random-weight model may emit EOS at any po
 
 
 @pytest.mark.smoke
-def test_models_lists_the_served_model(client, model_name):
-    models = client.models.list().data
+def test_models_lists_the_served_model(openai_client, model_name):
+    models = openai_client.models.list().data
     assert [m.id for m in models] == [model_name]
     assert models[0].object == "model"
-    assert client.models.retrieve(model_name).id == model_name
+    assert openai_client.models.retrieve(model_name).id == model_name
 
 
 @pytest.mark.smoke
 def test_chat_completion_returns_text_finish_reason_and_usage_and_counts_against_the_owner(
-    client, model_name, api_user
+    openai_client, model_name, api_user
 ):
-    response = client.chat.completions.create(
+    response = openai_client.chat.completions.create(
         model=model_name, messages=chat(), max_tokens=5, temperature=0, extra_body=UNTIL_MAX
     )
     assert response.id.startswith("chatcmpl-")
@@ -55,7 +55,7 @@ def test_chat_completion_returns_text_finish_reason_and_usage_and_counts_against
     assert not Conversation.objects.exists()
 
 
-def test_chat_accepts_every_role_and_text_parts_and_max_completion_tokens(client, model_name):
+def test_chat_accepts_every_role_and_text_parts_and_max_completion_tokens(openai_client, model_name):
     messages = [
         {"role": "system", "content": "You are terse."},
         {"role": "developer", "content": [{"type": "text", "text": "Answer in English."}]},
@@ -63,7 +63,7 @@ def test_chat_accepts_every_role_and_text_parts_and_max_completion_tokens(client
         {"role": "assistant", "content": "Hello."},
         {"role": "user", "content": "Again?"},
     ]
-    response = client.chat.completions.create(
+    response = openai_client.chat.completions.create(
         model=model_name, messages=messages, max_completion_tokens=3, extra_body=UNTIL_MAX
     )
     assert response.usage.completion_tokens == 3
@@ -71,8 +71,8 @@ def test_chat_accepts_every_role_and_text_parts_and_max_completion_tokens(client
 
 
 @pytest.mark.smoke
-def test_chat_stream_shares_one_id_starts_with_the_role_and_ends_with_usage(client, model_name):
-    stream = client.chat.completions.create(
+def test_chat_stream_shares_one_id_starts_with_the_role_and_ends_with_usage(openai_client, model_name):
+    stream = openai_client.chat.completions.create(
         model=model_name,
         messages=chat(),
         max_tokens=6,
@@ -108,19 +108,19 @@ def test_raw_stream_is_data_only_events_ending_with_done(live_site, api_key, mod
     assert "usage" not in events[0]  # only with stream_options.include_usage
 
 
-def test_stop_strings_end_the_answer_before_the_stop_text(client, model_name):
+def test_stop_strings_end_the_answer_before_the_stop_text(openai_client, model_name):
     greedy = {"model": model_name, "messages": chat("Tell me a story."), "temperature": 0, "max_tokens": 24}
-    full = client.chat.completions.create(**greedy, extra_body=UNTIL_MAX).choices[0].message.content
+    full = openai_client.chat.completions.create(**greedy, extra_body=UNTIL_MAX).choices[0].message.content
     stop = full[len(full) // 2 : len(full) // 2 + 3]
     expected = full[: full.index(stop)]
     for stops in (stop, ["no-such-text-zq", stop]):
-        choice = client.chat.completions.create(**greedy, stop=stops, extra_body=UNTIL_MAX).choices[0]
+        choice = openai_client.chat.completions.create(**greedy, stop=stops, extra_body=UNTIL_MAX).choices[0]
         assert choice.message.content == expected
         assert choice.finish_reason == "stop"
 
 
-def test_n_2_returns_two_indexed_choices_and_counts_both(client, model_name):
-    response = client.chat.completions.create(
+def test_n_2_returns_two_indexed_choices_and_counts_both(openai_client, model_name):
+    response = openai_client.chat.completions.create(
         model=model_name, messages=chat(), n=2, max_tokens=5, seed=7, extra_body=UNTIL_MAX
     )
     assert [c.index for c in response.choices] == [0, 1]
@@ -128,7 +128,7 @@ def test_n_2_returns_two_indexed_choices_and_counts_both(client, model_name):
     assert response.usage.completion_tokens == 10
 
 
-def test_a_seed_reproduces_a_sampled_answer(client, model_name):
+def test_a_seed_reproduces_a_sampled_answer(openai_client, model_name):
     args = {
         "model": model_name,
         "messages": chat(),
@@ -136,15 +136,15 @@ def test_a_seed_reproduces_a_sampled_answer(client, model_name):
         "temperature": 1.0,
         "extra_body": UNTIL_MAX,
     }
-    first = client.chat.completions.create(**args, seed=1234).choices[0].message.content
-    again = client.chat.completions.create(**args, seed=1234).choices[0].message.content
-    other = client.chat.completions.create(**args, seed=4321).choices[0].message.content
+    first = openai_client.chat.completions.create(**args, seed=1234).choices[0].message.content
+    again = openai_client.chat.completions.create(**args, seed=1234).choices[0].message.content
+    other = openai_client.chat.completions.create(**args, seed=4321).choices[0].message.content
     assert first == again
     assert first != other
 
 
-def test_logprobs_give_each_token_and_its_top_alternatives(client, model_name):
-    response = client.chat.completions.create(
+def test_logprobs_give_each_token_and_its_top_alternatives(openai_client, model_name):
+    response = openai_client.chat.completions.create(
         model=model_name, messages=chat(), max_tokens=4, logprobs=True, top_logprobs=3, extra_body=UNTIL_MAX
     )
     content = response.choices[0].logprobs.content
@@ -155,14 +155,18 @@ def test_logprobs_give_each_token_and_its_top_alternatives(client, model_name):
         assert entry.top_logprobs[0].logprob >= entry.top_logprobs[-1].logprob
 
 
-def test_vllm_extensions_are_honoured(client, model_name):
+def test_vllm_extensions_are_honoured(openai_client, model_name):
     base = {"model": model_name, "messages": chat(), "max_tokens": 8}
     greedy = (
-        client.chat.completions.create(**base, temperature=0, extra_body=UNTIL_MAX).choices[0].message.content
+        openai_client.chat.completions.create(**base, temperature=0, extra_body=UNTIL_MAX)
+        .choices[0]
+        .message.content
     )
-    top1 = client.chat.completions.create(**base, temperature=1.0, extra_body={"top_k": 1, **UNTIL_MAX})
+    top1 = openai_client.chat.completions.create(
+        **base, temperature=1.0, extra_body={"top_k": 1, **UNTIL_MAX}
+    )
     assert top1.choices[0].message.content == greedy
-    tuned = client.chat.completions.create(
+    tuned = openai_client.chat.completions.create(
         **base,
         presence_penalty=0.5,
         frequency_penalty=0.5,
@@ -170,7 +174,7 @@ def test_vllm_extensions_are_honoured(client, model_name):
         extra_body={"min_p": 0.05, "repetition_penalty": 1.2, **UNTIL_MAX},
     )
     assert tuned.usage.completion_tokens == 8
-    beams = client.chat.completions.create(
+    beams = openai_client.chat.completions.create(
         **base, n=2, temperature=0, extra_body={"use_beam_search": True, "length_penalty": 1.0, **UNTIL_MAX}
     )
     assert [c.index for c in beams.choices] == [0, 1]
@@ -181,21 +185,21 @@ def test_vllm_extensions_are_honoured(client, model_name):
 
 
 @pytest.mark.smoke
-def test_completions_take_raw_prompts_and_batch_them_with_n(client, model_name):
-    response = client.completions.create(
+def test_completions_take_raw_prompts_and_batch_them_with_n(openai_client, model_name):
+    response = openai_client.completions.create(
         model=model_name, prompt=["Once upon", "a time"], n=2, max_tokens=3, extra_body=UNTIL_MAX
     )
     assert response.object == "text_completion" and response.id.startswith("cmpl-")
     assert [c.index for c in response.choices] == [0, 1, 2, 3]
     assert all(c.finish_reason == "length" for c in response.choices)
     assert response.usage.completion_tokens == 12
-    echoed = client.completions.create(model=model_name, prompt="Once upon", max_tokens=2, echo=True)
+    echoed = openai_client.completions.create(model=model_name, prompt="Once upon", max_tokens=2, echo=True)
     assert echoed.choices[0].text.startswith("Once upon")
 
 
-def test_completions_stream_with_usage_and_logprobs(client, model_name):
+def test_completions_stream_with_usage_and_logprobs(openai_client, model_name):
     chunks = list(
-        client.completions.create(
+        openai_client.completions.create(
             model=model_name,
             prompt="Once upon a time",
             max_tokens=5,
@@ -213,8 +217,8 @@ def test_completions_stream_with_usage_and_logprobs(client, model_name):
     assert len(tokens) == 5
 
 
-def test_completions_take_token_ids(client, model_name):
-    response = client.completions.create(
+def test_completions_take_token_ids(openai_client, model_name):
+    response = openai_client.completions.create(
         model=model_name, prompt=[1, 2, 3, 4], max_tokens=2, extra_body=UNTIL_MAX
     )
     assert response.usage.prompt_tokens == 4
@@ -223,16 +227,16 @@ def test_completions_take_token_ids(client, model_name):
 # --- the async client --------------------------------------------------------------------------
 
 
-async def test_async_client_non_stream(aclient, model_name):
-    response = await aclient.chat.completions.create(
+async def test_async_client_non_stream(async_openai_client, model_name):
+    response = await async_openai_client.chat.completions.create(
         model=model_name, messages=chat(), max_tokens=4, extra_body=UNTIL_MAX
     )
     assert response.choices[0].finish_reason == "length"
     assert response.usage.completion_tokens == 4
 
 
-async def test_async_client_stream_with_usage(aclient, model_name):
-    stream = await aclient.chat.completions.create(
+async def test_async_client_stream_with_usage(async_openai_client, model_name):
+    stream = await async_openai_client.chat.completions.create(
         model=model_name,
         messages=chat(),
         max_tokens=5,
@@ -246,16 +250,16 @@ async def test_async_client_stream_with_usage(aclient, model_name):
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 5
 
 
-async def test_async_client_n_2_and_stop(aclient, model_name):
-    response = await aclient.chat.completions.create(
+async def test_async_client_n_2_and_stop(async_openai_client, model_name):
+    response = await async_openai_client.chat.completions.create(
         model=model_name, messages=chat(), n=2, max_tokens=4, stop=["\u2603"], extra_body=UNTIL_MAX
     )
     assert [c.index for c in response.choices] == [0, 1]
 
 
-async def test_async_client_seed_reproducibility(aclient, model_name):
+async def test_async_client_seed_reproducibility(async_openai_client, model_name):
     async def sample() -> str:
-        r = await aclient.chat.completions.create(
+        r = await async_openai_client.chat.completions.create(
             model=model_name, messages=chat(), max_tokens=10, seed=99, temperature=1.0, extra_body=UNTIL_MAX
         )
         return r.choices[0].message.content

@@ -12,12 +12,16 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def admin_client(client):
-    admin = get_user_model().objects.create_superuser("root", "root@example.com", "a-long-unusual-passphrase-42")
+    admin = get_user_model().objects.create_superuser(
+        "root", "root@example.com", "a-long-unusual-passphrase-42"
+    )
     client.force_login(admin)
     return client
 
 
-def test_conversation_admin_shows_the_message_tree_and_searches_content(admin_client, make_user, make_conversation):
+def test_conversation_admin_shows_the_message_tree_and_searches_content(
+    admin_client, make_user, make_conversation
+):
     conversation = make_conversation(make_user("alice"), title="Trip")
     _, answer = tree_ops.send_message(conversation, "Where to go in Porto?")
     tree_ops.regenerate(conversation, answer.pk)
@@ -36,7 +40,13 @@ def test_engine_status_page_is_read_only_and_does_not_load_the_model(admin_clien
     page = admin_client.get("/admin/conversations/enginestatus/")
     assert page.status_code == 200
     body = page.content.decode()
-    for label in ("Running requests", "Waiting requests", "KV blocks used", "KV blocks cached", "KV blocks free"):
+    for label in (
+        "Running requests",
+        "Waiting requests",
+        "KV blocks used",
+        "KV blocks cached",
+        "KV blocks free",
+    ):
         assert label in body
     assert "Prefix cache hit rate" in body and "Tokens per second" in body
     assert admin_client.get("/admin/conversations/enginestatus/add/").status_code == 403

@@ -174,7 +174,9 @@ async def test_reconnecting_within_the_grace_period_gets_the_text_so_far_then_th
     answer, events = await socket.finished(answer_id)
     assert any(e["type"] == "delta" for e in events)  # then the live stream
     assert answer["status"] == "complete" and answer["content"].startswith(resumed["content"])
-    assert answer["content"] == resumed["content"] + "".join(e["text"] for e in events if e["type"] == "delta")
+    assert answer["content"] == resumed["content"] + "".join(
+        e["text"] for e in events if e["type"] == "delta"
+    )
     await socket.close()
 
 
@@ -235,8 +237,12 @@ async def test_a_long_history_is_cut_and_the_answer_says_how_much(alice, convers
     def build():
         parent = None
         for i in range(40):
-            user = Message.objects.create(conversation=conversation, parent=parent, role="user", content=f"q{i} " * 40)
-            parent = Message.objects.create(conversation=conversation, parent=user, role="assistant", content=f"a{i} " * 40)
+            user = Message.objects.create(
+                conversation=conversation, parent=parent, role="user", content=f"q{i} " * 40
+            )
+            parent = Message.objects.create(
+                conversation=conversation, parent=user, role="assistant", content=f"a{i} " * 40
+            )
         Conversation.objects.filter(pk=conversation.pk).update(current_leaf=parent)
 
     await sync_to_async(build)()

@@ -35,7 +35,10 @@ def test_the_users_segment_is_stored_only_where_the_template_adds_nothing_of_its
 def test_history_longer_than_the_context_is_cut_at_whole_turns_from_the_oldest_end(tokenizer):
     history = []
     for i in range(12):
-        history += [turn("user", f"question {i} " + "lorem ipsum " * 20), turn("assistant", f"answer {i} " * 30)]
+        history += [
+            turn("user", f"question {i} " + "lorem ipsum " * 20),
+            turn("assistant", f"answer {i} " * 30),
+        ]
     history.append(turn("user", "the last question"))
     plan = build_prompt(tokenizer, "System.", history, 1024, 256)
     assert len(plan.token_ids) <= 1024 - 256

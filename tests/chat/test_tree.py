@@ -164,10 +164,16 @@ def build_long_conversation(conversation: Conversation, pairs: int) -> None:
     for i in range(pairs):
         user = Message.objects.create(conversation=conversation, parent=parent, role="user", content=f"q{i}")
         parent = Message.objects.create(
-            conversation=conversation, parent=user, role="assistant", content=f"a{i}", token_ids=list(range(50))
+            conversation=conversation,
+            parent=user,
+            role="assistant",
+            content=f"a{i}",
+            token_ids=list(range(50)),
         )
         if i % 10 == 0:  # some branches along the way
-            Message.objects.create(conversation=conversation, parent=user, role="assistant", content=f"alt{i}")
+            Message.objects.create(
+                conversation=conversation, parent=user, role="assistant", content=f"alt{i}"
+            )
     tree_ops.select_leaf(tree_ops.Tree.load(conversation), parent)
 
 

@@ -33,7 +33,9 @@ def test_every_endpoint_requires_login(client, alice, make_conversation):
     assert client.get("/chat/conversations/").status_code == 401
     assert client.get(f"/chat/conversations/{conversation.pk}/").status_code == 401
     assert post_json(client, "/chat/conversations/new/").status_code == 401
-    assert post_json(client, f"/chat/conversations/{conversation.pk}/update/", {"title": "x"}).status_code == 401
+    assert (
+        post_json(client, f"/chat/conversations/{conversation.pk}/update/", {"title": "x"}).status_code == 401
+    )
     assert post_json(client, f"/chat/conversations/{conversation.pk}/delete/").status_code == 401
     assert Conversation.objects.filter(pk=conversation.pk, title="New chat").exists()
 
@@ -44,7 +46,10 @@ def test_another_users_conversation_is_a_404_everywhere(client, alice, bob, make
     client.force_login(bob)
     assert client.get(f"/c/{conversation.pk}/").status_code == 404
     assert client.get(f"/chat/conversations/{conversation.pk}/").status_code == 404
-    assert post_json(client, f"/chat/conversations/{conversation.pk}/update/", {"title": "mine"}).status_code == 404
+    assert (
+        post_json(client, f"/chat/conversations/{conversation.pk}/update/", {"title": "mine"}).status_code
+        == 404
+    )
     assert post_json(client, f"/chat/conversations/{conversation.pk}/delete/").status_code == 404
     assert client.get("/chat/conversations/?q=private").json()["conversations"] == []
     assert "Alice" not in client.get("/").content.decode()
@@ -58,7 +63,9 @@ def test_the_chat_page_embeds_the_users_conversations_newest_first(client, alice
     client.force_login(alice)
     response = client.get(f"/c/{older.pk}/")
     assert response.status_code == 200
-    state = json.loads(response.content.decode().split('id="chat-state" type="application/json">')[1].split("</script>")[0])
+    state = json.loads(
+        response.content.decode().split('id="chat-state" type="application/json">')[1].split("</script>")[0]
+    )
     assert state["conversation_id"] == older.pk
     assert [c["id"] for c in state["conversations"]] == [newer.pk, older.pk]
     body = response.content.decode()
@@ -95,17 +102,34 @@ def test_rename_and_settings(client, alice, make_conversation):
     url = f"/chat/conversations/{conversation.pk}/update/"
     response = post_json(client, url, {"title": "  Renamed  "})
     assert response.status_code == 200 and response.json()["conversation"]["title"] == "Renamed"
-    settings = {"system_prompt": "Be brief.", "temperature": 0.2, "top_p": 0.9, "top_k": 40, "max_tokens": 100}
+    settings = {
+        "system_prompt": "Be brief.",
+        "temperature": 0.2,
+        "top_p": 0.9,
+        "top_k": 40,
+        "max_tokens": 100,
+    }
     assert post_json(client, url, settings).status_code == 200
     conversation.refresh_from_db()
     assert conversation.title == "Renamed"
-    assert (conversation.system_prompt, conversation.temperature, conversation.top_p) == ("Be brief.", 0.2, 0.9)
+    assert (conversation.system_prompt, conversation.temperature, conversation.top_p) == (
+        "Be brief.",
+        0.2,
+        0.9,
+    )
     assert (conversation.top_k, conversation.max_tokens) == (40, 100)
 
 
 @pytest.mark.parametrize(
     "field,value",
-    [("title", ""), ("temperature", 3), ("top_p", 0), ("top_k", -1), ("max_tokens", 0), ("max_tokens", "lots")],
+    [
+        ("title", ""),
+        ("temperature", 3),
+        ("top_p", 0),
+        ("top_k", -1),
+        ("max_tokens", 0),
+        ("max_tokens", "lots"),
+    ],
 )
 def test_invalid_settings_are_refused_with_the_fields_name(client, alice, make_conversation, field, value):
     conversation = make_conversation(alice)
@@ -132,7 +156,9 @@ def test_delete_removes_the_conversation_and_all_its_messages(client, alice, mak
     keep = make_conversation(alice)
     tree_ops.send_message(keep, "kept")
     client.force_login(alice)
-    assert post_json(client, f"/chat/conversations/{conversation.pk}/delete/").json() == {"deleted": conversation.pk}
+    assert post_json(client, f"/chat/conversations/{conversation.pk}/delete/").json() == {
+        "deleted": conversation.pk
+    }
     assert not Conversation.objects.filter(pk=conversation.pk).exists()
     assert list(Message.objects.values_list("content", flat=True).filter(role="user")) == ["kept"]
 
@@ -147,16 +173,22 @@ def test_the_thread_endpoint_returns_the_visible_branch(client, alice, make_conv
     assert data["messages"][0]["siblings"] == [data["messages"][0]["id"]]
 
 
-def test_a_streaming_answer_nobody_has_touched_for_long_is_shown_interrupted(client, alice, make_conversation):
+def test_a_streaming_answer_nobody_has_touched_for_long_is_shown_interrupted(
+    client, alice, make_conversation
+):
     from datetime import timedelta
 
     from django.utils import timezone
 
     conversation = make_conversation(alice)
     _, answer = tree_ops.send_message(conversation, "hello")
-    Message.objects.filter(pk=answer.pk).update(content="half an ans", updated_at=timezone.now() - timedelta(hours=1))
+    Message.objects.filter(pk=answer.pk).update(
+        content="half an ans", updated_at=timezone.now() - timedelta(hours=1)
+    )
     client.force_login(alice)
     data = client.get(f"/chat/conversations/{conversation.pk}/").json()
-    assert data["messages"][-1]["status"] == "interrupted" and data["messages"][-1]["content"] == "half an ans"
+    assert (
+        data["messages"][-1]["status"] == "interrupted" and data["messages"][-1]["content"] == "half an ans"
+    )
     answer.refresh_from_db()
     assert answer.status == Message.Status.INTERRUPTED
