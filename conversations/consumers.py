@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 MAX_MESSAGE_CHARS = 100_000
+MAX_LIVE_PER_USER = 4
 
 
 class NotFound(Exception):
@@ -202,6 +203,16 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await self._send_thread()
         await broadcast(conversation_group(self.conversation.pk), "tree", origin=self.channel_name)
 
+    def _check_idle(self, conversation: Conversation) -> None:
+        """One answer at a time per conversation, and a few per user at most."""
+        manager = get_manager()
+        if manager.live_in(conversation.pk):
+            raise tree_ops.TreeError("An answer is still being written here: wait for it or stop it first.")
+        if sum(1 for g in manager.generations.values() if g.owner_id == self.user.pk) >= MAX_LIVE_PER_USER:
+            raise tree_ops.TreeError(
+                "You have too many answers being written at once; wait for one to finish."
+            )
+
     def _start(self, answer: Message) -> None:
         get_manager().start(conversation_id=self.conversation.pk, owner_id=self.user.pk, message_id=answer.pk)
 
@@ -217,6 +228,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if len(text) > MAX_MESSAGE_CHARS:
             raise tree_ops.TreeError(f"the message is longer than {MAX_MESSAGE_CHARS} characters")
         conversation = await self._conversation_for(content)
+        self._check_idle(conversation)
         parent_id = content.get("parent_id")
         _, answer = await database_sync_to_async(tree_ops.send_message)(conversation, text, parent_id)
         await self._send_thread()
@@ -227,6 +239,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def _on_edit(self, content: dict) -> None:
         conversation = await self._conversation_for(content)
+        self._check_idle(conversation)
         text = str(content.get("content") or "")
         if len(text) > MAX_MESSAGE_CHARS:
             raise tree_ops.TreeError(f"the message is longer than {MAX_MESSAGE_CHARS} characters")
@@ -239,6 +252,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def _on_regenerate(self, content: dict) -> None:
         conversation = await self._conversation_for(content)
+        self._check_idle(conversation)
         _, answer = await database_sync_to_async(tree_ops.regenerate)(conversation, content.get("message_id"))
         await self._send_thread()
         self._start(answer)
@@ -284,7 +298,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             self.push({"type": "deleted", "conversation_id": self.conversation.pk})
             self.conversation = None
         elif kind == "stop":
-            get_manager().stop(event.get("message_id"), "user")
+            gen = get_manager().get(event.get("message_id"))
+            if gen is not None and gen.conversation_id == self.conversation.pk:
+                get_manager().stop(gen.message_id, "user")
         elif kind == "tree" and event.get("origin") != self.channel_name:
             await self._send_thread()
         elif kind == "settings":

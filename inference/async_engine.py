@@ -62,7 +62,9 @@ class AsyncEngine:
         self._cond = threading.Condition()
         self._commands: deque[_Add | _Abort] = deque()
         self._num_pending_adds = 0
-        self._sinks: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue[Any]]] = {}  # engine thread only
+        self._sinks: dict[
+            str, tuple[asyncio.AbstractEventLoop, asyncio.Queue[Any]]
+        ] = {}  # engine thread only
         self._stats = self.engine.stats()
         self._shutdown = False
         self._thread = threading.Thread(target=self._run, name="inference-engine", daemon=True)
@@ -83,7 +85,12 @@ class AsyncEngine:
         request_id = request_id or uuid.uuid4().hex
         queue: asyncio.Queue[Any] = asyncio.Queue()
         add = _Add(
-            request_id, token_ids, params, prompt if isinstance(prompt, str) else None, asyncio.get_running_loop(), queue
+            request_id,
+            token_ids,
+            params,
+            prompt if isinstance(prompt, str) else None,
+            asyncio.get_running_loop(),
+            queue,
         )
         with self._cond:
             if self._shutdown:
@@ -101,9 +108,9 @@ class AsyncEngine:
                 if isinstance(item, BaseException):
                     done = True
                     raise item
+                done = item.request_finished  # set before yielding: the consumer may stop here
                 yield item
-                if item.request_finished:
-                    done = True
+                if done:
                     return
         finally:
             if not done:

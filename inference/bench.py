@@ -28,8 +28,8 @@ import torch
 
 from inference.config import EngineConfig
 from inference.engine import LLMEngine
-from inference.model_loader import ensure_gguf_converted, load_model
 from inference.model_files import default_model_path
+from inference.model_loader import ensure_gguf_converted, load_model
 from inference.sampling_params import SamplingParams
 
 WORDS = (
@@ -118,7 +118,7 @@ def workload_flops(mc: Any, workload: Workload) -> float:
     q, kv = mc.num_heads * mc.head_dim, mc.num_kv_heads * mc.head_dim
     per_token_linear = 2 * layers * (h * q + 2 * h * kv + q * h + 3 * h * inter)
     total = 0.0
-    for prompt, out in zip(workload.prompts, workload.output_lens):
+    for prompt, out in zip(workload.prompts, workload.output_lens, strict=True):
         tokens = len(prompt) + out - 1  # the last sampled token is never fed back
         total += tokens * per_token_linear + out * 2 * h * mc.vocab_size
         context_sum = tokens * (tokens + 1) / 2  # token i attends to i + 1 keys
@@ -135,7 +135,7 @@ def run_ours_throughput(engine: LLMEngine, workload: Workload) -> dict[str, Any]
     start = time.perf_counter()
     requests = [
         engine.add_request(p, SamplingParams(temperature=0, max_tokens=n, ignore_eos=True))
-        for p, n in zip(workload.prompts, workload.output_lens)
+        for p, n in zip(workload.prompts, workload.output_lens, strict=True)
     ]
     steps = 0
     while engine.has_unfinished():
@@ -207,8 +207,13 @@ def hf_generate(hf: Any, prompts: list[list[int]], max_new_tokens: int, pad_id: 
     mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     with torch.inference_mode():
         hf.generate(
-            ids, attention_mask=mask, max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
-            do_sample=False, pad_token_id=pad_id, eos_token_id=None,
+            ids,
+            attention_mask=mask,
+            max_new_tokens=max_new_tokens,
+            min_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=pad_id,
+            eos_token_id=None,
         )
 
 
@@ -218,11 +223,18 @@ def run_hf_sequential(hf: Any, workload: Workload, indices: list[int], pad_id: i
         hf_generate(hf, [workload.prompts[i]], workload.output_lens[i], pad_id)
     elapsed = time.perf_counter() - start
     tokens = sum(workload.output_lens[i] for i in indices)
-    return {"seconds": elapsed, "output_tokens": tokens, "tokens_per_s": tokens / elapsed,
-            "requests_measured": len(indices), "requests_total": len(workload.prompts)}
+    return {
+        "seconds": elapsed,
+        "output_tokens": tokens,
+        "tokens_per_s": tokens / elapsed,
+        "requests_measured": len(indices),
+        "requests_total": len(workload.prompts),
+    }
 
 
-def run_hf_static(hf: Any, workload: Workload, batch_size: int, batches: list[int], pad_id: int) -> dict[str, Any]:
+def run_hf_static(
+    hf: Any, workload: Workload, batch_size: int, batches: list[int], pad_id: int
+) -> dict[str, Any]:
     start = time.perf_counter()
     tokens = 0
     for b in batches:
@@ -232,20 +244,32 @@ def run_hf_static(hf: Any, workload: Workload, batch_size: int, batches: list[in
         tokens += sum(lens)  # useful tokens; the padding steps past each one's length are waste
     elapsed = time.perf_counter() - start
     total_batches = -(-len(workload.prompts) // batch_size)
-    return {"seconds": elapsed, "output_tokens": tokens, "tokens_per_s": tokens / elapsed,
-            "batches_measured": len(batches), "batches_total": total_batches, "batch_size": batch_size}
+    return {
+        "seconds": elapsed,
+        "output_tokens": tokens,
+        "tokens_per_s": tokens / elapsed,
+        "batches_measured": len(batches),
+        "batches_total": total_batches,
+        "batch_size": batch_size,
+    }
 
 
 # ---- report ------------------------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--quick", action="store_true", help="a smaller run (16 requests, 1 static batch)")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--sequential-requests", type=int, default=8,
-                        help="requests the sequential HF baseline runs; its rate is extrapolated (0 = all)")
+    parser.add_argument(
+        "--sequential-requests",
+        type=int,
+        default=8,
+        help="requests the sequential HF baseline runs; its rate is extrapolated (0 = all)",
+    )
     parser.add_argument("--static-batches", type=int, default=0, help="HF static batches to run (0 = all)")
     args = parser.parse_args(argv)
     if args.threads:
@@ -256,14 +280,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"loading the default model (torch threads: {torch.get_num_threads()}) ...", file=sys.stderr)
     loaded = load_model(None, device="cpu")
     model, tokenizer, mc = loaded
-    hf = AutoModelForCausalLM.from_pretrained(ensure_gguf_converted(default_model_path()), dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(
+        ensure_gguf_converted(default_model_path()), dtype=torch.float32
+    ).eval()
     config = EngineConfig()
     engine = LLMEngine(config, loaded=loaded)
     pad_id = tokenizer.hf.pad_token_id if tokenizer.hf.pad_token_id is not None else 0
 
     workload = make_throughput_workload(tokenizer, num_requests)
-    print(f"workload: {num_requests} requests, {workload.prompt_tokens} prompt + {workload.output_tokens} output tokens",
-          file=sys.stderr)
+    print(
+        f"workload: {num_requests} requests, {workload.prompt_tokens} prompt + {workload.output_tokens} output tokens",
+        file=sys.stderr,
+    )
     # Warm-up (allocator, thread pools) for both, untimed.
     run_ours_throughput(engine, Workload(workload.prompts[:2], [4, 4]))
     hf_generate(hf, workload.prompts[:1], 4, pad_id)
@@ -296,8 +324,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results = {
         "model": engine.model_name,
         "threads": torch.get_num_threads(),
-        "workload": {"requests": num_requests, "prompt_tokens": workload.prompt_tokens,
-                     "output_tokens": workload.output_tokens},
+        "workload": {
+            "requests": num_requests,
+            "prompt_tokens": workload.prompt_tokens,
+            "output_tokens": workload.output_tokens,
+        },
         "ours": ours,
         "hf_sequential": sequential,
         "hf_static_batches": static,
@@ -335,28 +366,83 @@ def print_table(r: dict[str, Any]) -> None:
         good = ratios[name] <= t[name] if lower_is_better else ratios[name] >= t[name]
         return "yes" if good else "NO"
 
-    seq_note = (f"measured on {seq['requests_measured']} of {seq['requests_total']} requests, rate extrapolated"
-                if seq["requests_measured"] < seq["requests_total"] else "all requests")
-    static_note = (f"{static['batches_measured']} of {static['batches_total']} batches of {static['batch_size']}"
-                   if static["batches_measured"] < static["batches_total"] else
-                   f"all {static['batches_total']} batches of {static['batch_size']}")
+    seq_note = (
+        f"measured on {seq['requests_measured']} of {seq['requests_total']} requests, rate extrapolated"
+        if seq["requests_measured"] < seq["requests_total"]
+        else "all requests"
+    )
+    static_note = (
+        f"{static['batches_measured']} of {static['batches_total']} batches of {static['batch_size']}"
+        if static["batches_measured"] < static["batches_total"]
+        else f"all {static['batches_total']} batches of {static['batch_size']}"
+    )
     w = r["workload"]
     rows = [
-        ("workload", f"{w['requests']} chat requests, {w['prompt_tokens']} prompt + {w['output_tokens']} output tokens", "", ""),
-        ("ours: output tokens/s", f"{r['ours']['tokens_per_s']:.1f}", "", f"{r['ours']['seconds']:.1f} s, {r['ours']['preemptions']} preemptions"),
+        (
+            "workload",
+            f"{w['requests']} chat requests, {w['prompt_tokens']} prompt + {w['output_tokens']} output tokens",
+            "",
+            "",
+        ),
+        (
+            "ours: output tokens/s",
+            f"{r['ours']['tokens_per_s']:.1f}",
+            "",
+            f"{r['ours']['seconds']:.1f} s, {r['ours']['preemptions']} preemptions",
+        ),
         ("HF generate sequential: tokens/s", f"{seq['tokens_per_s']:.1f}", "", seq_note),
         ("HF generate static batches: tokens/s", f"{static['tokens_per_s']:.1f}", "", static_note),
-        ("ours / HF static", f"{ratios['ours_vs_hf_static']:.2f}x", f">= {t['ours_vs_hf_static']}x", ok("ours_vs_hf_static")),
-        ("ours / HF sequential", f"{ratios['ours_vs_hf_sequential']:.2f}x", f">= {t['ours_vs_hf_sequential']}x", ok("ours_vs_hf_sequential")),
+        (
+            "ours / HF static",
+            f"{ratios['ours_vs_hf_static']:.2f}x",
+            f">= {t['ours_vs_hf_static']}x",
+            ok("ours_vs_hf_static"),
+        ),
+        (
+            "ours / HF sequential",
+            f"{ratios['ours_vs_hf_sequential']:.2f}x",
+            f">= {t['ours_vs_hf_sequential']}x",
+            ok("ours_vs_hf_sequential"),
+        ),
         ("fp32 matmul (measured)", f"{m['matmul_flops'] / 1e9:.1f} GFLOP/s", "", ""),
         ("memory bandwidth (measured)", f"{m['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s", "", ""),
-        ("compute bound for this workload", f"{m['compute_bound_tokens_per_s']:.1f} tok/s", "", f"{m['workload_flops'] / 1e12:.2f} TFLOP"),
-        ("memory bound, decode batch 1", f"{m['memory_bound_decode_tokens_per_s_batch1']:.1f} tok/s", "", f"{m['weight_bytes'] / 1e6:.0f} MB weights"),
-        ("ours / compute bound", f"{ratios['fraction_of_matmul_bound']:.0%}", f">= {t['fraction_of_matmul_bound']:.0%}", ok("fraction_of_matmul_bound")),
-        ("multi-turn prefix hit rate", f"{ratios['multi_turn_hit_rate']:.1%}", f">= {t['multi_turn_hit_rate']:.0%}", ok("multi_turn_hit_rate")),
+        (
+            "compute bound for this workload",
+            f"{m['compute_bound_tokens_per_s']:.1f} tok/s",
+            "",
+            f"{m['workload_flops'] / 1e12:.2f} TFLOP",
+        ),
+        (
+            "memory bound, decode batch 1",
+            f"{m['memory_bound_decode_tokens_per_s_batch1']:.1f} tok/s",
+            "",
+            f"{m['weight_bytes'] / 1e6:.0f} MB weights",
+        ),
+        (
+            "ours / compute bound",
+            f"{ratios['fraction_of_matmul_bound']:.0%}",
+            f">= {t['fraction_of_matmul_bound']:.0%}",
+            ok("fraction_of_matmul_bound"),
+        ),
+        (
+            "multi-turn prefix hit rate",
+            f"{ratios['multi_turn_hit_rate']:.1%}",
+            f">= {t['multi_turn_hit_rate']:.0%}",
+            ok("multi_turn_hit_rate"),
+        ),
         ("TTFT per turn (ms)", " ".join(f"{x:.0f}" for x in r["multi_turn"]["ttft_ms_by_turn"]), "", ""),
-        ("TTFT turn 6 / turn 1", f"{ratios['ttft_turn6_over_turn1']:.2f}", f"<= {t['ttft_turn6_over_turn1']}", ok("ttft_turn6_over_turn1", True)),
-        ("KV waste at peak", f"{ratios['kv_waste_at_peak']:.2%}", f"< {t['kv_waste_at_peak']:.0%}", ok("kv_waste_at_peak", True)),
+        (
+            "TTFT turn 6 / turn 1",
+            f"{ratios['ttft_turn6_over_turn1']:.2f}",
+            f"<= {t['ttft_turn6_over_turn1']}",
+            ok("ttft_turn6_over_turn1", True),
+        ),
+        (
+            "KV waste at peak",
+            f"{ratios['kv_waste_at_peak']:.2%}",
+            f"< {t['kv_waste_at_peak']:.0%}",
+            ok("kv_waste_at_peak", True),
+        ),
     ]
     widths = [max(len(str(row[i])) for row in rows) for i in range(4)]
     print()

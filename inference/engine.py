@@ -114,9 +114,7 @@ class LLMEngine:
         self.check_prompt(token_ids)
         if len(self.scheduler.waiting) >= self.config.max_waiting:
             raise EngineOverloadedError(f"{len(self.scheduler.waiting)} requests are already waiting")
-        request = Request(
-            request_id, token_ids, params, prompt=prompt if isinstance(prompt, str) else None
-        )
+        request = Request(request_id, token_ids, params, prompt=prompt if isinstance(prompt, str) else None)
         request.seqs.append(self._new_seq(request, token_ids, index=0))
         self.scheduler.add(request)
         self.requests[request_id] = request
@@ -226,7 +224,7 @@ class LLMEngine:
             chosen = logits if rows == list(range(len(seqs))) else logits[rows]
             params = [s.request.params for s in sample_seqs]  # type: ignore[union-attr]
             result = self.sampler(chosen, sample_seqs, params)
-            for i, (seq, token) in enumerate(zip(sample_seqs, result.token_ids)):
+            for i, (seq, token) in enumerate(zip(sample_seqs, result.token_ids, strict=True)):
                 if result.top_logprobs is not None and seq.logprobs is not None:
                     seq.cumulative_logprob += result.logprobs[i]  # type: ignore[index]
                     seq.logprobs.append(result.top_logprobs[i])  # type: ignore[arg-type]
@@ -360,7 +358,9 @@ class LLMEngine:
         and copy only the partly filled tail on their first write."""
         params = request.params
         width = params.beam_width or 1
-        stop_ids = set(params.stop_token_ids or ()) | (set() if params.ignore_eos else set(self.eos_token_ids))
+        stop_ids = set(params.stop_token_ids or ()) | (
+            set() if params.ignore_eos else set(self.eos_token_ids)
+        )
         logp = logits.float().log_softmax(dim=-1)
         vocab = logp.shape[1]
         cum = torch.tensor([b.cumulative_logprob for b in beams], device=logp.device)
@@ -371,7 +371,9 @@ class LLMEngine:
             parent, token = divmod(flat, vocab)
             if token in stop_ids:
                 if rank < width:
-                    hyp = Sequence(beams[parent].token_ids + [token], request.num_prompt_tokens, request=request)
+                    hyp = Sequence(
+                        beams[parent].token_ids + [token], request.num_prompt_tokens, request=request
+                    )
                     hyp.cumulative_logprob, hyp.finish_reason, hyp.stop_reason = score, "stop", token
                     request.beam_hyps.append(hyp)
                 continue
@@ -469,7 +471,7 @@ class LLMEngine:
         each sequence's last block can be partly filled; forks share tails, so a
         block counts once at its fullest."""
         bs = self.block_manager.block_size
-        scheduled = {seq.seq_id: n for seq, n in zip(batch.seqs, batch.num_new_tokens)}
+        scheduled = {seq.seq_id: n for seq, n in zip(batch.seqs, batch.num_new_tokens, strict=True)}
         tails: dict[int, int] = {}
         for request in self.scheduler.running:
             for seq in request.seqs:
@@ -503,5 +505,8 @@ class LLMEngine:
             total_prompt_tokens=self.total_prompt_tokens,
             num_preemptions=self.scheduler.num_preemptions,
             num_steps=self.num_steps,
-            extra={"peak_kv_blocks_used": self.peak_kv_blocks_used, "kv_waste_at_peak": self.kv_waste_at_peak},
+            extra={
+                "peak_kv_blocks_used": self.peak_kv_blocks_used,
+                "kv_waste_at_peak": self.kv_waste_at_peak,
+            },
         )

@@ -45,7 +45,7 @@ class LLM:
         for ids in encoded:
             engine.check_prompt(ids)
         requests = []
-        pending = list(zip(prompts, encoded, params))
+        pending = list(zip(prompts, encoded, params, strict=True))
         pending.reverse()
         while pending or engine.has_unfinished():
             # Respect the waiting-queue limit by feeding prompts as room appears.

@@ -37,12 +37,14 @@ class Sampler:
         return torch.Generator(device=self.device).manual_seed(seed)
 
     @torch.inference_mode()
-    def __call__(self, logits: torch.Tensor, seqs: list[Sequence], params: list[SamplingParams]) -> SampleResult:
+    def __call__(
+        self, logits: torch.Tensor, seqs: list[Sequence], params: list[SamplingParams]
+    ) -> SampleResult:
         logits = logits.float()
         raw = logits
         if any(p.has_penalties for p in params):
             logits = logits.clone()
-            for i, (seq, p) in enumerate(zip(seqs, params)):
+            for i, (seq, p) in enumerate(zip(seqs, params, strict=True)):
                 if p.has_penalties:
                     apply_penalties(logits[i], seq, p)
 
@@ -64,7 +66,9 @@ class Sampler:
             result.logprobs, result.top_logprobs = _logprobs(raw, tokens, params)
         return result
 
-    def _sample(self, logits: torch.Tensor, seqs: list[Sequence], params: list[SamplingParams]) -> torch.Tensor:
+    def _sample(
+        self, logits: torch.Tensor, seqs: list[Sequence], params: list[SamplingParams]
+    ) -> torch.Tensor:
         device = logits.device
         temps = torch.tensor([p.temperature for p in params], device=device)
         logits = logits / temps[:, None]
@@ -152,6 +156,8 @@ def _logprobs(
             continue
         entry = {int(tokens[i]): chosen[i]}
         if p.logprobs and top_ids is not None:
-            entry.update(zip(top_ids[i, : p.logprobs].tolist(), top_vals[i, : p.logprobs].tolist(), strict=True))
+            entry.update(
+                zip(top_ids[i, : p.logprobs].tolist(), top_vals[i, : p.logprobs].tolist(), strict=True)
+            )
         tops.append(entry)
     return chosen, tops

@@ -39,7 +39,10 @@ class ScheduledBatch:
 
     def samples(self) -> list[bool]:
         """Which sequences reach their end this step, so their last position is sampled."""
-        return [s.num_computed_tokens + n == s.num_tokens for s, n in zip(self.seqs, self.num_new_tokens)]
+        return [
+            s.num_computed_tokens + n == s.num_tokens
+            for s, n in zip(self.seqs, self.num_new_tokens, strict=True)
+        ]
 
 
 class Scheduler:
@@ -149,7 +152,7 @@ class Scheduler:
 
     def finish_step(self, batch: ScheduledBatch) -> None:
         """The model ran: the scheduled tokens are now cached; publish full blocks."""
-        for seq, n in zip(batch.seqs, batch.num_new_tokens):
+        for seq, n in zip(batch.seqs, batch.num_new_tokens, strict=True):
             seq.num_computed_tokens += n
             self.block_manager.register_full_blocks(seq)
 

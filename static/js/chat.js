@@ -57,6 +57,7 @@
     dirty: new Set(),
     frame: 0,
     editing: null,
+    sending: false, // a request is on its way and its thread has not come back yet
   };
 
   // --- Helpers ----------------------------------------------------------------------
@@ -328,10 +329,18 @@
     }
   }
 
+  /** A request that starts an answer: Stop shows at once, until the new thread arrives. */
+  function request(message) {
+    sendSocket(message);
+    state.sending = true;
+    updateComposer();
+  }
+
   function handleEvent(data) {
     switch (data.type) {
       case "thread":
         if (data.conversation.id !== state.conversationId) return;
+        state.sending = false;
         state.conversation = data.conversation;
         state.messages = data.messages;
         renderHeader();
@@ -379,6 +388,8 @@
         refreshConversations();
         break;
       case "error":
+        state.sending = false;
+        updateComposer();
         toast(data.detail);
         break;
       default:
@@ -479,12 +490,27 @@
     content.className = m.role === "user" ? "msg-content msg-text" : "msg-content markdown";
     if (m.role === "user") {
       content.textContent = m.content;
+      if (m.content.length > 700 || m.content.split("\n").length > 12) {
+        content.classList.add("clamped");
+        const more = document.createElement("button");
+        more.type = "button";
+        more.className = "show-more";
+        more.textContent = "Show more";
+        more.setAttribute("aria-expanded", "false");
+        more.addEventListener("click", () => {
+          const open = content.classList.toggle("clamped") === false;
+          more.textContent = open ? "Show less" : "Show more";
+          more.setAttribute("aria-expanded", String(open));
+        });
+        body.appendChild(content);
+        body.appendChild(more);
+      }
     } else if (m.status === "streaming" && !m.content) {
       content.innerHTML = '<span class="thinking" aria-label="Writing"><i></i><i></i><i></i></span>';
     } else {
       renderMarkdown(content, m.content, m.status === "streaming");
     }
-    body.appendChild(content);
+    if (!content.parentNode) body.appendChild(content);
 
     if (m.status === "error") {
       const error = document.createElement("div");
@@ -511,7 +537,7 @@
       const last = state.messages[state.messages.length - 1];
       if (last && last.id === m.id) {
         const answer = button("Answer", ICONS.regenerate, "action", () =>
-          sendSocket({ type: "regenerate", conversation_id: state.conversationId, message_id: m.id })
+          request({ type: "regenerate", conversation_id: state.conversationId, message_id: m.id })
         );
         answer.disabled = busy;
         actions.appendChild(answer);
@@ -519,7 +545,7 @@
     } else if (m.status !== "streaming") {
       actions.appendChild(button("Copy", ICONS.copy, "action", (e) => copyText(m.content, e.currentTarget)));
       const regen = button("Regenerate", ICONS.regenerate, "action", () =>
-        sendSocket({ type: "regenerate", conversation_id: state.conversationId, message_id: m.id })
+        request({ type: "regenerate", conversation_id: state.conversationId, message_id: m.id })
       );
       regen.disabled = busy;
       actions.appendChild(regen);
@@ -615,6 +641,8 @@
       const text = area.value.trim();
       if (!text) return;
       sendSocket({ type: "edit", conversation_id: state.conversationId, message_id: m.id, content: text });
+      state.sending = true;
+      updateComposer();
       state.editing = null;
       body.innerHTML = original;
       article.classList.remove("editing");
@@ -633,7 +661,7 @@
 
   // --- Composer -------------------------------------------------------------------
   function updateComposer() {
-    const streaming = isStreaming();
+    const streaming = isStreaming() || state.sending;
     els.send.hidden = streaming;
     els.stop.hidden = !streaming;
     els.send.disabled = !els.prompt.value.trim();
@@ -653,7 +681,7 @@
 
   async function submitPrompt() {
     const text = els.prompt.value.trim();
-    if (!text || isStreaming()) return;
+    if (!text || isStreaming() || state.sending) return;
     let id;
     try {
       id = await ensureConversation();
@@ -663,6 +691,7 @@
     }
     const leaf = state.messages[state.messages.length - 1];
     sendSocket({ type: "send", conversation_id: id, content: text, parent_id: leaf ? leaf.id : null });
+    state.sending = true;
     els.prompt.value = "";
     autoGrow(els.prompt);
     updateComposer();
@@ -678,6 +707,7 @@
     state.conversationId = id;
     state.conversation = conversation || null;
     state.messages = [];
+    state.sending = false;
     renderHeader();
     renderThread();
     if (!id) els.settingsPanel.hidden = true;

@@ -282,3 +282,92 @@ async def test_another_users_conversation_url_refuses_the_socket(alice, conversa
     thread = await communicator.receive_json_from(timeout=10)
     assert thread["type"] == "thread" and thread["conversation"]["id"] == conversation.pk
     await communicator.disconnect()
+
+
+async def test_a_second_question_while_an_answer_streams_is_refused(alice, conversation_for):
+    conversation = await conversation_for(alice, **LONG)
+    socket, _ = await opened(alice, conversation)
+    await socket.send(type="send", conversation_id=conversation.pk, content="Keep going")
+    thread, _ = await socket.until("thread")
+    answer_id = thread["messages"][-1]["id"]
+    await socket.until("delta")
+    await socket.send(type="send", conversation_id=conversation.pk, content="And another thing")
+    error, _ = await socket.until("error")
+    assert "still being written" in error["detail"]
+    await socket.send(type="stop", message_id=answer_id)
+    await socket.finished(answer_id)
+    assert await Message.objects.filter(conversation=conversation).acount() == 2
+    await socket.close()
+
+
+async def test_stop_cannot_touch_another_users_answer(alice, conversation_for, make_user):
+    conversation = await conversation_for(alice, **LONG)
+    bob = await sync_to_async(make_user)("bob")
+    bobs = await conversation_for(bob)
+    socket, _ = await opened(alice, conversation)
+    await socket.send(type="send", conversation_id=conversation.pk, content="Keep going")
+    thread, _ = await socket.until("thread")
+    answer_id = thread["messages"][-1]["id"]
+    await socket.until("delta")
+    intruder, _ = await opened(bob, bobs)
+    await intruder.send(type="stop", conversation_id=bobs.pk, message_id=answer_id)
+    await intruder.send(type="ping")
+    await intruder.until("pong")
+    for _ in range(5):  # still streaming
+        event = await socket.receive()
+        assert event["type"] == "delta"
+    await socket.send(type="stop", message_id=answer_id)
+    answer, _ = await socket.finished(answer_id)
+    assert answer["status"] == "interrupted"
+    await socket.close()
+    await intruder.close()
+
+
+async def test_deleting_the_conversation_over_http_stops_its_answer_and_tells_the_tab(
+    alice, conversation_for
+):
+    from django.test import Client
+
+    conversation = await conversation_for(alice, **LONG)
+    socket, _ = await opened(alice, conversation)
+    await socket.send(type="send", conversation_id=conversation.pk, content="Keep going")
+    await socket.until("delta")
+
+    def delete():
+        client = Client()
+        client.force_login(alice)
+        return client.post(f"/chat/conversations/{conversation.pk}/delete/").status_code
+
+    assert await sync_to_async(delete)() == 200
+    event, _ = await socket.until("deleted")
+    assert event["conversation_id"] == conversation.pk
+    engine = await aget_engine()
+    for _ in range(100):
+        if engine.stats().running == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert engine.stats().running == 0
+    assert not await Message.objects.filter(conversation_id=conversation.pk).aexists()
+    await socket.close()
+
+
+async def test_a_tab_served_by_another_process_refreshes_from_the_database_on_coarse_events(
+    alice, conversation_for
+):
+    from channels.layers import get_channel_layer
+
+    from conversations import tree as tree_ops
+    from conversations.generation import conversation_group
+
+    conversation = await conversation_for(alice)
+    _, answer = await sync_to_async(tree_ops.send_message)(conversation, "Hello")
+    socket, thread = await opened(alice, conversation)
+    assert thread["messages"][-1]["content"] == ""
+    await Message.objects.filter(pk=answer.pk).aupdate(content="saved by another process")
+    await get_channel_layer().group_send(
+        conversation_group(conversation.pk),
+        {"type": "chat.event", "event": "progress", "process": "another-process", "message_id": answer.pk},
+    )
+    thread, _ = await socket.until("thread")
+    assert thread["messages"][-1]["content"] == "saved by another process"
+    await socket.close()

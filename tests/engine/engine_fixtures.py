@@ -18,7 +18,11 @@ from inference.outputs import StreamDelta
 from inference.sampling_params import SamplingParams
 from inference.testing import make_tiny_model_dir
 
-TINY_ENGINE_DEFAULTS: dict[str, Any] = {"num_kv_blocks": 256, "max_num_batched_tokens": 512, "max_num_seqs": 32}
+TINY_ENGINE_DEFAULTS: dict[str, Any] = {
+    "num_kv_blocks": 256,
+    "max_num_batched_tokens": 512,
+    "max_num_seqs": 32,
+}
 
 
 @dataclass
@@ -38,8 +42,10 @@ class TinyModel:
     def hf_greedy(self, ids: list[int], max_new_tokens: int) -> list[int]:
         with torch.no_grad():
             out = self.hf.generate(
-                torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                max_new_tokens=max_new_tokens, do_sample=False,
+                torch.tensor([ids]),
+                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
             )
         return out[0, len(ids) :].tolist()
 
@@ -55,7 +61,9 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> TinyModel:
     return TinyModel(str(path), load_model(path, device="cpu"), hf)
 
 
-def random_prompts(tokenizer: Any, count: int, seed: int, min_len: int = 5, max_len: int = 60) -> list[list[int]]:
+def random_prompts(
+    tokenizer: Any, count: int, seed: int, min_len: int = 5, max_len: int = 60
+) -> list[list[int]]:
     """Token-id prompts of varied lengths (text would tokenise to few distinct lengths)."""
     rng = random.Random(seed)
     return [[rng.randrange(100, 40000) for _ in range(rng.randint(min_len, max_len))] for _ in range(count)]

@@ -13,7 +13,7 @@ from inference.async_engine import AsyncEngine
 from inference.config import EngineConfig
 from inference.errors import EngineOverloadedError, PromptTooLongError
 from inference.sampling_params import SamplingParams
-from tests.engine.engine_fixtures import TINY_ENGINE_DEFAULTS, TinyModel, greedy, random_prompts, tiny  # noqa: F401
+from tests.engine.engine_fixtures import TINY_ENGINE_DEFAULTS, TinyModel, greedy, random_prompts
 
 
 @pytest.fixture
@@ -31,7 +31,9 @@ async def wait_until(predicate, timeout: float = 10.0) -> None:
         await asyncio.sleep(0.01)
 
 
-async def test_stream_yields_deltas_that_add_up_to_the_offline_output(engine: AsyncEngine, tiny: TinyModel) -> None:
+async def test_stream_yields_deltas_that_add_up_to_the_offline_output(
+    engine: AsyncEngine, tiny: TinyModel
+) -> None:
     prompt = random_prompts(tiny.tokenizer, 1, seed=20)[0]
     offline = tiny.engine()
     request = offline.add_request(prompt, greedy(12))
@@ -109,7 +111,9 @@ async def test_cancelling_the_consumer_task_aborts_the_request(engine: AsyncEngi
 
 
 async def test_errors_are_raised_before_the_first_delta(tiny: TinyModel) -> None:
-    config = EngineConfig(model=tiny.path, device="cpu", **{**TINY_ENGINE_DEFAULTS, "max_model_len": 32, "max_waiting": 0})
+    config = EngineConfig(
+        model=tiny.path, device="cpu", **{**TINY_ENGINE_DEFAULTS, "max_model_len": 32, "max_waiting": 0}
+    )
     eng = AsyncEngine(config, loaded=tiny.loaded)
     try:
         with pytest.raises(PromptTooLongError):

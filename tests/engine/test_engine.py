@@ -9,13 +9,17 @@ import pytest
 
 from inference.errors import EngineOverloadedError, PromptTooLongError
 from inference.sampling_params import SamplingParams
-from tests.engine.engine_fixtures import TinyModel, greedy, random_prompts, run_to_completion, tiny  # noqa: F401
+from tests.engine.engine_fixtures import TinyModel, greedy, random_prompts, run_to_completion
 
 CHAT = [
     [{"role": "user", "content": "What is the capital of France?"}],
     [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Name three colours."}],
     [{"role": "user", "content": "Write a haiku about the sea."}],
-    [{"role": "user", "content": "2+2=?"}, {"role": "assistant", "content": "4"}, {"role": "user", "content": "×3?"}],
+    [
+        {"role": "user", "content": "2+2=?"},
+        {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "×3?"},
+    ],
 ]
 RAW = ["Once upon a time", "def fibonacci(n):", "The quick brown fox", "Paris is the capital of"]
 
@@ -24,7 +28,7 @@ def test_greedy_matches_hf_generate_for_chat_and_raw_prompts(tiny: TinyModel) ->
     tok = tiny.tokenizer
     prompts = [tok.encode_chat(c) for c in CHAT] + [tok.encode(t) for t in RAW]
     outs = run_to_completion(tiny.engine(), prompts, greedy(12))
-    for prompt, out in zip(prompts, outs):
+    for prompt, out in zip(prompts, outs, strict=True):
         assert out.token_ids == tiny.hf_greedy(prompt, 12)
         assert out.finish_reason == "length"
 
@@ -51,9 +55,11 @@ def test_greedy_output_is_the_same_alone_and_among_16_others_arriving_at_random_
     rng = random.Random(2)
     arrivals = [0] + [rng.randrange(0, 30) for _ in range(16)]
     engine = tiny.engine(max_num_batched_tokens=chunk, enable_prefix_caching=caching)
-    together = run_to_completion(engine, prompts, [greedy(20)] + [greedy(rng.randint(3, 25)) for _ in range(16)], arrivals)
+    together = run_to_completion(
+        engine, prompts, [greedy(20)] + [greedy(rng.randint(3, 25)) for _ in range(16)], arrivals
+    )
     assert together[0].token_ids == alone
-    for prompt, out in zip(prompts[1:], together[1:]):
+    for prompt, out in zip(prompts[1:], together[1:], strict=True):
         alone_i = run_to_completion(tiny.engine(), [prompt], greedy(len(out.token_ids)))[0]
         assert out.token_ids == alone_i.token_ids
     assert engine.block_manager.stats().used == 0
@@ -103,7 +109,7 @@ def test_an_edited_branch_shares_exactly_the_blocks_of_the_common_prefix(tiny: T
     ]
     original = tok.encode_chat(base + [{"role": "user", "content": "What about food for the trail?"}])
     edited = tok.encode_chat(base + [{"role": "user", "content": "Which huts take reservations?"}])
-    common = next(i for i, (a, b) in enumerate(zip(original, edited)) if a != b)
+    common = next(i for i, (a, b) in enumerate(zip(original, edited, strict=True)) if a != b)
     first = engine.add_request(original, greedy(4))
     engine.step()  # prefill: the whole original prompt is now in blocks
     original_table = list(first.seqs[0].block_table)
@@ -225,13 +231,17 @@ def test_beam_search_width_one_equals_greedy(tiny: TinyModel) -> None:
 def test_beam_search_returns_n_distinct_beams_best_first_and_frees_everything(tiny: TinyModel) -> None:
     engine = tiny.engine()
     prompt = random_prompts(tiny.tokenizer, 1, seed=14, min_len=20, max_len=20)[0]
-    params = SamplingParams(use_beam_search=True, beam_width=4, n=3, max_tokens=8, ignore_eos=True, length_penalty=0.0)
+    params = SamplingParams(
+        use_beam_search=True, beam_width=4, n=3, max_tokens=8, ignore_eos=True, length_penalty=0.0
+    )
     out = run_to_completion(engine, [prompt], params)[0]
     scores = [c.cumulative_logprob for c in out.outputs]
     assert len(out.outputs) == 3 and scores == sorted(scores, reverse=True)
     assert len({tuple(c.token_ids) for c in out.outputs}) == 3
     assert all(len(c.token_ids) == 8 and c.finish_reason == "length" for c in out.outputs)
-    greedy_logprob = _sequence_logprob(tiny, prompt, run_to_completion(tiny.engine(), [prompt], greedy(8))[0].token_ids)
+    greedy_logprob = _sequence_logprob(
+        tiny, prompt, run_to_completion(tiny.engine(), [prompt], greedy(8))[0].token_ids
+    )
     assert scores[0] >= greedy_logprob - 1e-4
     assert engine.block_manager.stats().used == 0
 
@@ -258,7 +268,9 @@ def test_stop_strings_are_cut_from_the_text_and_held_back_while_streaming(tiny: 
     expected = full[: full.index(stop)]
     assert out.text == expected and out.finish_reason == "stop" and out.outputs[0].stop_reason == stop
     assert "".join(streamed) == expected
-    with_stop = run_to_completion(tiny.engine(), [prompt], greedy(24, stop=[stop], include_stop_str_in_output=True))
+    with_stop = run_to_completion(
+        tiny.engine(), [prompt], greedy(24, stop=[stop], include_stop_str_in_output=True)
+    )
     assert with_stop[0].text == expected + stop
 
 
@@ -267,14 +279,18 @@ def test_eos_stops_generation_unless_ignore_eos(tiny: TinyModel) -> None:
     first = run_to_completion(tiny.engine(), [prompt], greedy(6))[0].token_ids
     params = SamplingParams(temperature=0, max_tokens=6, stop_token_ids=[first[2]])
     out = run_to_completion(tiny.engine(), [prompt], params)[0]
-    assert out.token_ids == first[:3] and out.finish_reason == "stop" and out.outputs[0].stop_reason == first[2]
+    assert (
+        out.token_ids == first[:3] and out.finish_reason == "stop" and out.outputs[0].stop_reason == first[2]
+    )
 
 
 def test_logprobs_are_returned_per_token(tiny: TinyModel) -> None:
     prompt = random_prompts(tiny.tokenizer, 1, seed=17)[0]
     out = run_to_completion(tiny.engine(), [prompt], greedy(5, logprobs=3))[0].outputs[0]
     assert len(out.logprobs) == 5
-    for token, entry in zip(out.token_ids, out.logprobs):
+    for token, entry in zip(out.token_ids, out.logprobs, strict=True):
         assert token in entry and len(entry) == 3  # greedy: the sampled token is the top one
         assert entry[token] == max(entry.values())
-    assert out.cumulative_logprob == pytest.approx(sum(e[t] for t, e in zip(out.token_ids, out.logprobs)))
+    assert out.cumulative_logprob == pytest.approx(
+        sum(e[t] for t, e in zip(out.token_ids, out.logprobs, strict=True))
+    )

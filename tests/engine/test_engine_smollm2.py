@@ -45,16 +45,22 @@ def hf_greedy(pair: LoadedPair, ids: list[int], max_new_tokens: int) -> list[int
     return out[0, len(ids) :].tolist()
 
 
-def test_smollm2_batched_greedy_matches_hf_generate_for_chat_and_raw_prompts(smollm2_pair: LoadedPair) -> None:
+def test_smollm2_batched_greedy_matches_hf_generate_for_chat_and_raw_prompts(
+    smollm2_pair: LoadedPair,
+) -> None:
     tok = smollm2_pair.tokenizer
-    prompts = [tok.encode_chat([{"role": "user", "content": c}]) for c in CHATS] + [tok.encode(r) for r in RAW]
+    prompts = [tok.encode_chat([{"role": "user", "content": c}]) for c in CHATS] + [
+        tok.encode(r) for r in RAW
+    ]
     # All eight run together, prefill chunked, so batching and chunking are exercised too.
     outs = run_to_completion(engine_on(smollm2_pair, max_num_batched_tokens=64), prompts, greedy(20))
-    for prompt, out in zip(prompts, outs):
+    for prompt, out in zip(prompts, outs, strict=True):
         assert out.token_ids == hf_greedy(smollm2_pair, prompt, 20), tok.decode(prompt)
 
 
-def test_smollm2_chat_answer_ends_on_end_of_turn_and_turn_two_hits_the_cache(smollm2_pair: LoadedPair) -> None:
+def test_smollm2_chat_answer_ends_on_end_of_turn_and_turn_two_hits_the_cache(
+    smollm2_pair: LoadedPair,
+) -> None:
     tok = smollm2_pair.tokenizer
     engine = engine_on(smollm2_pair)
     history = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]

@@ -96,7 +96,10 @@ def test_a_seeded_row_draws_the_same_whatever_its_neighbours() -> None:
         g = sampler.make_generator(7)
         tokens = []
         for _ in range(5):
-            rows = logits.repeat(batch_size, 1) + torch.randn(batch_size, 1000) * (torch.arange(batch_size) != position)[:, None]
+            rows = (
+                logits.repeat(batch_size, 1)
+                + torch.randn(batch_size, 1000) * (torch.arange(batch_size) != position)[:, None]
+            )
             seqs = [seq([0], generator=g if i == position else None) for i in range(batch_size)]
             tokens.append(sampler(rows, seqs, [params] * batch_size).token_ids[position])
         return tokens
