@@ -225,14 +225,6 @@ class Generation:
     saver: asyncio.Task | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def snapshot(self) -> dict:
-        return {
-            "type": "snapshot",
-            "conversation_id": self.conversation_id,
-            "message_id": self.message_id,
-            "content": self.text,
-        }
-
 
 class GenerationManager:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:

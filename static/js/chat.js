@@ -543,7 +543,9 @@
         actions.appendChild(answer);
       }
     } else if (m.status !== "streaming") {
-      actions.appendChild(button("Copy", ICONS.copy, "action", (e) => copyText(m.content, e.currentTarget)));
+      if (m.content) {
+        actions.appendChild(button("Copy", ICONS.copy, "action", (e) => copyText(m.content, e.currentTarget)));
+      }
       const regen = button("Regenerate", ICONS.regenerate, "action", () =>
         request({ type: "regenerate", conversation_id: state.conversationId, message_id: m.id })
       );

@@ -56,3 +56,14 @@ def test_engine_status_page_is_read_only_and_does_not_load_the_model(admin_clien
 def test_engine_status_page_needs_staff(client, make_user):
     client.force_login(make_user("alice"))
     assert client.get("/admin/conversations/enginestatus/").status_code == 302
+
+
+@pytest.mark.usefixtures("tiny_engine")
+def test_engine_status_page_shows_the_loaded_engines_numbers(admin_client):
+    from conversations.engine import get_engine
+
+    engine = get_engine()
+    stats = engine.stats()
+    body = admin_client.get("/admin/conversations/enginestatus/").content.decode()
+    assert engine.model_name in body and "ready" in body
+    assert f"<td>{stats.kv_blocks_total}</td>" in body

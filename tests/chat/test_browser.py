@@ -33,11 +33,26 @@ def collected_static():
     call_command("collectstatic", interactive=False, verbosity=0)
 
 
+def serves_static(site) -> bool:
+    return httpx.get(f"{site.url}/static/js/chat.js", timeout=10).status_code == 200
+
+
 @pytest.fixture(scope="module")
-def site(collected_static, live_site):
-    response = httpx.get(f"{live_site.url}/static/js/chat.js", timeout=10)
-    assert response.status_code == 200, "the live server does not serve static/js/chat.js (collectstatic?)"
-    return live_site
+def site(collected_static, request, tiny_model_dir, tmp_path_factory):
+    """The shared live site, or, if it was started before the static files were collected
+    (WhiteNoise would not serve them), a private one started after."""
+    shared = request.getfixturevalue("live_site")
+    if serves_static(shared):
+        yield shared
+        return
+    from tests.live_site import start_live_site, stop_live_site
+
+    own = start_live_site(tiny_model_dir, tmp_path_factory.mktemp("chat-live-site"))
+    try:
+        assert serves_static(own), "the live server does not serve static/js/chat.js"
+        yield own
+    finally:
+        stop_live_site(own)
 
 
 @pytest.fixture
