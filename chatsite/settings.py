@@ -153,6 +153,8 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
+# Serve straight from static/ too, so a server started before collectstatic still has its assets.
+WHITENOISE_USE_FINDERS = True
 
 LOGGING = {
     "version": 1,

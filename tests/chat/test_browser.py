@@ -24,35 +24,10 @@ CHROMIUM_ARGS = [
 PASSWORD = "correct-horse-battery-9"
 
 
-@pytest.fixture(scope="session")
-def collected_static():
-    """The live server (DEBUG off) serves static files from STATIC_ROOT through WhiteNoise,
-    which indexes them when it starts: collect them before the server is started."""
-    from django.core.management import call_command
-
-    call_command("collectstatic", interactive=False, verbosity=0)
-
-
-def serves_static(site) -> bool:
-    return httpx.get(f"{site.url}/static/js/chat.js", timeout=10).status_code == 200
-
-
 @pytest.fixture(scope="module")
-def site(collected_static, request, tiny_model_dir, tmp_path_factory):
-    """The shared live site, or, if it was started before the static files were collected
-    (WhiteNoise would not serve them), a private one started after."""
-    shared = request.getfixturevalue("live_site")
-    if serves_static(shared):
-        yield shared
-        return
-    from tests.live_site import start_live_site, stop_live_site
-
-    own = start_live_site(tiny_model_dir, tmp_path_factory.mktemp("chat-live-site"))
-    try:
-        assert serves_static(own), "the live server does not serve static/js/chat.js"
-        yield own
-    finally:
-        stop_live_site(own)
+def site(live_site):
+    assert httpx.get(f"{live_site.url}/static/js/chat.js", timeout=10).status_code == 200
+    return live_site
 
 
 @pytest.fixture
