@@ -11,6 +11,10 @@ CUDA: ``kernels.triton_ops`` (imported lazily so CPU installs never need triton)
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
 
@@ -28,6 +32,27 @@ _DECODE_GATHER_BUDGET = 16 * 1024 * 1024
 # Sequences per decode chunk: sorted by length, small chunks pad little; measured
 # fastest around 16 for SmolLM2's shape on CPU.
 _DECODE_CHUNK = 16
+
+
+# CPU decode attention override for the current thread (the model runner sets the
+# Inductor-fused kernel of ``inference.attention_compiled`` around its forward pass);
+# unset = the eager ``decode_attention_torch``.
+_override = threading.local()
+
+
+@contextmanager
+def cpu_decode_attention(fn: Callable[..., torch.Tensor] | None) -> Iterator[None]:
+    previous = getattr(_override, "fn", None)
+    _override.fn = fn
+    try:
+        yield
+    finally:
+        _override.fn = previous
+
+
+def _decode_cpu(query: torch.Tensor, *args: object) -> torch.Tensor:
+    fused = getattr(_override, "fn", None) if query.device.type == "cpu" else None
+    return (fused or decode_attention_torch)(query, *args)
 
 
 @cache
@@ -63,10 +88,72 @@ def paged_attention(
         )
     store_kv_ref(key, value, k_cache, v_cache, ctx.slot_mapping)
     if ctx.is_decode_only:
-        return decode_attention_torch(query, k_cache, v_cache, ctx.block_tables, ctx.context_lens, scale)
+        return _decode_cpu(query, k_cache, v_cache, ctx.block_tables, ctx.context_lens, scale)
     return prefill_attention_torch(
         query, key, value, k_cache, v_cache, ctx.block_tables, ctx.query_start_loc, ctx.context_lens, scale
     )
+
+
+@dataclass
+class _DecodeChunk:
+    """Sequences of similar length attended together (the same for every layer of a step)."""
+
+    rows: torch.Tensor  # [b] their rows in the batch
+    blocks: torch.Tensor  # [b * num_blocks] block ids, row by row
+    num_blocks: int
+    max_len: int
+    tail: torch.Tensor  # flat gathered positions past each row's length, to zero
+    mask: torch.Tensor  # [b, 1, 1, max_len] True = attend
+
+
+# (block_tables, context_lens, plan) of the latest decode step: every layer of a step
+# gets the same two tensors, so the plan is built once per step, not once per layer.
+# Holding the tensors keeps their identities from being reused by a later step.
+_last_plan: tuple[torch.Tensor, torch.Tensor, list[_DecodeChunk]] | None = None
+
+
+def _decode_plan(
+    block_tables: torch.Tensor, context_lens: torch.Tensor, block_size: int, per_token: int
+) -> list[_DecodeChunk]:
+    global _last_plan
+    cached = _last_plan
+    if cached is not None and cached[0] is block_tables and cached[1] is context_lens:
+        return cached[2]
+    device = context_lens.device
+    lens = context_lens.tolist()
+    order = sorted(range(len(lens)), key=lens.__getitem__)
+    chunks = []
+    start = 0
+    while start < len(order):
+        # Grow the chunk (lengths ascend) up to _DECODE_CHUNK sequences and the gather budget.
+        end = start + 1
+        while (
+            end < len(order)
+            and end - start < _DECODE_CHUNK
+            and (end + 1 - start) * lens[order[end]] * per_token <= _DECODE_GATHER_BUDGET
+        ):
+            end += 1
+        rows = order[start:end]
+        max_len = lens[rows[-1]]
+        num_blocks = -(-max_len // block_size)
+        padded = num_blocks * block_size
+        idx = torch.tensor(rows, device=device)
+        tail = [j * padded + p for j, i in enumerate(rows) for p in range(lens[i], max_len)]
+        chunk_lens = torch.tensor([lens[i] for i in rows], device=device)
+        valid = torch.arange(max_len, device=device)[None, :] < chunk_lens[:, None]
+        chunks.append(
+            _DecodeChunk(
+                rows=idx,
+                blocks=block_tables[idx, :num_blocks].reshape(-1).long(),
+                num_blocks=num_blocks,
+                max_len=max_len,
+                tail=torch.tensor(tail, dtype=torch.long, device=device),
+                mask=valid[:, None, None, :],
+            )
+        )
+        start = end
+    _last_plan = (block_tables, context_lens, chunks)
+    return chunks
 
 
 def decode_attention_torch(
@@ -84,6 +171,9 @@ def decode_attention_torch(
     - Gather: ``index_select`` over blocks viewed as rows ``[num_blocks, bs*Hkv*D]``
       copies each block's contiguous slab at once; advanced indexing with a 2-D
       block table is an element-wise gather and ~10x slower on CPU.
+    - The padding past each sequence's length is zeroed in the private copy: stale or
+      uninitialised cache slots may hold inf/NaN, and masked-out NaN still poisons
+      SDPA's matmuls.
     - GQA without copies: the query heads of one KV head become SDPA's "query length"
       axis (``[B, Hkv, group, D]``), which is valid because every one of them attends
       to the same keys with the same mask.
@@ -92,49 +182,59 @@ def decode_attention_torch(
     num_cache_blocks, block_size, kv_heads = k_cache.shape[0], k_cache.shape[1], k_cache.shape[2]
     group = q_heads // kv_heads
     out = torch.empty_like(query)
-    lens = context_lens.tolist()
-    order = sorted(range(num_seqs), key=lens.__getitem__)
     k_rows = k_cache.reshape(num_cache_blocks, -1)  # a view: a block's slab is contiguous
     v_rows = v_cache.reshape(num_cache_blocks, -1)
-    per_token = 2 * kv_heads * head_dim
-    start = 0
-    while start < num_seqs:
-        # Grow the chunk (lengths ascend) up to _DECODE_CHUNK sequences and the gather budget.
-        end = start + 1
-        while (
-            end < num_seqs
-            and end - start < _DECODE_CHUNK
-            and (end + 1 - start) * lens[order[end]] * per_token <= _DECODE_GATHER_BUDGET
-        ):
-            end += 1
-        rows = order[start:end]
-        idx = torch.tensor(rows, device=query.device)
-        b = len(rows)
-        max_len = lens[rows[-1]]
-        num_blocks = -(-max_len // block_size)
-        blocks = block_tables[idx, :num_blocks].reshape(-1).long()
-        shape = (b, num_blocks * block_size, kv_heads, head_dim)
-        k = k_rows.index_select(0, blocks).view(shape)[:, :max_len]
-        v = v_rows.index_select(0, blocks).view(shape)[:, :max_len]
-        chunk_lens = context_lens[idx].long()
-        valid = torch.arange(max_len, device=query.device)[None, :] < chunk_lens[:, None]
-        # Zero the padding (these are private copies): stale or uninitialised cache
-        # slots may hold inf/NaN, and masked-out NaN still poisons SDPA's matmuls.
-        if query.is_cuda:
-            k.masked_fill_(~valid[:, :, None, None], 0)
-            v.masked_fill_(~valid[:, :, None, None], 0)
-        else:  # only the short tails: cheaper than a pass over the whole chunk
-            for j, i in enumerate(rows):
-                k[j, lens[i] :] = 0
-                v[j, lens[i] :] = 0
-        q = query[idx].reshape(b, kv_heads, group, head_dim).float()
-        mask = valid[:, None, None, :]
-        o = F.scaled_dot_product_attention(
-            q, k.transpose(1, 2).float(), v.transpose(1, 2).float(), attn_mask=mask, scale=scale
-        )
-        out[idx] = o.reshape(b, q_heads, head_dim).to(query.dtype)
-        start = end
+    for chunk in _decode_plan(block_tables, context_lens, block_size, 2 * kv_heads * head_dim):
+        b = len(chunk.rows)
+        shape = (b * chunk.num_blocks * block_size, kv_heads, head_dim)
+        k = k_rows.index_select(0, chunk.blocks).view(shape).index_fill_(0, chunk.tail, 0)
+        v = v_rows.index_select(0, chunk.blocks).view(shape).index_fill_(0, chunk.tail, 0)
+        k = k.view(b, -1, kv_heads, head_dim)[:, : chunk.max_len].transpose(1, 2).float()
+        v = v.view(b, -1, kv_heads, head_dim)[:, : chunk.max_len].transpose(1, 2).float()
+        q = query[chunk.rows].reshape(b, kv_heads, group, head_dim).float()
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=chunk.mask, scale=scale)
+        out[chunk.rows] = o.reshape(b, q_heads, head_dim).to(query.dtype)
     return out
+
+
+@dataclass
+class _MixedSplit:
+    """A mixed step's sequences: decodes (batched together) and prefill chunks (one by one)."""
+
+    decode_tokens: torch.Tensor | None  # [n] rows of the packed batch that are decodes
+    decode_tables: torch.Tensor | None
+    decode_lens: torch.Tensor | None
+    prefills: list[tuple[int, int, int, int]]  # (sequence, start, end, kv_len)
+
+
+_last_split: tuple[torch.Tensor, torch.Tensor, _MixedSplit] | None = None
+
+
+def _mixed_split(
+    block_tables: torch.Tensor, query_start_loc: torch.Tensor, context_lens: torch.Tensor
+) -> _MixedSplit:
+    """Built once per step (same tensors for every layer), like ``_decode_plan``."""
+    global _last_split
+    cached = _last_split
+    if cached is not None and cached[0] is query_start_loc and cached[1] is context_lens:
+        return cached[2]
+    starts = query_start_loc.tolist()
+    lens = context_lens.tolist()
+    decodes, prefills = [], []
+    for i, kv_len in enumerate(lens):
+        start, end = starts[i], starts[i + 1]
+        if end - start == 1 and kv_len > 1:
+            decodes.append(i)
+        elif end > start:
+            prefills.append((i, start, end, kv_len))
+    split = _MixedSplit(None, None, None, prefills)
+    if decodes:
+        rows = torch.tensor(decodes, device=query_start_loc.device)
+        split.decode_tokens = query_start_loc[rows].long()
+        split.decode_tables = block_tables[rows]
+        split.decode_lens = context_lens[rows]
+    _last_split = (query_start_loc, context_lens, split)
+    return split
 
 
 def prefill_attention_torch(
@@ -148,34 +248,36 @@ def prefill_attention_torch(
     context_lens: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
-    """Mixed step: loop over sequences (few of them, with many tokens each).
+    """Mixed step: the decoding sequences go through the batched decode path together;
+    each prefill chunk (many tokens, few sequences) is attended on its own.
 
     A sequence with no cached prefix attends over its fresh ``key``/``value`` directly
-    (same values that were just stored), skipping the gather from the cache."""
+    (same values that were just stored), skipping the gather from the cache, with
+    SDPA's causal kernel; a chunk after a cached prefix needs an offset causal mask."""
     out = torch.empty_like(query)
-    starts = query_start_loc.tolist()
-    lens = context_lens.tolist()
+    split = _mixed_split(block_tables, query_start_loc, context_lens)
+    if split.decode_tokens is not None:
+        out[split.decode_tokens] = _decode_cpu(
+            query[split.decode_tokens], k_cache, v_cache, split.decode_tables, split.decode_lens, scale
+        )
     block_size = k_cache.shape[1]
-    for i, kv_len in enumerate(lens):
-        start, end = starts[i], starts[i + 1]
+    for i, start, end, kv_len in split.prefills:
         q_len = end - start
-        if q_len == 0:
-            continue
         if q_len == kv_len:
             k, v = key[start:end], value[start:end]
         else:
             num_blocks = -(-kv_len // block_size)
             blocks = block_tables[i, :num_blocks].long()
-            k = k_cache[blocks].flatten(0, 1)[:kv_len]
-            v = v_cache[blocks].flatten(0, 1)[:kv_len]
+            k = k_cache.flatten(1).index_select(0, blocks).view(-1, *k_cache.shape[2:])[:kv_len]
+            v = v_cache.flatten(1).index_select(0, blocks).view(-1, *v_cache.shape[2:])[:kv_len]
         q = query[start:end].transpose(0, 1).float()  # [Hq, q_len, D]
         k = k.transpose(0, 1).float()  # [Hkv, kv_len, D]
         v = v.transpose(0, 1).float()
-        if q_len == 1:
-            mask = None
+        if q_len == kv_len:
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=q_len > 1, scale=scale, enable_gqa=True)
         else:
             q_pos = torch.arange(kv_len - q_len, kv_len, device=query.device)[:, None]
             mask = torch.arange(kv_len, device=query.device)[None, :] <= q_pos
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=True)
         out[start:end] = o.transpose(0, 1).to(query.dtype)
     return out

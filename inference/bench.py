@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -296,13 +297,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     run_ours_throughput(engine, Workload(workload.prompts[:2], [4, 4]))
     hf_generate(hf, workload.prompts[:1], 4, pad_id)
 
+    loads = [os.getloadavg()[0]]  # other processes on this machine skew every figure: report it
     print("measuring machine limits ...", file=sys.stderr)
     flops = measure_matmul_flops(mc.hidden_size, mc.intermediate_size, config.max_num_batched_tokens)
     bandwidth = measure_bandwidth()
     print("our engine: throughput ...", file=sys.stderr)
     ours = run_ours_throughput(engine, workload)
+    loads.append(os.getloadavg()[0])
     print("our engine: multi-turn ...", file=sys.stderr)
     multi = run_multi_turn(engine, conversations=4 if args.quick else 8, turns=6, answer_tokens=48)
+    loads.append(os.getloadavg()[0])
     print("transformers: static batches ...", file=sys.stderr)
     batches = list(range(-(-num_requests // 16)))
     if args.static_batches:
@@ -310,6 +314,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.quick:
         batches = batches[:1]
     static = run_hf_static(hf, workload, 16, batches, pad_id)
+    loads.append(os.getloadavg()[0])
     print("transformers: sequential ...", file=sys.stderr)
     count = args.sequential_requests or num_requests
     if args.quick:
@@ -318,12 +323,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     indices = sorted({round(i * (num_requests - 1) / max(1, count - 1)) for i in range(count)})
     sequential = run_hf_sequential(hf, workload, indices, pad_id)
 
+    loads.append(os.getloadavg()[0])
     weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     needed = workload_flops(mc, workload)
     compute_bound_tps = workload.output_tokens / (needed / flops)
     results = {
         "model": engine.model_name,
         "threads": torch.get_num_threads(),
+        "load_average_1min": loads,  # before measuring, then after each phase
         "workload": {
             "requests": num_requests,
             "prompt_tokens": workload.prompt_tokens,
@@ -436,6 +443,12 @@ def print_table(r: dict[str, Any]) -> None:
             f"{ratios['ttft_turn6_over_turn1']:.2f}",
             f"<= {t['ttft_turn6_over_turn1']}",
             ok("ttft_turn6_over_turn1", True),
+        ),
+        (
+            "machine load (1-min avg)",
+            " ".join(f"{x:.1f}" for x in r["load_average_1min"]),
+            "",
+            f"{r['threads']} torch threads; well above 0 means other processes shared the CPU",
         ),
         (
             "KV waste at peak",

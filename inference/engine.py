@@ -15,6 +15,7 @@ from collections import deque
 
 import torch
 
+from inference.beam_search import beam_step, rank_beams
 from inference.block_manager import BlockManager
 from inference.config import EngineConfig, kv_block_bytes, num_kv_blocks
 from inference.errors import EngineOverloadedError
@@ -68,7 +69,15 @@ class LLMEngine:
         self.scheduler = Scheduler(
             self.block_manager, config.max_num_batched_tokens, config.max_num_seqs, self.max_model_len
         )
-        self.runner = ModelRunner(self.model, mc, num_blocks, bs, self.device, self.dtype)
+        self.runner = ModelRunner(
+            self.model,
+            mc,
+            num_blocks,
+            bs,
+            self.device,
+            self.dtype,
+            compile_attention=config.compile_attention,
+        )
         self.sampler = Sampler(self.device, config.seed)
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
         self.requests: dict[str, Request] = {}
@@ -132,7 +141,7 @@ class LLMEngine:
             seq.logprobs = []
         return seq
 
-    def _fork(self, request: Request, parent: Sequence, index: int) -> Sequence:
+    def fork(self, request: Request, parent: Sequence, index: int) -> Sequence:
         """A new sequence sharing ``parent``'s tokens and KV blocks."""
         child = self._new_seq(request, parent.token_ids, index)
         child.cumulative_logprob = parent.cumulative_logprob
@@ -150,7 +159,7 @@ class LLMEngine:
         if request.params.use_beam_search:
             live = sorted(request.seqs, key=lambda s: -s.cumulative_logprob)
             self.scheduler.abort(request)
-            request.beam_outputs = self._rank_beams(request, request.beam_hyps + live)
+            request.beam_outputs = rank_beams(self, request, request.beam_hyps + live)
             self._pending += self._beam_deltas(request)
             return True
         live = list(request.seqs)
@@ -212,7 +221,7 @@ class LLMEngine:
                 # its blocks; each child samples from the same logits with its own noise.
                 parent = seqs[request_rows[0]]
                 for index in range(1, request.params.n):
-                    self._fork(request, parent, index)
+                    self.fork(request, parent, index)
                 request.forked = True
                 rows += request_rows * request.params.n
                 sample_seqs += request.seqs
@@ -237,7 +246,7 @@ class LLMEngine:
             if request.params.use_beam_search:
                 beams = [seqs[r] for r in request_rows]
                 generated += len(beams)
-                if self._beam_step(request, logits[request_rows], beams):
+                if beam_step(self, request, logits[request_rows], beams):
                     deltas += self._beam_deltas(request)
                 continue
             touched = list(request.seqs)
@@ -334,90 +343,6 @@ class LLMEngine:
             out[-1].request_finished = True
         return out
 
-    # ---- beam search ----------------------------------------------------------------
-    def _beam_score(self, request: Request, seq: Sequence) -> float:
-        length = max(1, seq.num_output_tokens)
-        return seq.cumulative_logprob / length**request.params.length_penalty
-
-    def _rank_beams(self, request: Request, candidates: list[Sequence]) -> list[Sequence]:
-        ranked = sorted(candidates, key=lambda s: -self._beam_score(request, s))[: request.params.n]
-        for index, seq in enumerate(ranked):
-            seq.index = index
-            seq.output_text = self.tokenizer.decode(
-                [t for t in seq.output_token_ids if t not in self.eos_token_ids]
-            )
-        return ranked
-
-    def _beam_step(self, request: Request, logits: torch.Tensor, beams: list[Sequence]) -> bool:
-        """One step of beam search over the group's live beams. Returns True when done.
-
-        Candidates are the 2·width best (beam, token) extensions by cumulative logprob;
-        an end token in the top width ends a hypothesis, the best ``width`` others
-        continue. A continuing beam reuses its parent's Sequence (and blocks); a
-        parent chosen more than once is forked, so siblings share the prefix's blocks
-        and copy only the partly filled tail on their first write."""
-        params = request.params
-        width = params.beam_width or 1
-        stop_ids = set(params.stop_token_ids or ()) | (
-            set() if params.ignore_eos else set(self.eos_token_ids)
-        )
-        logp = logits.float().log_softmax(dim=-1)
-        vocab = logp.shape[1]
-        cum = torch.tensor([b.cumulative_logprob for b in beams], device=logp.device)
-        top_scores, top_ids = (cum[:, None] + logp).view(-1).topk(min(2 * width, logp.numel()))
-        chosen: dict[int, list[tuple[int, float]]] = {}
-        kept = 0
-        for rank, (score, flat) in enumerate(zip(top_scores.tolist(), top_ids.tolist(), strict=True)):
-            parent, token = divmod(flat, vocab)
-            if token in stop_ids:
-                if rank < width:
-                    hyp = Sequence(
-                        beams[parent].token_ids + [token], request.num_prompt_tokens, request=request
-                    )
-                    hyp.cumulative_logprob, hyp.finish_reason, hyp.stop_reason = score, "stop", token
-                    request.beam_hyps.append(hyp)
-                continue
-            chosen.setdefault(parent, []).append((token, score))
-            kept += 1
-            if kept == width:
-                break
-        request.forked = True
-        for i, beam in enumerate(beams):
-            if i not in chosen:
-                self.scheduler.drop_seq(request, beam)
-        for i, extensions in chosen.items():
-            parent = beams[i]
-            for token, score in extensions[1:]:
-                child = self._fork(request, parent, index=0)
-                child.token_ids.append(token)
-                child.cumulative_logprob = score
-            token, score = extensions[0]
-            parent.token_ids.append(token)
-            parent.cumulative_logprob = score
-        live = request.seqs
-        if live and (
-            (params.max_tokens is not None and live[0].num_output_tokens >= params.max_tokens)
-            or live[0].num_tokens >= self.max_model_len
-        ):
-            for beam in list(live):
-                beam.finish_reason = "length"
-                request.beam_hyps.append(beam)
-                self.scheduler.drop_seq(request, beam)
-        request.beam_hyps.sort(key=lambda s: -self._beam_score(request, s))
-        del request.beam_hyps[width:]
-        done = not request.seqs
-        if not done and len(request.beam_hyps) >= width:
-            best_live = max(self._beam_score(request, s) for s in request.seqs)
-            done = self._beam_score(request, request.beam_hyps[-1]) >= best_live
-        if done:
-            for beam in list(request.seqs):
-                self.scheduler.drop_seq(request, beam)
-            self.scheduler.retire(request)
-            request.beam_outputs = self._rank_beams(request, request.beam_hyps)
-            self.requests.pop(request.request_id, None)
-            request.finish_time = time.monotonic()
-        return done
-
     def _beam_deltas(self, request: Request) -> list[StreamDelta]:
         """Beams are only final at the end, so they stream as one delta per output."""
         for seq in request.beam_outputs or []:
@@ -430,7 +355,7 @@ class LLMEngine:
         if request.params.use_beam_search:
             for seq in request.seqs:
                 seq.finish_reason = "length"
-            request.beam_outputs = self._rank_beams(request, request.beam_hyps + request.seqs)
+            request.beam_outputs = rank_beams(self, request, request.beam_hyps + request.seqs)
             request.seqs = []
             return self._beam_deltas(request)
         live = list(request.seqs)

@@ -10,10 +10,13 @@ which for a 49k vocabulary is most of a decode step's FLOPs otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
+from inference import attention_compiled
+from inference.attention import cpu_decode_attention
 from inference.attention_context import AttentionContext
 from inference.model_config import ModelConfig
 from inference.scheduler import ScheduledBatch
@@ -37,6 +40,7 @@ class ModelRunner:
         block_size: int,
         device: torch.device,
         dtype: torch.dtype,
+        compile_attention: bool = False,
     ) -> None:
         self.model = model
         self.block_size = block_size
@@ -54,6 +58,11 @@ class ModelRunner:
             device=device,
         )
         self._pin = device.type == "cuda"
+        # CPU: the Inductor-fused decode attention, when it compiles here (else eager).
+        self.fused_decode: Callable[..., torch.Tensor] | None = None
+        if compile_attention and device.type == "cpu":
+            scale = model_config.head_dim**-0.5
+            self.fused_decode = attention_compiled.install(self.kv_cache, model_config.num_heads, scale)
 
     def _tensor(self, data: list[int], dtype: torch.dtype) -> torch.Tensor:
         """Host list -> device tensor; on CUDA through pinned memory without blocking."""
@@ -128,4 +137,5 @@ class ModelRunner:
     def run_model(self, packed: PackedBatch) -> torch.Tensor:
         """The forward pass. The hook where decode-only steps can later replay a
         captured CUDA graph for their batch size instead of launching eagerly."""
-        return self.model(packed.input_ids, packed.positions, packed.ctx, self.kv_cache)
+        with cpu_decode_attention(self.fused_decode):
+            return self.model(packed.input_ids, packed.positions, packed.ctx, self.kv_cache)

@@ -37,13 +37,6 @@ class ScheduledBatch:
     def num_tokens(self) -> int:
         return sum(self.num_new_tokens)
 
-    def samples(self) -> list[bool]:
-        """Which sequences reach their end this step, so their last position is sampled."""
-        return [
-            s.num_computed_tokens + n == s.num_tokens
-            for s, n in zip(self.seqs, self.num_new_tokens, strict=True)
-        ]
-
 
 class Scheduler:
     def __init__(

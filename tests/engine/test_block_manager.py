@@ -235,4 +235,4 @@ class BlockManagerMachine(RuleBasedStateMachine):
 
 
 TestBlockManagerInvariants = BlockManagerMachine.TestCase
-TestBlockManagerInvariants.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+TestBlockManagerInvariants.settings = settings(max_examples=120, stateful_step_count=50, deadline=None)

@@ -139,6 +139,23 @@ def test_a_pool_too_small_for_all_requests_preempts_and_still_gives_the_same_out
     assert engine.block_manager.stats().used == 0
 
 
+def test_forked_requests_survive_preemption_with_unchanged_outputs(tiny: TinyModel) -> None:
+    prompts = random_prompts(tiny.tokenizer, 4, seed=18, min_len=30, max_len=40)
+    params = [
+        greedy(30, n=2),
+        SamplingParams(use_beam_search=True, beam_width=2, max_tokens=30, ignore_eos=True, temperature=0),
+        SamplingParams(n=2, temperature=1.0, seed=3, max_tokens=30, ignore_eos=True),
+        greedy(30),
+    ]
+    roomy = run_to_completion(tiny.engine(), prompts, params)
+    engine = tiny.engine(num_kv_blocks=16, max_num_batched_tokens=24)
+    tight = run_to_completion(engine, prompts, params)
+    assert engine.scheduler.num_preemptions > 0
+    for a, b in zip(roomy, tight, strict=True):
+        assert [c.token_ids for c in a.outputs] == [c.token_ids for c in b.outputs]
+    assert engine.block_manager.stats().used == 0
+
+
 def test_abort_mid_decode_frees_the_blocks_and_the_others_continue(tiny: TinyModel) -> None:
     engine = tiny.engine()
     prompts = random_prompts(tiny.tokenizer, 2, seed=8, min_len=40, max_len=40)

@@ -1,0 +1,52 @@
+"""The benchmark's workloads and measurements, run small on the tiny model (the real
+benchmark is ``python -m inference.bench``)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from inference.bench import (
+    Workload,
+    make_throughput_workload,
+    run_multi_turn,
+    run_ours_throughput,
+    workload_flops,
+)
+from tests.engine.engine_fixtures import TinyModel
+
+
+def test_throughput_workload_has_the_specified_shape(tiny: TinyModel) -> None:
+    workload = make_throughput_workload(tiny.tokenizer, 12)
+    assert len(workload.prompts) == 12
+    assert all(20 <= len(p) <= 420 for p in workload.prompts)
+    assert all(16 <= n <= 256 for n in workload.output_lens)
+    chat_start = tiny.tokenizer.encode_chat([{"role": "user", "content": "x"}])[:3]
+    assert all(p[:3] == chat_start for p in workload.prompts)
+
+
+def test_throughput_run_produces_every_token_and_reports_kv_waste(tiny: TinyModel) -> None:
+    workload = Workload([[5, 6, 7] * 10, [9] * 40, [11, 12] * 7], [5, 17, 3])
+    result = run_ours_throughput(tiny.engine(), workload)
+    assert result["output_tokens"] == 25 and result["tokens_per_s"] > 0
+    assert 0 < result["kv_waste_at_peak"] < 1 and result["peak_kv_blocks_used"] > 0
+
+
+def test_multi_turn_reuses_history_and_times_every_turn(tiny: TinyModel) -> None:
+    result = run_multi_turn(tiny.engine(), conversations=2, turns=3, answer_tokens=20)
+    assert len(result["ttft_ms_by_turn"]) == 3
+    assert result["hit_rate"] > 0.8 and result["hit_tokens"] <= result["history_tokens"]
+
+
+def test_workload_flops_counts_linear_layers_head_and_attention() -> None:
+    mc = SimpleNamespace(
+        hidden_size=4,
+        intermediate_size=8,
+        num_layers=1,
+        num_heads=2,
+        head_dim=2,
+        num_kv_heads=1,
+        vocab_size=10,
+    )
+    flops = workload_flops(mc, Workload([[1, 2]], [2]))  # 3 tokens fed, 2 sampled
+    linear = 2 * (4 * 4 + 2 * 4 * 2 + 4 * 4 + 3 * 4 * 8)
+    assert flops == 3 * linear + 2 * 2 * 4 * 10 + 2 * 2 * 4 * (1 + 2 + 3)
