@@ -312,7 +312,9 @@ async def respond(request: HttpRequest, generation: Generation, body: Any) -> Ht
 
 
 def sse_event(data: Any) -> bytes:
-    return b"data: " + json.dumps(data, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+    # ASCII-only: generated text can hold U+2028, U+0085 and other characters that some SSE
+    # clients (anything built on str.splitlines) treat as line breaks, splitting the event.
+    return b"data: " + json.dumps(data, separators=(",", ":"), ensure_ascii=True).encode() + b"\n\n"
 
 
 DONE = b"data: [DONE]\n\n"
