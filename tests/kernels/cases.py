@@ -22,7 +22,7 @@ def requires_backend() -> None:
     """Call at a test module's import: skip it (visibly) where the kernels cannot run."""
     pytest.importorskip("triton", reason="triton is not installed (the engine's CPU path does not need it)")
     if DEVICE.type == "cpu" and not INTERPRET:
-        pytest.skip("no CUDA device and TRITON_INTERPRET is not 1", allow_module_level=True)
+        pytest.skip(reason="no CUDA device and TRITON_INTERPRET is not 1", allow_module_level=True)
 
 
 @dataclass
