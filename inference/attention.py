@@ -11,9 +11,6 @@ CUDA: ``kernels.triton_ops`` (imported lazily so CPU installs never need triton)
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
@@ -32,27 +29,6 @@ _DECODE_GATHER_BUDGET = 16 * 1024 * 1024
 # Sequences per decode chunk: sorted by length, small chunks pad little; measured
 # fastest around 16 for SmolLM2's shape on CPU.
 _DECODE_CHUNK = 16
-
-
-# CPU decode attention override for the current thread (the model runner sets the
-# Inductor-fused kernel of ``inference.attention_compiled`` around its forward pass);
-# unset = the eager ``decode_attention_torch``.
-_override = threading.local()
-
-
-@contextmanager
-def cpu_decode_attention(fn: Callable[..., torch.Tensor] | None) -> Iterator[None]:
-    previous = getattr(_override, "fn", None)
-    _override.fn = fn
-    try:
-        yield
-    finally:
-        _override.fn = previous
-
-
-def _decode_cpu(query: torch.Tensor, *args: object) -> torch.Tensor:
-    fused = getattr(_override, "fn", None) if query.device.type == "cpu" else None
-    return (fused or decode_attention_torch)(query, *args)
 
 
 @cache
@@ -88,7 +64,7 @@ def paged_attention(
         )
     store_kv_ref(key, value, k_cache, v_cache, ctx.slot_mapping)
     if ctx.is_decode_only:
-        return _decode_cpu(query, k_cache, v_cache, ctx.block_tables, ctx.context_lens, scale)
+        return decode_attention_torch(query, k_cache, v_cache, ctx.block_tables, ctx.context_lens, scale)
     return prefill_attention_torch(
         query, key, value, k_cache, v_cache, ctx.block_tables, ctx.query_start_loc, ctx.context_lens, scale
     )
@@ -257,7 +233,7 @@ def prefill_attention_torch(
     out = torch.empty_like(query)
     split = _mixed_split(block_tables, query_start_loc, context_lens)
     if split.decode_tokens is not None:
-        out[split.decode_tokens] = _decode_cpu(
+        out[split.decode_tokens] = decode_attention_torch(
             query[split.decode_tokens], k_cache, v_cache, split.decode_tables, split.decode_lens, scale
         )
     block_size = k_cache.shape[1]

@@ -448,7 +448,7 @@ def print_table(r: dict[str, Any]) -> None:
             "machine load (1-min avg)",
             " ".join(f"{x:.1f}" for x in r["load_average_1min"]),
             "",
-            f"{r['threads']} torch threads; well above 0 means other processes shared the CPU",
+            f"{r['threads']} torch threads; above that, other processes shared the CPU",
         ),
         (
             "KV waste at peak",

@@ -29,9 +29,6 @@ class EngineConfig:
     max_waiting: int = 256  # waiting-queue limit; more raises EngineOverloadedError
     weights_cache_dir: str | None = None
     num_threads: int | None = None  # torch CPU threads; None leaves torch's default
-    # CPU: fuse decode attention with TorchInductor (needs a C++ compiler; falls back
-    # to the eager path, with a warning, when it cannot compile or does not match).
-    compile_attention: bool = True
     seed: int = 0  # for requests without their own seed
 
     def __post_init__(self) -> None:

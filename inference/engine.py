@@ -69,15 +69,7 @@ class LLMEngine:
         self.scheduler = Scheduler(
             self.block_manager, config.max_num_batched_tokens, config.max_num_seqs, self.max_model_len
         )
-        self.runner = ModelRunner(
-            self.model,
-            mc,
-            num_blocks,
-            bs,
-            self.device,
-            self.dtype,
-            compile_attention=config.compile_attention,
-        )
+        self.runner = ModelRunner(self.model, mc, num_blocks, bs, self.device, self.dtype)
         self.sampler = Sampler(self.device, config.seed)
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
         self.requests: dict[str, Request] = {}

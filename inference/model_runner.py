@@ -4,19 +4,17 @@ Every step is one flat, unpadded batch: the new tokens of all scheduled
 sequences back to back (decodes contribute one each, prefill chunks many), with
 their positions and the pool slot each token's K/V goes to. Attention finds each
 sequence's context through its block table (``AttentionContext``). Only the last
-position of a sequence that reaches its end this step goes through the LM head,
-which for a 49k vocabulary is most of a decode step's FLOPs otherwise.
+position of a sequence that reaches its end this step goes through the LM head
+(for SmolLM2's 49k vocabulary the head is a fifth of a token's FLOPs, wasted on
+every prompt token but the last).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from inference import attention_compiled
-from inference.attention import cpu_decode_attention
 from inference.attention_context import AttentionContext
 from inference.model_config import ModelConfig
 from inference.scheduler import ScheduledBatch
@@ -40,7 +38,6 @@ class ModelRunner:
         block_size: int,
         device: torch.device,
         dtype: torch.dtype,
-        compile_attention: bool = False,
     ) -> None:
         self.model = model
         self.block_size = block_size
@@ -58,11 +55,6 @@ class ModelRunner:
             device=device,
         )
         self._pin = device.type == "cuda"
-        # CPU: the Inductor-fused decode attention, when it compiles here (else eager).
-        self.fused_decode: Callable[..., torch.Tensor] | None = None
-        if compile_attention and device.type == "cpu":
-            scale = model_config.head_dim**-0.5
-            self.fused_decode = attention_compiled.install(self.kv_cache, model_config.num_heads, scale)
 
     def _tensor(self, data: list[int], dtype: torch.dtype) -> torch.Tensor:
         """Host list -> device tensor; on CUDA through pinned memory without blocking."""
@@ -137,5 +129,4 @@ class ModelRunner:
     def run_model(self, packed: PackedBatch) -> torch.Tensor:
         """The forward pass. The hook where decode-only steps can later replay a
         captured CUDA graph for their batch size instead of launching eagerly."""
-        with cpu_decode_attention(self.fused_decode):
-            return self.model(packed.input_ids, packed.positions, packed.ctx, self.kv_cache)
+        return self.model(packed.input_ids, packed.positions, packed.ctx, self.kv_cache)
