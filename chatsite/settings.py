@@ -127,6 +127,7 @@ ENGINE = {
     "max_num_seqs": env_int("ENGINE_MAX_NUM_SEQS", 64),
     "max_num_batched_tokens": env_int("ENGINE_MAX_BATCHED_TOKENS", 2048),
     "max_waiting": env_int("ENGINE_MAX_WAITING", 256),
+    "enforce_eager": env_bool("ENGINE_ENFORCE_EAGER", False),  # CUDA: no CUDA graphs
 }
 ENGINE_PRELOAD = env_bool("ENGINE_PRELOAD", False)
 # How long an answer keeps generating after its last watcher disconnected.

@@ -1,9 +1,10 @@
 """Attention over the paged KV cache, dispatched by device.
 
-CPU: ``kernels.reference`` stores K/V; attention uses the batched/looped
-PyTorch code below, which computes exactly what ``paged_attention_ref`` does
-(that function stays the oracle the tests compare against) but avoids a
-Python loop per sequence in decode steps.
+CPU: ``kernels.reference`` stores K/V. Decode (decode-only steps and the decoding
+sequences of mixed steps) goes through the C kernel of ``kernels.cpu_decode`` when it
+is available and the tensors are fp32; otherwise, and for prefill chunks, attention
+uses the batched/looped PyTorch code below. Both compute what ``paged_attention_ref``
+does (that function stays the oracle the tests compare against).
 
 CUDA: ``kernels.triton_ops`` (imported lazily so CPU installs never need triton).
 """
@@ -19,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from inference.attention_context import AttentionContext
+from kernels import cpu_decode
 from kernels.reference import store_kv_ref
 
 logger = logging.getLogger(__name__)
@@ -64,10 +66,35 @@ def paged_attention(
         )
     store_kv_ref(key, value, k_cache, v_cache, ctx.slot_mapping)
     if ctx.is_decode_only:
-        return decode_attention_torch(query, k_cache, v_cache, ctx.block_tables, ctx.context_lens, scale)
+        return decode_attention_cpu(query, k_cache, v_cache, ctx.block_tables, ctx.context_lens, scale)
     return prefill_attention_torch(
         query, key, value, k_cache, v_cache, ctx.block_tables, ctx.query_start_loc, ctx.context_lens, scale
     )
+
+
+@cache
+def _warn_torch_decode(reason: str) -> None:
+    logger.warning("CPU decode attention: %s; using the PyTorch path", reason)
+
+
+def decode_attention_cpu(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """Decode attention on the CPU: the C kernel (each K/V block read once, in place)
+    when it is available and the tensors are fp32, else ``decode_attention_torch``.
+    The kernel's own build/load failure is logged once by ``kernels.cpu_decode``."""
+    if cpu_decode.supports(query, k_cache, v_cache):
+        return cpu_decode.paged_decode_attention_cpu(
+            query, k_cache, v_cache, block_tables, context_lens, scale
+        )
+    if query.device.type == "cpu" and torch.float32 != query.dtype:
+        _warn_torch_decode(f"the C kernel takes float32 only, not {query.dtype}")
+    return decode_attention_torch(query, k_cache, v_cache, block_tables, context_lens, scale)
 
 
 @dataclass
@@ -224,7 +251,8 @@ def prefill_attention_torch(
     context_lens: torch.Tensor,
     scale: float,
 ) -> torch.Tensor:
-    """Mixed step: the decoding sequences go through the batched decode path together;
+    """Mixed step: the decoding sequences go through the decode path together (the C
+    kernel, or the batched PyTorch code);
     each prefill chunk (many tokens, few sequences) is attended on its own.
 
     A sequence with no cached prefix attends over its fresh ``key``/``value`` directly
@@ -233,7 +261,7 @@ def prefill_attention_torch(
     out = torch.empty_like(query)
     split = _mixed_split(block_tables, query_start_loc, context_lens)
     if split.decode_tokens is not None:
-        out[split.decode_tokens] = decode_attention_torch(
+        out[split.decode_tokens] = decode_attention_cpu(
             query[split.decode_tokens], k_cache, v_cache, split.decode_tables, split.decode_lens, scale
         )
     block_size = k_cache.shape[1]

@@ -30,6 +30,8 @@ class EngineConfig:
     weights_cache_dir: str | None = None
     num_threads: int | None = None  # torch CPU threads; None leaves torch's default
     seed: int = 0  # for requests without their own seed
+    # CUDA: True skips capturing decode steps in CUDA graphs (vLLM's name); no effect on CPU.
+    enforce_eager: bool = False
 
     def __post_init__(self) -> None:
         checks = {
@@ -41,6 +43,8 @@ class EngineConfig:
             "max_num_seqs": self.max_num_seqs >= 1,
             "max_model_len": self.max_model_len is None or self.max_model_len >= 2,
             "max_waiting": self.max_waiting >= 0,
+            # A bool, not a truthy string: "false" from a config file must not mean True.
+            "enforce_eager": isinstance(self.enforce_eager, bool),
         }
         for name, ok in checks.items():
             if not ok:

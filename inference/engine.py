@@ -18,6 +18,7 @@ import torch
 from inference.beam_search import beam_step, rank_beams
 from inference.block_manager import BlockManager
 from inference.config import EngineConfig, kv_block_bytes, num_kv_blocks
+from inference.cuda_graphs import MAX_GRAPH_BATCH
 from inference.errors import EngineOverloadedError
 from inference.model_config import ModelConfig
 from inference.model_loader import load_model
@@ -58,10 +59,13 @@ class LLMEngine:
         self.model_name = self.model_config.name
         mc, bs = self.model_config, config.block_size
         block_bytes = kv_block_bytes(bs, mc.num_layers, mc.num_kv_heads, mc.head_dim, self.dtype)
-        # CUDA: keep room for the largest step's activations and logits.
-        reserve = config.max_num_batched_tokens * (mc.hidden_size * 16 + mc.intermediate_size * 8) + (
-            config.max_num_seqs * mc.vocab_size * 8
-        )
+        # CUDA: keep room for the largest step's activations and logits, and for the
+        # CUDA graphs' private memory pool (the activations of their largest batch).
+        max_decode_batch = min(config.max_num_seqs, config.max_num_batched_tokens)
+        graph_tokens = 0 if config.enforce_eager else min(max_decode_batch, MAX_GRAPH_BATCH)
+        reserve = (config.max_num_batched_tokens + graph_tokens) * (
+            mc.hidden_size * 16 + mc.intermediate_size * 8
+        ) + config.max_num_seqs * mc.vocab_size * 8
         num_blocks = num_kv_blocks(config, block_bytes, self.device, reserve)
         # A lone sequence must be able to grow to the limit, or it could never finish.
         self.max_model_len = min(config.resolve_max_model_len(mc.max_model_len), num_blocks * bs)
@@ -69,7 +73,17 @@ class LLMEngine:
         self.scheduler = Scheduler(
             self.block_manager, config.max_num_batched_tokens, config.max_num_seqs, self.max_model_len
         )
-        self.runner = ModelRunner(self.model, mc, num_blocks, bs, self.device, self.dtype)
+        self.runner = ModelRunner(
+            self.model,
+            mc,
+            num_blocks,
+            bs,
+            self.device,
+            self.dtype,
+            max_num_seqs=max_decode_batch,
+            max_model_len=self.max_model_len,
+            enforce_eager=config.enforce_eager,
+        )
         self.sampler = Sampler(self.device, config.seed)
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
         self.requests: dict[str, Request] = {}
@@ -422,8 +436,14 @@ class LLMEngine:
             total_prompt_tokens=self.total_prompt_tokens,
             num_preemptions=self.scheduler.num_preemptions,
             num_steps=self.num_steps,
-            extra={
-                "peak_kv_blocks_used": self.peak_kv_blocks_used,
-                "kv_waste_at_peak": self.kv_waste_at_peak,
-            },
+            extra=self._extra_stats(),
         )
+
+    def _extra_stats(self) -> dict[str, float]:
+        extra: dict[str, float] = {
+            "peak_kv_blocks_used": self.peak_kv_blocks_used,
+            "kv_waste_at_peak": self.kv_waste_at_peak,
+        }
+        if self.runner.cuda_graphs is not None:
+            extra["cuda_graph_steps"] = self.runner.cuda_graphs.num_replays
+        return extra

@@ -7,17 +7,25 @@ sequence's context through its block table (``AttentionContext``). Only the last
 position of a sequence that reaches its end this step goes through the LM head
 (for SmolLM2's 49k vocabulary the head is a fifth of a token's FLOPs, wasted on
 every prompt token but the last).
+
+On CUDA, decode-only steps replay a CUDA graph captured at start for their batch
+size (``inference.cuda_graphs``) unless ``enforce_eager``; every other step, and
+every step on CPU, runs the model eagerly.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
 
 from inference.attention_context import AttentionContext
+from inference.cuda_graphs import CUDAGraphRunner
 from inference.model_config import ModelConfig
 from inference.scheduler import ScheduledBatch
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -38,7 +46,14 @@ class ModelRunner:
         block_size: int,
         device: torch.device,
         dtype: torch.dtype,
+        *,
+        max_num_seqs: int = 1,
+        max_model_len: int | None = None,
+        enforce_eager: bool = False,
     ) -> None:
+        """``max_num_seqs``: the largest decode batch a step can hold (the engine passes
+        ``min(max_num_seqs, max_num_batched_tokens)``); ``max_model_len`` bounds a block
+        table's width (None = the whole pool). Both size the CUDA graphs' static inputs."""
         self.model = model
         self.block_size = block_size
         self.device = device
@@ -55,6 +70,32 @@ class ModelRunner:
             device=device,
         )
         self._pin = device.type == "cuda"
+        self.cuda_graphs: CUDAGraphRunner | None = None
+        if device.type == "cuda" and not enforce_eager:
+            max_len = max_model_len if max_model_len is not None else num_blocks * block_size
+            self.cuda_graphs = self._capture_cuda_graphs(max_num_seqs, -(-max_len // block_size))
+
+    def _capture_cuda_graphs(self, max_batch: int, max_blocks: int) -> CUDAGraphRunner | None:
+        """Capture the decode graphs once, now that the pool exists. A failure is logged
+        and leaves the engine eager (slower, still correct) rather than unusable."""
+        try:
+            import kernels.triton_ops  # noqa: F401, PLC0415 - the only attention path free of host syncs
+        except ImportError as exc:
+            logger.warning("no CUDA graphs: the Triton kernels cannot be imported (%s)", exc)
+            return None
+        try:
+            graphs = CUDAGraphRunner(self.model, self.kv_cache, self.block_size, max_batch, max_blocks)
+            graphs.capture()
+        except Exception:
+            logger.exception("CUDA graph capture failed; decode steps run eagerly (enforce_eager skips it)")
+            return None
+        logger.info(
+            "captured CUDA graphs for decode batch sizes %s (block tables of %d blocks) in %.1fs",
+            graphs.sizes,
+            max_blocks,
+            graphs.capture_s,
+        )
+        return graphs
 
     def _tensor(self, data: list[int], dtype: torch.dtype) -> torch.Tensor:
         """Host list -> device tensor; on CUDA through pinned memory without blocking."""
@@ -127,6 +168,10 @@ class ModelRunner:
         return self.model.compute_logits(hidden[packed.sample_rows]), packed.sampled
 
     def run_model(self, packed: PackedBatch) -> torch.Tensor:
-        """The forward pass. The hook where decode-only steps can later replay a
-        captured CUDA graph for their batch size instead of launching eagerly."""
+        """The forward pass: a captured CUDA graph for a decode-only step that fits one
+        (the result is then a view of a static buffer, valid until the next step),
+        eager otherwise."""
+        graphs = self.cuda_graphs
+        if graphs is not None and graphs.can_run(packed):
+            return graphs.run(packed)
         return self.model(packed.input_ids, packed.positions, packed.ctx, self.kv_cache)

@@ -1,5 +1,5 @@
-"""The CPU attention path (batched decode, looped prefill) equals the oracle
-``kernels.reference.paged_attention_ref``."""
+"""The CPU attention path (decode through the C kernel or the batched PyTorch code,
+looped prefill) equals the oracle ``kernels.reference.paged_attention_ref``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import torch
 
 from inference import attention
 from inference.testing import build_context
+from kernels import cpu_decode
 from kernels.reference import paged_attention_ref, store_kv_ref
 
 
@@ -37,6 +38,16 @@ def random_case(lens_new: list[int], lens_cached: list[int], q_heads: int, kv_he
     return q, k, v, k_cache, v_cache, ctx
 
 
+@pytest.fixture(params=["c-kernel", "torch"])
+def decode_path(request, monkeypatch) -> str:
+    """Runs a test over both CPU decode paths: the C kernel and the PyTorch fallback."""
+    if request.param == "torch":
+        monkeypatch.setattr(cpu_decode, "supports", lambda *args: False)
+    elif not cpu_decode.available():  # pragma: no cover - gcc is part of the supported setup
+        pytest.skip("the C kernel cannot be built here")
+    return request.param
+
+
 @pytest.mark.parametrize(
     ("lens_new", "lens_cached", "q_heads", "kv_heads"),
     [
@@ -46,7 +57,7 @@ def random_case(lens_new: list[int], lens_cached: list[int], q_heads: int, kv_he
     ],
 )
 def test_cpu_attention_matches_reference_and_ignores_stale_slots(
-    lens_new, lens_cached, q_heads, kv_heads
+    lens_new, lens_cached, q_heads, kv_heads, decode_path
 ) -> None:
     q, k, v, k_cache, v_cache, ctx = random_case(lens_new, lens_cached, q_heads, kv_heads)
     scale = 16**-0.5
@@ -59,6 +70,7 @@ def test_cpu_attention_matches_reference_and_ignores_stale_slots(
 
 
 def test_batched_decode_splits_large_batches_into_chunks(monkeypatch) -> None:
+    monkeypatch.setattr(cpu_decode, "supports", lambda *args: False)  # the PyTorch path
     monkeypatch.setattr(attention, "_DECODE_GATHER_BUDGET", 2000)  # forces several chunks
     q, k, v, k_cache, v_cache, ctx = random_case([1] * 7, [2, 30, 9, 9, 50, 1, 22], 4, 2, seed=5)
     ours = attention.paged_attention(q, k, v, k_cache, v_cache, ctx, 0.25)

@@ -1,0 +1,220 @@
+"""The C decode-attention kernel (``kernels.cpu_decode``) against ``paged_attention_ref``,
+and the engine's CPU dispatch to it (or to the PyTorch path when it cannot be built)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+
+import pytest
+import torch
+
+from inference import attention
+from inference.testing import build_context
+from kernels import cpu_decode
+from kernels.reference import paged_attention_ref
+from tests.kernels.cases import PagedBatch, make_batch, max_err
+
+if not cpu_decode.available():  # pragma: no cover - gcc is part of the supported setup
+    pytest.skip("the C kernel cannot be built here (no gcc?)", allow_module_level=True)
+
+# Contexts on, one before and one after block edges (16 and 32), a single token, and
+# one long sequence (many blocks, many online-softmax rescales).
+LENGTHS = [1, 15, 16, 17, 31, 32, 33, 64, 100, 1300]
+ATOL = 2e-5
+
+
+def cpu_batch(lengths: list[int], **kw) -> PagedBatch:
+    """``make_batch`` with one query per sequence, always on the CPU; the order of the
+    sequences is shuffled so long and short ones are interleaved."""
+    lengths = list(lengths)
+    random.Random(kw.get("seed", 0)).shuffle(lengths)
+    batch = make_batch([(1, n) for n in lengths], **kw)
+    if batch.pool.device.type == "cpu":
+        return batch
+    pool = batch.pool.cpu()
+    return dataclasses.replace(
+        batch,
+        query=batch.query.cpu(),
+        pool=pool,
+        k_cache=pool[:, 0, 1],
+        v_cache=pool[:, 1, 1],
+        block_tables=batch.block_tables.cpu(),
+        query_start_loc=batch.query_start_loc.cpu(),
+        context_lens=batch.context_lens.cpu(),
+    )
+
+
+def kernel(batch: PagedBatch) -> torch.Tensor:
+    return cpu_decode.paged_decode_attention_cpu(
+        batch.query, batch.k_cache, batch.v_cache, batch.block_tables, batch.context_lens, batch.scale
+    )
+
+
+def reference(batch: PagedBatch) -> torch.Tensor:
+    return paged_attention_ref(
+        batch.query,
+        batch.k_cache,
+        batch.v_cache,
+        batch.block_tables,
+        batch.query_start_loc,
+        batch.context_lens,
+        batch.scale,
+    )
+
+
+@pytest.mark.parametrize("block_size", [16, 32])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize(("q_heads", "kv_heads"), [(4, 4), (9, 3), (16, 2)], ids=["mha", "gqa3", "gqa8"])
+def test_kernel_matches_reference_over_shuffled_paged_blocks(block_size, head_dim, q_heads, kv_heads) -> None:
+    batch = cpu_batch(LENGTHS, block_size=block_size, q_heads=q_heads, kv_heads=kv_heads, head_dim=head_dim)
+    assert not batch.k_cache.is_contiguous()  # a strided view of the pool, read in place
+    assert max_err(kernel(batch), reference(batch)) <= ATOL
+
+
+@pytest.mark.parametrize(
+    ("block_size", "head_dim"),
+    [(64, 36), (48, 40), (8, 24)],
+    ids=["tiles-inside-a-block-scalar-rows", "uneven-block-vector-rows", "small-block-narrow-rows"],
+)
+def test_kernel_handles_other_block_sizes_and_head_dims(block_size, head_dim) -> None:
+    """Blocks wider than one online-softmax tile (32), and head_dims that are not 64/128
+    (vector path for multiples of 8, scalar path otherwise)."""
+    batch = cpu_batch([1, 31, 32, 33, 47, 48, 49, 64, 65, 200], block_size=block_size, q_heads=6,
+                      kv_heads=2, head_dim=head_dim, seed=3)  # fmt: skip
+    assert max_err(kernel(batch), reference(batch)) <= ATOL
+
+
+def test_nan_in_stale_slots_past_each_length_does_not_leak() -> None:
+    batch = cpu_batch([1, 5, 16, 17, 40], block_size=16, q_heads=9, kv_heads=3, head_dim=64, seed=1)
+    expected = reference(batch)
+    # Poison every slot that is not one of a sequence's first context_len positions:
+    # the tails of last blocks, unused blocks, the table's padding block.
+    live = torch.zeros(batch.pool.shape[0], batch.pool.shape[3], dtype=torch.bool)
+    for table, length in zip(batch.block_tables.tolist(), batch.context_lens.tolist(), strict=True):
+        for pos in range(length):
+            live[table[pos // 16], pos % 16] = True
+    batch.pool.permute(0, 3, 1, 2, 4, 5)[~live] = float("nan")
+    out = kernel(batch)
+    assert torch.isfinite(out).all()
+    assert max_err(out, expected) <= ATOL
+
+
+def test_results_do_not_depend_on_the_thread_count() -> None:
+    batch = cpu_batch(LENGTHS, block_size=16, q_heads=9, kv_heads=3, head_dim=64, seed=2)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = kernel(batch)
+        torch.set_num_threads(max(2, threads))
+        many = kernel(batch)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, many)  # each (sequence, kv head) is computed whole by one thread
+
+
+def test_strided_query_is_accepted() -> None:
+    batch = cpu_batch([3, 70, 18], block_size=16, q_heads=4, kv_heads=2, head_dim=64, seed=4)
+    wide = torch.randn(3, 4, 2 * 64)
+    wide[:, :, :64] = batch.query
+    strided = dataclasses.replace(batch, query=wide[:, :, :64])  # rows 128 floats apart
+    assert max_err(kernel(strided), reference(batch)) <= ATOL
+
+
+def test_block_id_outside_the_cache_raises_instead_of_reading_it() -> None:
+    batch = cpu_batch([20, 5], block_size=16, q_heads=4, kv_heads=2, head_dim=64)
+    tables = batch.block_tables.clone()
+    tables[0, 1] = batch.pool.shape[0]  # one past the last block
+    with pytest.raises(ValueError, match="outside the cache"):
+        kernel(dataclasses.replace(batch, block_tables=tables))
+    too_long = batch.context_lens.clone()
+    too_long[1] = batch.block_tables.shape[1] * 16 + 1
+    with pytest.raises(ValueError, match="exceeds its block table"):
+        kernel(dataclasses.replace(batch, context_lens=too_long))
+
+
+# ---- dispatch in inference.attention -----------------------------------------------------------
+
+
+def decode_step(lengths: list[int], *, q_heads=6, kv_heads=2, head_dim=64, block_size=16, seed=0):
+    """A decode-only step through ``attention.paged_attention``: the new token's K/V
+    is stored, then attended over with the rest of the cache."""
+    gen = torch.Generator().manual_seed(seed)
+    num_blocks = sum(-(-n // block_size) for n in lengths) + 3
+    pool = torch.randn(num_blocks, 2, 1, block_size, kv_heads, head_dim, generator=gen)
+    ids = torch.randperm(num_blocks, generator=gen).tolist()
+    tables = []
+    for n in lengths:
+        tables.append([ids.pop() for _ in range(-(-n // block_size))])
+    ctx = build_context(tables, [n - 1 for n in lengths], [1] * len(lengths), block_size)
+    q = torch.randn(len(lengths), q_heads, head_dim, generator=gen)
+    k = torch.randn(len(lengths), kv_heads, head_dim, generator=gen)
+    v = torch.randn(len(lengths), kv_heads, head_dim, generator=gen)
+    return q, k, v, pool[:, 0, 0], pool[:, 1, 0], ctx
+
+
+def test_cpu_decode_steps_use_the_kernel(monkeypatch) -> None:
+    calls = []
+    real = cpu_decode.paged_decode_attention_cpu
+    monkeypatch.setattr(cpu_decode, "paged_decode_attention_cpu", lambda *a: calls.append(1) or real(*a))
+    q, k, v, k_cache, v_cache, ctx = decode_step([7, 40, 1, 33])
+    out = attention.paged_attention(q, k, v, k_cache, v_cache, ctx, 0.125)
+    ref = paged_attention_ref(
+        q, k_cache, v_cache, ctx.block_tables, ctx.query_start_loc, ctx.context_lens, 0.125
+    )
+    assert calls
+    assert max_err(out, ref) <= ATOL
+
+
+@pytest.fixture
+def no_compiler(monkeypatch, tmp_path):
+    """The kernel as on a machine without gcc: an empty build cache, a missing compiler."""
+    monkeypatch.setenv("CHATSITE_KERNEL_CACHE", str(tmp_path / "kernels"))
+    monkeypatch.setattr(cpu_decode, "COMPILER", str(tmp_path / "no-such-gcc"))
+    cpu_decode._library.cache_clear()
+    yield
+    cpu_decode._library.cache_clear()  # the real kernel again for later tests
+
+
+def test_missing_compiler_falls_back_to_torch_with_one_warning(no_compiler, monkeypatch, caplog) -> None:
+    q, k, v, k_cache, v_cache, ctx = decode_step([7, 40, 1, 33], seed=1)
+    with caplog.at_level(logging.WARNING, logger="kernels.cpu_decode"):
+        assert not cpu_decode.available()
+        torch_calls = []
+        real = attention.decode_attention_torch
+        monkeypatch.setattr(attention, "decode_attention_torch", lambda *a: torch_calls.append(1) or real(*a))
+        out = attention.paged_attention(q, k, v, k_cache, v_cache, ctx, 0.125)
+        attention.paged_attention(q, k, v, k_cache, v_cache, ctx, 0.125)
+    ref = paged_attention_ref(
+        q, k_cache, v_cache, ctx.block_tables, ctx.query_start_loc, ctx.context_lens, 0.125
+    )
+    assert torch_calls
+    assert max_err(out, ref) <= ATOL
+    warnings = [r for r in caplog.records if "unavailable" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "no-such-gcc" in warnings[0].getMessage()
+
+
+def test_build_is_cached_by_source_flags_and_cpu(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("CHATSITE_KERNEL_CACHE", str(tmp_path))
+    cpu_decode._library.cache_clear()
+    try:
+        assert cpu_decode.available()
+        built = list(tmp_path.iterdir())
+        assert len(built) == 1 and built[0].suffix == ".so"  # no temporary file left behind
+        mtime = built[0].stat().st_mtime_ns
+        cpu_decode._library.cache_clear()
+        assert cpu_decode.available()
+        assert built[0].stat().st_mtime_ns == mtime  # loaded from the cache, not rebuilt
+        source = cpu_decode.SOURCE.read_bytes()
+        assert cpu_decode._library_path(source) == built[0]
+        assert cpu_decode._library_path(source + b"\n") != built[0]
+        flags = cpu_decode.CFLAGS
+        monkeypatch.setattr(cpu_decode, "CFLAGS", (*flags, "-DEXTRA"))
+        assert cpu_decode._library_path(source) != built[0]
+        monkeypatch.setattr(cpu_decode, "CFLAGS", flags)
+        monkeypatch.setattr(cpu_decode, "_cpu_signature", lambda: "another machine")
+        assert cpu_decode._library_path(source) != built[0]
+    finally:
+        cpu_decode._library.cache_clear()
