@@ -37,6 +37,21 @@ class PagedBatch:
     scale: float
 
 
+def reference(batch: PagedBatch) -> torch.Tensor:
+    """The oracle: ``kernels.reference.paged_attention_ref`` on the batch."""
+    from kernels.reference import paged_attention_ref
+
+    return paged_attention_ref(
+        batch.query,
+        batch.k_cache,
+        batch.v_cache,
+        batch.block_tables,
+        batch.query_start_loc,
+        batch.context_lens,
+        batch.scale,
+    )
+
+
 def make_batch(
     pairs: list[tuple[int, int]],
     *,

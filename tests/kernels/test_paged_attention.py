@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.reference import paged_attention_ref
-from tests.kernels.cases import ATOL, DEVICE, make_batch, max_err, requires_backend
+from tests.kernels.cases import ATOL, DEVICE, make_batch, max_err, reference, requires_backend
 
 requires_backend()
 triton_ops = pytest.importorskip("kernels.triton_ops")
@@ -15,18 +14,6 @@ triton_ops = pytest.importorskip("kernels.triton_ops")
 SMOLLM2 = (9, 3)
 MHA = (4, 4)
 GQA8 = (16, 2)
-
-
-def reference(batch) -> torch.Tensor:
-    return paged_attention_ref(
-        batch.query,
-        batch.k_cache,
-        batch.v_cache,
-        batch.block_tables,
-        batch.query_start_loc,
-        batch.context_lens,
-        batch.scale,
-    )
 
 
 def prefill(batch, **kw) -> torch.Tensor:
