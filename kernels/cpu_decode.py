@@ -1,106 +1,27 @@
 """Paged decode attention on CPU: a small C kernel (``kernels/cpu/paged_decode.c``),
-built with gcc on first use and loaded with ctypes.
+built with gcc on first use and loaded with ctypes (``kernels.cpu_build``).
 
 Same contract as ``inference.attention.decode_attention_torch`` (and
 ``kernels.reference.paged_attention_ref`` with one query per sequence), fp32 only.
 The kernel reads each sequence's K/V blocks once, in place through the block table,
 never past its length, with an online softmax; see the C file for the details.
-
-Build cache: ``$CHATSITE_KERNEL_CACHE`` or ``~/.cache/chatsite-kernels``. The file
-name is a hash of the source, the compiler command and the CPU (``-march=native``
-code only runs where its instructions exist, and the cache may be shared between
-machines). A build goes to a temporary name and is renamed into place, so processes
-building at the same time never load a half-written library.
-
-If gcc is missing or the build or load fails, ``available()`` is False (one warning
-is logged) and callers use the PyTorch path; ``CHATSITE_CPU_KERNELS=0`` turns the
-kernel off on purpose (to compare, or to rule it out).
+If the kernel cannot be built, ``available()`` is False and callers use the PyTorch
+path.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import logging
-import os
-import platform
-import subprocess
-import tempfile
-from functools import cache
-from pathlib import Path
 
 import torch
 
-logger = logging.getLogger(__name__)
+from kernels import cpu_build
 
-SOURCE = Path(__file__).with_name("cpu") / "paged_decode.c"
-COMPILER = "gcc"
-# No -ffast-math: results must stay within float rounding of the references.
-CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-Wall")
-LIBS = ("-lm",)
 _SYMBOL = "paged_decode_attention_f32"
 
 
-def cache_dir() -> Path:
-    configured = os.environ.get("CHATSITE_KERNEL_CACHE")
-    return Path(configured) if configured else Path.home() / ".cache" / "chatsite-kernels"
-
-
-def _cpu_signature() -> str:
-    """What ``-march=native`` depends on: the architecture and the CPU's feature flags."""
-    flags = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    flags = " ".join(sorted(line.split(":", 1)[1].split()))
-                    break
-    except OSError:
-        pass
-    return f"{platform.machine()}|{flags}"
-
-
-def _library_path(source: bytes) -> Path:
-    key = hashlib.sha256()
-    for part in (source, COMPILER.encode(), " ".join(CFLAGS + LIBS).encode(), _cpu_signature().encode()):
-        key.update(part)
-        key.update(b"\0")
-    return cache_dir() / f"paged_decode-{key.hexdigest()[:20]}.so"
-
-
-def _build(target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    try:
-        result = subprocess.run(
-            [COMPILER, *CFLAGS, "-o", tmp, str(SOURCE), *LIBS],
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"{COMPILER} failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
-        os.replace(tmp, target)  # atomic: readers see no file or the whole file
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-@cache
-def _library() -> ctypes.CDLL | None:
-    if os.environ.get("CHATSITE_CPU_KERNELS", "1") == "0":
-        logger.info("CPU decode-attention kernel disabled by CHATSITE_CPU_KERNELS=0")
-        return None
-    try:
-        path = _library_path(SOURCE.read_bytes())
-        if not path.is_file():
-            _build(path)
-        lib = ctypes.CDLL(str(path))
-        fn = getattr(lib, _SYMBOL)
-    except Exception as exc:  # any failure means "use the PyTorch path"
-        logger.warning("CPU decode-attention kernel unavailable (%s); using the PyTorch path", exc)
-        return None
+def _declare(lib: ctypes.CDLL) -> None:
+    fn = getattr(lib, _SYMBOL)
     i64, ptr, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
     fn.argtypes = [
         *(ptr, i64, i64),  # query, seq and head strides
@@ -115,7 +36,10 @@ def _library() -> ctypes.CDLL | None:
         i32,  # num_threads
     ]
     fn.restype = i32
-    return lib
+
+
+def _library() -> ctypes.CDLL | None:
+    return cpu_build.load_library("paged_decode", _declare)
 
 
 def available() -> bool:

@@ -18,6 +18,7 @@ from torch import nn
 from inference.attention import paged_attention
 from inference.attention_context import AttentionContext
 from inference.model_config import ModelConfig
+from kernels import cpu_linear
 
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
@@ -65,6 +66,30 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
 
+class Linear(nn.Linear):
+    """``nn.Linear`` (same parameters and names) whose fp32 CPU products go through
+    ``kernels.cpu_linear``: decode steps multiply each weight by only a few rows, where
+    BLAS streams the weights at a fraction of memory speed. The packed copy the kernel
+    reads is made on first use and again whenever the weight is replaced or changed
+    in place (CPU fp32 linear weights are held twice: the cost of the speed)."""
+
+    _packed: torch.Tensor | None = None
+    _packed_key: tuple[int, int] | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if cpu_linear.supports(x, self.weight, self.bias):
+            return cpu_linear.linear_packed(x, self.packed_weight(), self.out_features, self.bias)
+        return F.linear(x, self.weight, self.bias)
+
+    def packed_weight(self) -> torch.Tensor:
+        weight = self.weight
+        # Inference tensors have no version counter; weights are replaced, not edited, there.
+        key = (weight.data_ptr(), -1 if weight.is_inference() else weight._version)
+        if self._packed is None or self._packed_key != key:
+            self._packed, self._packed_key = cpu_linear.pack_weight(weight), key
+        return self._packed
+
+
 class RMSNorm(nn.Module):
     def __init__(self, hidden_size: int, eps: float) -> None:
         super().__init__()
@@ -92,10 +117,10 @@ class Attention(nn.Module):
             self.num_heads * self.head_dim,
             self.num_kv_heads * self.head_dim,
         )
-        self.q_proj = nn.Linear(hidden, q_size, bias=qkv_bias)
-        self.k_proj = nn.Linear(hidden, kv_size, bias=qkv_bias)
-        self.v_proj = nn.Linear(hidden, kv_size, bias=qkv_bias)
-        self.o_proj = nn.Linear(q_size, hidden, bias=config.attention_out_bias)
+        self.q_proj = Linear(hidden, q_size, bias=qkv_bias)
+        self.k_proj = Linear(hidden, kv_size, bias=qkv_bias)
+        self.v_proj = Linear(hidden, kv_size, bias=qkv_bias)
+        self.o_proj = Linear(q_size, hidden, bias=config.attention_out_bias)
 
     def forward(
         self,
@@ -121,9 +146,9 @@ class MLP(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         hidden, inter, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
-        self.gate_proj = nn.Linear(hidden, inter, bias=bias)
-        self.up_proj = nn.Linear(hidden, inter, bias=bias)
-        self.down_proj = nn.Linear(inter, hidden, bias=bias)
+        self.gate_proj = Linear(hidden, inter, bias=bias)
+        self.up_proj = Linear(hidden, inter, bias=bias)
+        self.down_proj = Linear(inter, hidden, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
@@ -168,7 +193,7 @@ class LlamaForCausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.model = LlamaModel(config)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
         # Kept out of the module's buffers on purpose: `.to(bfloat16)` must not round

@@ -1,6 +1,6 @@
 /* Paged decode attention on CPU, fp32: one new query token per sequence.
  *
- * Built and loaded by kernels/cpu_decode.py (GNU C, no torch headers; gcc -O3
+ * Built by kernels/cpu_build.py, called from kernels/cpu_decode.py (GNU C, no torch headers; gcc -O3
  * -fopenmp, never -ffast-math). Same contract as
  * inference.attention.decode_attention_torch and kernels.reference.paged_attention_ref
  * with one query per sequence:

@@ -4,7 +4,6 @@ and the engine's CPU dispatch to it (or to the PyTorch path when it cannot be bu
 from __future__ import annotations
 
 import dataclasses
-import logging
 import random
 
 import pytest
@@ -158,56 +157,3 @@ def test_cpu_decode_steps_use_the_kernel(monkeypatch) -> None:
     )
     assert calls
     assert max_err(out, ref) <= ATOL
-
-
-@pytest.fixture
-def no_compiler(monkeypatch, tmp_path):
-    """The kernel as on a machine without gcc: an empty build cache, a missing compiler."""
-    monkeypatch.setenv("CHATSITE_KERNEL_CACHE", str(tmp_path / "kernels"))
-    monkeypatch.setattr(cpu_decode, "COMPILER", str(tmp_path / "no-such-gcc"))
-    cpu_decode._library.cache_clear()
-    yield
-    cpu_decode._library.cache_clear()  # the real kernel again for later tests
-
-
-def test_missing_compiler_falls_back_to_torch_with_one_warning(no_compiler, monkeypatch, caplog) -> None:
-    q, k, v, k_cache, v_cache, ctx = decode_step([7, 40, 1, 33], seed=1)
-    with caplog.at_level(logging.WARNING, logger="kernels.cpu_decode"):
-        assert not cpu_decode.available()
-        torch_calls = []
-        real = attention.decode_attention_torch
-        monkeypatch.setattr(attention, "decode_attention_torch", lambda *a: torch_calls.append(1) or real(*a))
-        out = attention.paged_attention(q, k, v, k_cache, v_cache, ctx, 0.125)
-        attention.paged_attention(q, k, v, k_cache, v_cache, ctx, 0.125)
-    ref = paged_attention_ref(
-        q, k_cache, v_cache, ctx.block_tables, ctx.query_start_loc, ctx.context_lens, 0.125
-    )
-    assert torch_calls
-    assert max_err(out, ref) <= ATOL
-    warnings = [r for r in caplog.records if "unavailable" in r.getMessage()]
-    assert len(warnings) == 1
-    assert "no-such-gcc" in warnings[0].getMessage()
-
-
-def test_build_is_cached_by_source_flags_and_cpu(monkeypatch, tmp_path) -> None:
-    monkeypatch.setenv("CHATSITE_KERNEL_CACHE", str(tmp_path))
-    cpu_decode._library.cache_clear()
-    try:
-        assert cpu_decode.available()
-        built = list(tmp_path.iterdir())
-        assert len(built) == 1 and built[0].suffix == ".so"  # no temporary file left behind
-        mtime = built[0].stat().st_mtime_ns
-        cpu_decode._library.cache_clear()
-        assert cpu_decode.available()
-        assert built[0].stat().st_mtime_ns == mtime  # loaded from the cache, not rebuilt
-        source = cpu_decode.SOURCE.read_bytes()
-        assert cpu_decode._library_path(source) == built[0]
-        assert cpu_decode._library_path(source + b"\n") != built[0]
-        flags = cpu_decode.CFLAGS
-        monkeypatch.setattr(cpu_decode, "CFLAGS", (*flags, "-DEXTRA"))
-        assert cpu_decode._library_path(source) != built[0]
-        monkeypatch.setattr(cpu_decode, "CFLAGS", flags)
-        monkeypatch.setattr(cpu_decode, "_cpu_signature", lambda: "another machine")
-        assert cpu_decode._library_path(source) != built[0]
-    finally:
-        cpu_decode._library.cache_clear()

@@ -1,0 +1,105 @@
+"""Builds the C kernels under ``kernels/cpu/`` with gcc on first use and loads them
+with ctypes (no torch headers, no build step at install time).
+
+Build cache: ``$CHATSITE_KERNEL_CACHE`` or ``~/.cache/chatsite-kernels``. A library's
+file name is a hash of its source, the compiler command and the CPU (``-march=native``
+code only runs where its instructions exist, and the cache may be shared between
+machines). A build goes to a temporary name and is renamed into place, so processes
+building at the same time never load a half-written library.
+
+If gcc is missing or a build or load fails, ``load_library`` returns None and logs
+one warning; callers then take their PyTorch path. ``CHATSITE_CPU_KERNELS=0`` turns
+every C kernel off on purpose (to compare, or to rule them out).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import subprocess
+import tempfile
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+SOURCES = Path(__file__).with_name("cpu")
+COMPILER = "gcc"
+# No -ffast-math: results must stay within float rounding of the references.
+CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-Wall")
+LIBS = ("-lm",)
+
+
+def cache_dir() -> Path:
+    configured = os.environ.get("CHATSITE_KERNEL_CACHE")
+    return Path(configured) if configured else Path.home() / ".cache" / "chatsite-kernels"
+
+
+def enabled() -> bool:
+    return os.environ.get("CHATSITE_CPU_KERNELS", "1") != "0"
+
+
+def cpu_signature() -> str:
+    """What ``-march=native`` depends on: the architecture and the CPU's feature flags."""
+    flags = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    flags = " ".join(sorted(line.split(":", 1)[1].split()))
+                    break
+    except OSError:
+        pass
+    return f"{platform.machine()}|{flags}"
+
+
+def library_path(name: str, source: bytes) -> Path:
+    key = hashlib.sha256()
+    for part in (source, COMPILER.encode(), " ".join(CFLAGS + LIBS).encode(), cpu_signature().encode()):
+        key.update(part)
+        key.update(b"\0")
+    return cache_dir() / f"{name}-{key.hexdigest()[:20]}.so"
+
+
+def build(source: Path, target: Path) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        result = subprocess.run(
+            [COMPILER, *CFLAGS, "-o", tmp, str(source), *LIBS],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"{COMPILER} failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
+        os.replace(tmp, target)  # atomic: readers see no file or the whole file
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+@cache
+def load_library(name: str, declare: Callable[[ctypes.CDLL], None]) -> ctypes.CDLL | None:
+    """``kernels/cpu/<name>.c`` built (once per source, flags and CPU) and loaded, with
+    ``declare`` run on it to set its functions' ctypes signatures; None if the kernels
+    are disabled or anything fails (logged once per library)."""
+    if not enabled():
+        logger.info("CPU kernel %s disabled by CHATSITE_CPU_KERNELS=0", name)
+        return None
+    try:
+        source = SOURCES / f"{name}.c"
+        path = library_path(name, source.read_bytes())
+        if not path.is_file():
+            build(source, path)
+        lib = ctypes.CDLL(str(path))
+        declare(lib)
+    except Exception as exc:  # any failure means "use the PyTorch path"
+        logger.warning("CPU kernel %s unavailable (%s); using the PyTorch path", name, exc)
+        return None
+    return lib

@@ -1,0 +1,97 @@
+"""Linear layers on CPU: a small C GEMM kernel (``kernels/cpu/linear.c``) over weights
+packed in panels of 16 output features, built with gcc on first use and loaded with
+ctypes (``kernels.cpu_build``).
+
+Decode steps multiply each weight by one row per running sequence. On a small CPU,
+BLAS streams the weights for such products at a fraction of memory speed, and at 64
+rows reaches about half its own peak; the packed kernel streams them at memory speed
+and keeps the FMA units busy from about 16 rows up (see the C file, and
+``scripts/bench_cpu_linear.py`` for the figures). It matches BLAS on prefill-sized
+products too, so every fp32 CPU product goes through it when it is available.
+
+The packed copy is made once per weight (``pack_weight``) and held by the caller next
+to the original, so a model that uses it holds its linear weights twice in memory.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+import torch.nn.functional as F
+
+from kernels import cpu_build
+
+_SYMBOL = "linear_packed_f32"
+PANEL = 16
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    fn = getattr(lib, _SYMBOL)
+    i64, ptr = ctypes.c_int64, ctypes.c_void_p
+    fn.argtypes = [ptr, i64, ptr, ptr, ptr, i64, i64, i64, i64, ctypes.c_int]
+    fn.restype = ctypes.c_int
+
+
+def _library() -> ctypes.CDLL | None:
+    return cpu_build.load_library("linear", _declare)
+
+
+def available() -> bool:
+    return _library() is not None
+
+
+def supports(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    """fp32 CPU tensors of matching inner size, no autograd, and the kernel available."""
+    return (
+        x.device.type == "cpu"
+        and weight.device.type == "cpu"
+        and x.dtype == weight.dtype == torch.float32
+        and (bias is None or bias.dtype == torch.float32)
+        and weight.dim() == 2
+        and x.dim() >= 1
+        and x.shape[-1] == weight.shape[1]
+        and not (torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad))
+        and available()
+    )
+
+
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """``[N, K]`` (nn.Linear's layout) -> ``[ceil(N/16), K, 16]``: panel p holds output
+    features 16p..16p+15, k-major, zero-padded past N."""
+    n, k = weight.shape
+    padded = F.pad(weight.detach(), (0, 0, 0, -n % PANEL))
+    return padded.view(-1, PANEL, k).transpose(1, 2).contiguous()
+
+
+def linear_packed(
+    x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``F.linear(x, weight, bias)`` with ``packed = pack_weight(weight)``."""
+    lib = _library()
+    if lib is None:
+        raise RuntimeError("the CPU linear kernel is not available")
+    k = packed.shape[1]
+    if packed.shape[0] * PANEL < out_features or packed.shape[2] != PANEL or not packed.is_contiguous():
+        raise ValueError("packed is not pack_weight() of a weight with this many outputs")
+    rows = x.reshape(-1, k)
+    if rows.stride(-1) != 1 or (rows.shape[0] > 1 and rows.stride(0) < k):
+        rows = rows.contiguous()
+    if bias is not None and not bias.is_contiguous():
+        bias = bias.contiguous()
+    out = torch.empty(rows.shape[0], out_features, dtype=x.dtype)
+    rc = getattr(lib, _SYMBOL)(
+        rows.data_ptr(),
+        rows.stride(0),
+        packed.data_ptr(),
+        None if bias is None else bias.data_ptr(),
+        out.data_ptr(),
+        out_features,
+        rows.shape[0],
+        out_features,
+        k,
+        torch.get_num_threads(),
+    )
+    if rc != 0:
+        raise RuntimeError(f"{_SYMBOL} failed with code {rc}")
+    return out.view(*x.shape[:-1], out_features)

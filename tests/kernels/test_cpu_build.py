@@ -1,0 +1,87 @@
+"""Building and loading the C kernels (``kernels.cpu_build``): the hash-keyed cache,
+and the PyTorch fallback with one warning when there is no compiler."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from inference import attention
+from kernels import cpu_build, cpu_decode, cpu_linear
+from kernels.reference import paged_attention_ref
+from tests.kernels.cases import max_err
+from tests.kernels.test_cpu_decode import ATOL, decode_step
+
+
+@pytest.fixture
+def fresh_cache(monkeypatch, tmp_path):
+    """An empty build cache; the real libraries are loaded again afterwards."""
+    monkeypatch.setenv("CHATSITE_KERNEL_CACHE", str(tmp_path))
+    cpu_build.load_library.cache_clear()
+    yield tmp_path
+    cpu_build.load_library.cache_clear()
+
+
+@pytest.fixture
+def no_compiler(fresh_cache, monkeypatch):
+    """The kernels as on a machine without gcc."""
+    monkeypatch.setattr(cpu_build, "COMPILER", str(fresh_cache / "no-such-gcc"))
+
+
+def test_missing_compiler_falls_back_to_torch_with_one_warning(no_compiler, monkeypatch, caplog) -> None:
+    q, k, v, k_cache, v_cache, ctx = decode_step([7, 40, 1, 33], seed=1)
+    with caplog.at_level(logging.WARNING, logger="kernels.cpu_build"):
+        assert not cpu_decode.available()
+        torch_calls = []
+        real = attention.decode_attention_torch
+        monkeypatch.setattr(attention, "decode_attention_torch", lambda *a: torch_calls.append(1) or real(*a))
+        out = attention.paged_attention(q, k, v, k_cache, v_cache, ctx, 0.125)
+        attention.paged_attention(q, k, v, k_cache, v_cache, ctx, 0.125)
+    ref = paged_attention_ref(
+        q, k_cache, v_cache, ctx.block_tables, ctx.query_start_loc, ctx.context_lens, 0.125
+    )
+    assert torch_calls
+    assert max_err(out, ref) <= ATOL
+    warnings = [r for r in caplog.records if "unavailable" in r.getMessage()]
+    assert len(warnings) == 1
+    assert "paged_decode" in warnings[0].getMessage() and "no-such-gcc" in warnings[0].getMessage()
+
+
+def test_linear_layers_fall_back_to_torch_without_a_compiler(no_compiler) -> None:
+    from inference.models.llama import Linear
+
+    layer = Linear(24, 40, bias=True)
+    x = torch.randn(3, 24)
+    with torch.inference_mode():
+        assert not cpu_linear.supports(x, layer.weight, layer.bias)
+        torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
+
+
+def test_disabled_by_environment(fresh_cache, monkeypatch) -> None:
+    monkeypatch.setenv("CHATSITE_CPU_KERNELS", "0")
+    assert not cpu_decode.available()
+    assert not cpu_linear.available()
+    assert not list(fresh_cache.iterdir())  # nothing was built
+
+
+def test_build_is_cached_by_source_flags_and_cpu(fresh_cache, monkeypatch) -> None:
+    assert cpu_decode.available() and cpu_linear.available()
+    built = sorted(fresh_cache.iterdir())
+    assert [p.name.split("-")[0] for p in built] == ["linear", "paged_decode"]
+    assert all(p.suffix == ".so" for p in built)  # no temporary file left behind
+    mtimes = [p.stat().st_mtime_ns for p in built]
+    cpu_build.load_library.cache_clear()
+    assert cpu_decode.available() and cpu_linear.available()
+    assert [p.stat().st_mtime_ns for p in built] == mtimes  # loaded from the cache, not rebuilt
+    path = built[1]
+    source = (cpu_build.SOURCES / "paged_decode.c").read_bytes()
+    assert cpu_build.library_path("paged_decode", source) == path
+    assert cpu_build.library_path("paged_decode", source + b"\n") != path
+    flags = cpu_build.CFLAGS
+    monkeypatch.setattr(cpu_build, "CFLAGS", (*flags, "-DEXTRA"))
+    assert cpu_build.library_path("paged_decode", source) != path
+    monkeypatch.setattr(cpu_build, "CFLAGS", flags)
+    monkeypatch.setattr(cpu_build, "cpu_signature", lambda: "another machine")
+    assert cpu_build.library_path("paged_decode", source) != path
