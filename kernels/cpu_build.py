@@ -58,8 +58,17 @@ def cpu_signature() -> str:
 
 
 def library_path(name: str, source: bytes) -> Path:
+    """Where the build of ``source`` lives: keyed by it, the shared headers it may
+    include, the compiler command and the CPU."""
+    headers = b"".join(p.read_bytes() for p in sorted(SOURCES.glob("*.h")))
     key = hashlib.sha256()
-    for part in (source, COMPILER.encode(), " ".join(CFLAGS + LIBS).encode(), cpu_signature().encode()):
+    for part in (
+        source,
+        headers,
+        COMPILER.encode(),
+        " ".join(CFLAGS + LIBS).encode(),
+        cpu_signature().encode(),
+    ):
         key.update(part)
         key.update(b"\0")
     return cache_dir() / f"{name}-{key.hexdigest()[:20]}.so"

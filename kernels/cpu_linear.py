@@ -9,6 +9,10 @@ and keeps the FMA units busy from about 16 rows up (see the C file, and
 ``scripts/bench_cpu_linear.py`` for the figures). It matches BLAS on prefill-sized
 products too, so every fp32 CPU product goes through it when it is available.
 
+SwiGLU's gate and up projections fuse into one call (``pack_gate_up`` and
+``gate_up_silu``) that returns ``silu(x Wg^T) * (x Wu^T)`` without writing either
+product to memory.
+
 The packed copy is made once per weight (``pack_weight``) and held by the caller next
 to the original, so a model that uses it holds its linear weights twice in memory.
 """
@@ -23,7 +27,9 @@ import torch.nn.functional as F
 from kernels import cpu_build
 
 _SYMBOL = "linear_packed_f32"
+_GATE_UP_SYMBOL = "gate_up_silu_f32"
 PANEL = 16
+GATE_UP_PANEL = 8
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -31,6 +37,9 @@ def _declare(lib: ctypes.CDLL) -> None:
     i64, ptr = ctypes.c_int64, ctypes.c_void_p
     fn.argtypes = [ptr, i64, ptr, ptr, ptr, i64, i64, i64, i64, ctypes.c_int]
     fn.restype = ctypes.c_int
+    fused = getattr(lib, _GATE_UP_SYMBOL)
+    fused.argtypes = [ptr, i64, ptr, ptr, i64, i64, i64, i64, ctypes.c_int]
+    fused.restype = ctypes.c_int
 
 
 def _library() -> ctypes.CDLL | None:
@@ -56,27 +65,71 @@ def supports(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -
     )
 
 
-def pack_weight(weight: torch.Tensor) -> torch.Tensor:
-    """``[N, K]`` (nn.Linear's layout) -> ``[ceil(N/16), K, 16]``: panel p holds output
-    features 16p..16p+15, k-major, zero-padded past N."""
+def pack_weight(weight: torch.Tensor, panel: int = PANEL) -> torch.Tensor:
+    """``[N, K]`` (nn.Linear's layout) -> ``[ceil(N/panel), K, panel]``: panel p holds
+    output features p*panel.., k-major, zero-padded past N."""
     n, k = weight.shape
-    padded = F.pad(weight.detach(), (0, 0, 0, -n % PANEL))
-    return padded.view(-1, PANEL, k).transpose(1, 2).contiguous()
+    padded = F.pad(weight.detach(), (0, 0, 0, -n % panel))
+    return padded.view(-1, panel, k).transpose(1, 2).contiguous()
+
+
+def pack_gate_up(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """Two ``[N, K]`` weights -> ``[ceil(N/8), K, 16]``: per panel and k step, 8 gate
+    then 8 up features."""
+    if gate.shape != up.shape:
+        raise ValueError(f"gate {tuple(gate.shape)} and up {tuple(up.shape)} differ in shape")
+    return torch.cat((pack_weight(gate, GATE_UP_PANEL), pack_weight(up, GATE_UP_PANEL)), dim=2).contiguous()
+
+
+def _rows(x: torch.Tensor, k: int) -> torch.Tensor:
+    """``x`` as ``[M, k]`` rows the kernels can read in place (unit inner stride)."""
+    rows = x.reshape(-1, k)
+    if rows.stride(-1) != 1 or (rows.shape[0] > 1 and rows.stride(0) < k):
+        rows = rows.contiguous()
+    return rows
+
+
+def _check(rc: int, symbol: str) -> None:
+    if rc != 0:
+        raise RuntimeError(f"{symbol} failed with code {rc}")
+
+
+def _loaded() -> ctypes.CDLL:
+    lib = _library()
+    if lib is None:
+        raise RuntimeError("the CPU linear kernel is not available")
+    return lib
+
+
+def gate_up_silu(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:
+    """``F.silu(F.linear(x, gate)) * F.linear(x, up)`` with ``packed =
+    pack_gate_up(gate, up)`` (no biases)."""
+    lib = _loaded()
+    k = packed.shape[1]
+    if (
+        packed.shape[0] * GATE_UP_PANEL < out_features
+        or packed.shape[2] != 2 * GATE_UP_PANEL
+        or not packed.is_contiguous()
+    ):
+        raise ValueError("packed is not pack_gate_up() of weights with this many outputs")
+    rows = _rows(x, k)
+    out = torch.empty(rows.shape[0], out_features, dtype=x.dtype)
+    fn = getattr(lib, _GATE_UP_SYMBOL)
+    rc = fn(rows.data_ptr(), rows.stride(0), packed.data_ptr(), out.data_ptr(), out_features,
+            rows.shape[0], out_features, k, torch.get_num_threads())  # fmt: skip
+    _check(rc, _GATE_UP_SYMBOL)
+    return out.view(*x.shape[:-1], out_features)
 
 
 def linear_packed(
     x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` with ``packed = pack_weight(weight)``."""
-    lib = _library()
-    if lib is None:
-        raise RuntimeError("the CPU linear kernel is not available")
+    lib = _loaded()
     k = packed.shape[1]
     if packed.shape[0] * PANEL < out_features or packed.shape[2] != PANEL or not packed.is_contiguous():
         raise ValueError("packed is not pack_weight() of a weight with this many outputs")
-    rows = x.reshape(-1, k)
-    if rows.stride(-1) != 1 or (rows.shape[0] > 1 and rows.stride(0) < k):
-        rows = rows.contiguous()
+    rows = _rows(x, k)
     if bias is not None and not bias.is_contiguous():
         bias = bias.contiguous()
     out = torch.empty(rows.shape[0], out_features, dtype=x.dtype)
@@ -92,6 +145,5 @@ def linear_packed(
         k,
         torch.get_num_threads(),
     )
-    if rc != 0:
-        raise RuntimeError(f"{_SYMBOL} failed with code {rc}")
+    _check(rc, _SYMBOL)
     return out.view(*x.shape[:-1], out_features)

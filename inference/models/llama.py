@@ -66,12 +66,18 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
 
+def _weight_key(weight: torch.Tensor) -> tuple[int, int]:
+    """Changes when a weight is replaced or edited in place. Inference tensors have no
+    version counter; weights are replaced, not edited, there."""
+    return weight.data_ptr(), -1 if weight.is_inference() else weight._version
+
+
 class Linear(nn.Linear):
     """``nn.Linear`` (same parameters and names) whose fp32 CPU products go through
     ``kernels.cpu_linear``: decode steps multiply each weight by only a few rows, where
     BLAS streams the weights at a fraction of memory speed. The packed copy the kernel
-    reads is made on first use and again whenever the weight is replaced or changed
-    in place (CPU fp32 linear weights are held twice: the cost of the speed)."""
+    reads is made on first use and again whenever the weight changes (CPU fp32 linear
+    weights are held twice: the cost of the speed)."""
 
     _packed: torch.Tensor | None = None
     _packed_key: tuple[int, int] | None = None
@@ -82,11 +88,9 @@ class Linear(nn.Linear):
         return F.linear(x, self.weight, self.bias)
 
     def packed_weight(self) -> torch.Tensor:
-        weight = self.weight
-        # Inference tensors have no version counter; weights are replaced, not edited, there.
-        key = (weight.data_ptr(), -1 if weight.is_inference() else weight._version)
+        key = _weight_key(self.weight)
         if self._packed is None or self._packed_key != key:
-            self._packed, self._packed_key = cpu_linear.pack_weight(weight), key
+            self._packed, self._packed_key = cpu_linear.pack_weight(self.weight), key
         return self._packed
 
 
@@ -141,7 +145,11 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    """SwiGLU: down(silu(gate(x)) * up(x))."""
+    """SwiGLU: down(silu(gate(x)) * up(x)). On the CPU in fp32 (without biases) gate,
+    up and the SiLU product are one fused kernel call over interleaved packed weights."""
+
+    _packed: torch.Tensor | None = None
+    _packed_key: tuple[tuple[int, int], tuple[int, int]] | None = None
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -151,7 +159,19 @@ class MLP(nn.Module):
         self.down_proj = Linear(inter, hidden, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = self.gate_proj, self.up_proj
+        if gate.bias is None and up.bias is None and cpu_linear.supports(x, gate.weight, None):
+            hidden = cpu_linear.gate_up_silu(x, self.packed_gate_up(), gate.out_features)
+        else:
+            hidden = F.silu(gate(x)) * up(x)
+        return self.down_proj(hidden)
+
+    def packed_gate_up(self) -> torch.Tensor:
+        key = (_weight_key(self.gate_proj.weight), _weight_key(self.up_proj.weight))
+        if self._packed is None or self._packed_key != key:
+            self._packed = cpu_linear.pack_gate_up(self.gate_proj.weight, self.up_proj.weight)
+            self._packed_key = key
+        return self._packed
 
 
 class DecoderLayer(nn.Module):

@@ -30,43 +30,7 @@
 #define TILE 32   /* positions per online-softmax step (a block is split in tiles) */
 #define MAX_VEC 64 /* vector path up to head_dim 512 */
 
-typedef float v8f __attribute__((vector_size(32)));
-typedef float v8u __attribute__((vector_size(32), aligned(4), may_alias));
-typedef int32_t v8i __attribute__((vector_size(32)));
-
-static inline v8f load8(const float *p) { return *(const v8u *)p; }
-static inline void store8(float *p, v8f v) { *(v8u *)p = v; }
-static inline v8f splat8(float x) { return (v8f){x, x, x, x, x, x, x, x}; }
-
-/* Tree sum of the 8 lanes (plain C would add them one after the other). */
-static inline float hsum8(v8f v) {
-    v = v + __builtin_shuffle(v, (v8i){4, 5, 6, 7, 0, 1, 2, 3});
-    v = v + __builtin_shuffle(v, (v8i){2, 3, 0, 1, 6, 7, 4, 5});
-    v = v + __builtin_shuffle(v, (v8i){1, 0, 3, 2, 5, 4, 7, 6});
-    return v[0];
-}
-
-/* exp(x) lane by lane for x <= 0 (scores minus their running max), to about 1 ulp
- * (Cephes expf). Results below exp(-87) flush to 0: they are under 2^-125 times the
- * largest term of the sum, which is 1; x = -inf (padding) gives 0. */
-static inline v8f exp8_nonpos(v8f x) {
-    const v8f lo = splat8(-87.0f);
-    const v8i under = x < lo;
-    x = (v8f)(((v8i)x & ~under) | ((v8i)lo & under));
-    /* n = round(x / ln 2) with the 1.5 * 2^23 trick: exact, no rounding call. */
-    const v8f n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-    v8f r = x - n * 0.693359375f;
-    r = r - n * -2.12194440e-4f;
-    v8f p = splat8(1.9875691500e-4f);
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    const v8f y = p * (r * r) + r + 1.0f;
-    const v8f two_n = (v8f)((__builtin_convertvector(n, v8i) + 127) << 23);
-    return (v8f)((v8i)(y * two_n) & ~under);
-}
+#include "vec8.h"
 
 static inline v8f max8(v8f a, v8f b) {
     const v8i gt = a > b;

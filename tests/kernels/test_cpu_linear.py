@@ -3,6 +3,8 @@ and the model's linear layers using it."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -91,3 +93,41 @@ def test_autograd_and_other_dtypes_use_torch() -> None:
     assert not cpu_linear.supports(torch.randn(2, 16, dtype=torch.bfloat16), layer.weight.bfloat16(), None)
     out = layer(torch.randn(2, 16))  # grad mode, a trainable weight: torch keeps the graph
     assert out.requires_grad
+
+
+@pytest.mark.parametrize("rows", [1, 4, 6, 11, 64, 200])
+@pytest.mark.parametrize(("outputs", "inner"), [(8, 8), (36, 20), (5, 3), (1536, 576)])
+def test_fused_gate_up_silu_matches_torch(rows: int, outputs: int, inner: int) -> None:
+    gen = torch.Generator().manual_seed(rows + outputs * 7 + inner)
+    x = torch.randn(rows, inner, generator=gen) * 2
+    gate = torch.randn(outputs, inner, generator=gen) / inner**0.5
+    up = torch.randn(outputs, inner, generator=gen) / inner**0.5
+    out = cpu_linear.gate_up_silu(x, cpu_linear.pack_gate_up(gate, up), outputs)
+    ref = F.silu(reference(x, gate, None).double()) * reference(x, up, None).double()
+    torch.testing.assert_close(out, ref.float(), rtol=1e-5, atol=1e-5)
+
+
+def test_fused_silu_saturates_without_overflow() -> None:
+    """Gate pre-activations far past exp's range: silu(g) -> g for g >> 0, -> 0 for g << 0."""
+    x = torch.tensor([[1.0], [-1.0], [0.0]])
+    gate = torch.tensor([[200.0], [-200.0], [30.0], [-30.0], [0.5], [-0.5], [1e-3], [-1e-3]])
+    up = torch.ones(8, 1)
+    out = cpu_linear.gate_up_silu(x, cpu_linear.pack_gate_up(gate, up), 8)
+    torch.testing.assert_close(out, F.silu(F.linear(x, gate)) * F.linear(x, up), rtol=1e-6, atol=1e-30)
+    assert torch.isfinite(out).all()
+
+
+def test_model_mlp_uses_the_fused_kernel(monkeypatch) -> None:
+    from inference.models.llama import MLP
+
+    mlp = MLP(SimpleNamespace(hidden_size=32, intermediate_size=40, mlp_bias=False))
+    calls = []
+    real = cpu_linear.gate_up_silu
+    monkeypatch.setattr(cpu_linear, "gate_up_silu", lambda *a: calls.append(1) or real(*a))
+    x = torch.randn(5, 32)
+    with torch.inference_mode():
+        expected = F.linear(
+            F.silu(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight), mlp.down_proj.weight
+        )
+        torch.testing.assert_close(mlp(x), expected, rtol=1e-5, atol=1e-5)
+    assert calls
