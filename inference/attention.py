@@ -21,7 +21,6 @@ import torch.nn.functional as F
 
 from inference.attention_context import AttentionContext
 from kernels import cpu_decode
-from kernels.reference import store_kv_ref
 
 logger = logging.getLogger(__name__)
 
@@ -64,12 +63,27 @@ def paged_attention(
         return ops.paged_prefill_attention(
             query, k_cache, v_cache, ctx.block_tables, ctx.query_start_loc, ctx.context_lens, scale
         )
-    store_kv_ref(key, value, k_cache, v_cache, ctx.slot_mapping)
+    store_kv_cpu(key, value, k_cache, v_cache, ctx)
     if ctx.is_decode_only:
         return decode_attention_cpu(query, k_cache, v_cache, ctx.block_tables, ctx.context_lens, scale)
     return prefill_attention_torch(
         query, key, value, k_cache, v_cache, ctx.block_tables, ctx.query_start_loc, ctx.context_lens, scale
     )
+
+
+def store_kv_cpu(
+    key: torch.Tensor,
+    value: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    ctx: AttentionContext,
+) -> None:
+    """``kernels.reference.store_kv_ref`` with the slot arithmetic done once per step."""
+    keep, blocks, offsets = ctx.store_index(k_cache.shape[1])
+    if keep is not None:
+        key, value = key[keep], value[keep]
+    k_cache[blocks, offsets] = key.to(k_cache.dtype)
+    v_cache[blocks, offsets] = value.to(v_cache.dtype)
 
 
 @cache

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -22,6 +22,26 @@ class AttentionContext:
     max_query_len: int  # 1 means a decode-only step
     max_context_len: int
 
+    # (rows to keep or None, block ids, offsets) of slot_mapping: the same for every layer.
+    _store_index: tuple[torch.Tensor | None, torch.Tensor, torch.Tensor] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
     @property
     def is_decode_only(self) -> bool:
         return self.max_query_len == 1
+
+    def store_index(self, block_size: int) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+        """Where each new token's K/V goes, split into (block, offset), computed once per
+        step rather than once per layer; the first item selects the tokens to store
+        (None = all of them: no slot is -1). Assumes ``slot_mapping`` is not edited in
+        place afterwards (CUDA graphs' static inputs are, and never come here)."""
+        if self._store_index is None:
+            slots = self.slot_mapping
+            keep: torch.Tensor | None = None
+            if slots.numel() and bool((slots < 0).any()):
+                keep = slots >= 0
+                slots = slots[keep]
+            slots = slots.long()
+            self._store_index = (keep, slots // block_size, slots % block_size)
+        return self._store_index

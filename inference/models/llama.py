@@ -101,6 +101,9 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == self.weight.dtype == torch.float32:
+            # One fused op, the same arithmetic as below when nothing is cast.
+            return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         # Normalise in fp32 and scale after casting back, as HF's LlamaRMSNorm does.
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -108,6 +111,9 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
+    _packed: tuple[torch.Tensor, torch.Tensor | None] | None = None
+    _packed_key: tuple[tuple[int, int], ...] | None = None
+
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
         self.layer_idx = layer_idx
@@ -135,13 +141,40 @@ class Attention(nn.Module):
         kv_cache: torch.Tensor,
     ) -> torch.Tensor:
         tokens = hidden.shape[0]
-        q = self.q_proj(hidden).view(tokens, self.num_heads, self.head_dim)
-        k = self.k_proj(hidden).view(tokens, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(hidden).view(tokens, self.num_kv_heads, self.head_dim)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+        q, k, v = self.project_qkv(hidden, cos, sin)
         k_cache, v_cache = kv_cache[:, 0, self.layer_idx], kv_cache[:, 1, self.layer_idx]
         out = paged_attention(q, k, v, k_cache, v_cache, ctx, self.scale)
         return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
+
+    def project_qkv(
+        self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """q and k (rotated) and v, as ``[T, heads, D]``. On the CPU in fp32 the three
+        projections are one packed product and q and k are rotated together: a decode
+        step is dominated by per-op overhead at these sizes, not by arithmetic."""
+        tokens, d = hidden.shape[0], self.head_dim
+        hq, hkv = self.num_heads, self.num_kv_heads
+        if not cpu_linear.supports(hidden, self.q_proj.weight, self.q_proj.bias):
+            q = self.q_proj(hidden).view(tokens, hq, d)
+            k = self.k_proj(hidden).view(tokens, hkv, d)
+            v = self.v_proj(hidden).view(tokens, hkv, d)
+            return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
+        packed, bias = self.packed_qkv()
+        qkv = cpu_linear.linear_packed(hidden, packed, (hq + 2 * hkv) * d, bias)
+        qk = apply_rotary(qkv[:, : (hq + hkv) * d].view(tokens, hq + hkv, d), cos, sin)
+        return qk[:, :hq], qk[:, hq:], qkv[:, (hq + hkv) * d :].view(tokens, hkv, d)
+
+    def packed_qkv(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        key = tuple(_weight_key(p.weight) for p in projections) + tuple(
+            _weight_key(p.bias) for p in projections if p.bias is not None
+        )
+        if self._packed is None or self._packed_key != key:
+            weight = torch.cat([p.weight.detach() for p in projections])
+            biases = [p.bias.detach() for p in projections if p.bias is not None]
+            self._packed = (cpu_linear.pack_weight(weight), torch.cat(biases) if biases else None)
+            self._packed_key = key
+        return self._packed
 
 
 class MLP(nn.Module):
