@@ -50,12 +50,16 @@ def paged_attention(
     v_cache: torch.Tensor,
     ctx: AttentionContext,
     scale: float,
+    *,
+    kv_stored: bool = False,
 ) -> torch.Tensor:
-    """Store this step's ``key``/``value`` ``[T, Hkv, D]`` at ``ctx.slot_mapping``, then
-    attend each sequence's new queries ``[T, Hq, D]`` over its cached context."""
+    """Store this step's ``key``/``value`` ``[T, Hkv, D]`` at ``ctx.slot_mapping`` (unless
+    the caller already did: ``kv_stored``), then attend each sequence's new queries
+    ``[T, Hq, D]`` over its cached context."""
     ops = _triton_ops() if query.is_cuda else None
     if ops is not None:
-        ops.store_kv(key, value, k_cache, v_cache, ctx.slot_mapping)
+        if not kv_stored:
+            ops.store_kv(key, value, k_cache, v_cache, ctx.slot_mapping)
         if ctx.is_decode_only:
             return ops.paged_decode_attention(
                 query, k_cache, v_cache, ctx.block_tables, ctx.context_lens, scale
@@ -63,7 +67,8 @@ def paged_attention(
         return ops.paged_prefill_attention(
             query, k_cache, v_cache, ctx.block_tables, ctx.query_start_loc, ctx.context_lens, scale
         )
-    store_kv_cpu(key, value, k_cache, v_cache, ctx)
+    if not kv_stored:
+        store_kv_cpu(key, value, k_cache, v_cache, ctx)
     if ctx.is_decode_only:
         return decode_attention_cpu(query, k_cache, v_cache, ctx.block_tables, ctx.context_lens, scale)
     return prefill_attention_torch(

@@ -33,6 +33,7 @@ PyTorch elsewhere: embedding, linear, RMSNorm, rotary by indexing the cos/sin ca
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from bisect import bisect_left
@@ -198,9 +199,10 @@ class CUDAGraphRunner:
         """What the graph of batch ``size`` records: the model over the first ``size``
         static rows, its output copied into the static output buffer."""
         inputs = self.inputs
-        hidden = self.model(
-            inputs.input_ids[:size], inputs.positions[:size], self._contexts[size], self.kv_cache
-        )
+        # A fresh context object over the same static views: per-step caches on it
+        # (AttentionContext.store_index) must not outlive a load() of new inputs.
+        ctx = dataclasses.replace(self._contexts[size])
+        hidden = self.model(inputs.input_ids[:size], inputs.positions[:size], ctx, self.kv_cache)
         self.output[:size].copy_(hidden)
 
     @torch.inference_mode()

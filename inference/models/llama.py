@@ -18,7 +18,7 @@ from torch import nn
 from inference.attention import paged_attention
 from inference.attention_context import AttentionContext
 from inference.model_config import ModelConfig
-from kernels import cpu_linear
+from kernels import cpu_layer_ops, cpu_linear
 
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
@@ -102,12 +102,26 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == self.weight.dtype == torch.float32:
+            if cpu_layer_ops.is_cpu_f32(x, self.weight) and cpu_layer_ops.available():
+                return cpu_layer_ops.rms_norm(x, self.weight, self.eps)
             # One fused op, the same arithmetic as below when nothing is cast.
             return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
         # Normalise in fp32 and scale after casting back, as HF's LlamaRMSNorm does.
         xf = x.float()
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * xf.to(x.dtype)
+
+    def add_norm(self, x: torch.Tensor, residual: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(norm(residual + x), residual + x)``; on the CPU in fp32 one C call that
+        adds into ``residual`` in place (the decoder's own running sum)."""
+        if (
+            cpu_layer_ops.is_cpu_f32(x, residual, self.weight)
+            and residual.is_contiguous()
+            and cpu_layer_ops.available()
+        ):
+            return cpu_layer_ops.rms_norm(x, self.weight, self.eps, residual=residual), residual
+        residual = residual + x
+        return self(residual), residual
 
 
 class Attention(nn.Module):
@@ -133,36 +147,33 @@ class Attention(nn.Module):
         self.o_proj = Linear(q_size, hidden, bias=config.attention_out_bias)
 
     def forward(
-        self,
-        hidden: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
-        ctx: AttentionContext,
-        kv_cache: torch.Tensor,
+        self, hidden: torch.Tensor, cos_sin: torch.Tensor, ctx: AttentionContext, kv_cache: torch.Tensor
     ) -> torch.Tensor:
-        tokens = hidden.shape[0]
-        q, k, v = self.project_qkv(hidden, cos, sin)
-        k_cache, v_cache = kv_cache[:, 0, self.layer_idx], kv_cache[:, 1, self.layer_idx]
-        out = paged_attention(q, k, v, k_cache, v_cache, ctx, self.scale)
-        return self.o_proj(out.reshape(tokens, self.num_heads * self.head_dim))
-
-    def project_qkv(
-        self, hidden: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """q and k (rotated) and v, as ``[T, heads, D]``. On the CPU in fp32 the three
-        projections are one packed product and q and k are rotated together: a decode
-        step is dominated by per-op overhead at these sizes, not by arithmetic."""
+        """``cos_sin`` ``[T, D]``: each token's rotary cos (first half) and sin (second)."""
         tokens, d = hidden.shape[0], self.head_dim
         hq, hkv = self.num_heads, self.num_kv_heads
-        if not cpu_linear.supports(hidden, self.q_proj.weight, self.q_proj.bias):
-            q = self.q_proj(hidden).view(tokens, hq, d)
-            k = self.k_proj(hidden).view(tokens, hkv, d)
+        k_cache, v_cache = kv_cache[:, 0, self.layer_idx], kv_cache[:, 1, self.layer_idx]
+        if (
+            cpu_linear.supports(hidden, self.q_proj.weight, self.q_proj.bias)
+            and cpu_layer_ops.is_cpu_f32(kv_cache)
+            and cpu_layer_ops.available()
+        ):
+            # Decode steps are dominated by per-op overhead at these sizes: one packed
+            # q/k/v product, then one call rotates q and k in place and stores k and v.
+            packed, bias = self.packed_qkv()
+            qkv = cpu_linear.linear_packed(hidden, packed, (hq + 2 * hkv) * d, bias)
+            cpu_layer_ops.rotary_store(qkv, hq, hkv, cos_sin, ctx.slot_mapping, k_cache, v_cache)
+            q = qkv[:, : hq * d].view(tokens, hq, d)
+            k = qkv[:, hq * d : (hq + hkv) * d].view(tokens, hkv, d)
+            v = qkv[:, (hq + hkv) * d :].view(tokens, hkv, d)
+            out = paged_attention(q, k, v, k_cache, v_cache, ctx, self.scale, kv_stored=True)
+        else:
+            cos, sin = cos_sin[:, None, : d // 2], cos_sin[:, None, d // 2 :]  # broadcast over heads
+            q = apply_rotary(self.q_proj(hidden).view(tokens, hq, d), cos, sin)
+            k = apply_rotary(self.k_proj(hidden).view(tokens, hkv, d), cos, sin)
             v = self.v_proj(hidden).view(tokens, hkv, d)
-            return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin), v
-        packed, bias = self.packed_qkv()
-        qkv = cpu_linear.linear_packed(hidden, packed, (hq + 2 * hkv) * d, bias)
-        qk = apply_rotary(qkv[:, : (hq + hkv) * d].view(tokens, hq + hkv, d), cos, sin)
-        return qk[:, :hq], qk[:, hq:], qkv[:, (hq + hkv) * d :].view(tokens, hkv, d)
+            out = paged_attention(q, k, v, k_cache, v_cache, ctx, self.scale)
+        return self.o_proj(out.reshape(tokens, hq * d))
 
     def packed_qkv(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         projections = (self.q_proj, self.k_proj, self.v_proj)
@@ -218,13 +229,21 @@ class DecoderLayer(nn.Module):
     def forward(
         self,
         hidden: torch.Tensor,
-        cos: torch.Tensor,
-        sin: torch.Tensor,
+        residual: torch.Tensor | None,
+        cos_sin: torch.Tensor,
         ctx: AttentionContext,
         kv_cache: torch.Tensor,
-    ) -> torch.Tensor:
-        hidden = hidden + self.self_attn(self.input_layernorm(hidden), cos, sin, ctx, kv_cache)
-        return hidden + self.mlp(self.post_attention_layernorm(hidden))
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """vLLM's residual form: takes the previous layer's MLP output and the running
+        sum before it (None for the first layer), returns this layer's pair; the adds
+        are fused into the norms. The same sums as ``h + attn(norm(h))`` and so on."""
+        if residual is None:
+            residual, hidden = hidden, self.input_layernorm(hidden)
+        else:
+            hidden, residual = self.input_layernorm.add_norm(hidden, residual)
+        hidden = self.self_attn(hidden, cos_sin, ctx, kv_cache)
+        hidden, residual = self.post_attention_layernorm.add_norm(hidden, residual)
+        return self.mlp(hidden), residual
 
 
 class LlamaModel(nn.Module):
@@ -269,12 +288,14 @@ class LlamaForCausalLM(nn.Module):
         ctx: AttentionContext,
         kv_cache: torch.Tensor,
     ) -> torch.Tensor:
-        cos, sin = self.cos_sin_cache[positions.long()].chunk(2, dim=-1)
-        cos, sin = cos[:, None, :], sin[:, None, :]  # broadcast over heads
+        cos_sin = self.cos_sin_cache[positions.long()]
         hidden = self.model.embed_tokens(input_ids)
+        residual = None
         for layer in self.model.layers:
-            hidden = layer(hidden, cos, sin, ctx, kv_cache)
-        return self.model.norm(hidden)
+            hidden, residual = layer(hidden, residual, cos_sin, ctx, kv_cache)
+        if residual is None:  # a model without layers
+            return self.model.norm(hidden)
+        return self.model.norm.add_norm(hidden, residual)[0]
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

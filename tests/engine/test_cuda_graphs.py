@@ -40,8 +40,9 @@ def reference_attention(monkeypatch: pytest.MonkeyPatch) -> None:
     semantics the Triton kernels (the graphs' attention) have, including for padding
     rows of context length 0. The CPU fast path never sees such rows in service."""
 
-    def attention(q, k, v, k_cache, v_cache, ctx, scale):  # type: ignore[no-untyped-def]
-        store_kv_ref(k, v, k_cache, v_cache, ctx.slot_mapping)
+    def attention(q, k, v, k_cache, v_cache, ctx, scale, kv_stored=False):  # type: ignore[no-untyped-def]
+        if not kv_stored:
+            store_kv_ref(k, v, k_cache, v_cache, ctx.slot_mapping)
         return paged_attention_ref(
             q, k_cache, v_cache, ctx.block_tables, ctx.query_start_loc, ctx.context_lens, scale
         )

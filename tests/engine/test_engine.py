@@ -311,3 +311,23 @@ def test_logprobs_are_returned_per_token(tiny: TinyModel) -> None:
     assert out.cumulative_logprob == pytest.approx(
         sum(e[t] for t, e in zip(out.token_ids, out.logprobs, strict=True))
     )
+
+
+def test_greedy_tokens_are_the_same_without_the_c_kernels(tiny, monkeypatch) -> None:
+    """The C kernels (packed GEMM, layer ops, decode attention) and the PyTorch paths
+    they replace decode the same tokens, and both match transformers."""
+    from kernels import cpu_build
+
+    prompts = random_prompts(tiny.tokenizer, 6, seed=23)
+    params = greedy(max_tokens=12)
+    with_kernels = run_to_completion(tiny.engine(), prompts, params)
+    monkeypatch.setenv("CHATSITE_CPU_KERNELS", "0")
+    cpu_build.load_library.cache_clear()
+    try:
+        without = run_to_completion(tiny.engine(), prompts, params)
+    finally:
+        monkeypatch.delenv("CHATSITE_CPU_KERNELS")
+        cpu_build.load_library.cache_clear()
+    tokens = [o.outputs[0].token_ids for o in with_kernels]
+    assert tokens == [o.outputs[0].token_ids for o in without]
+    assert tokens[:2] == [tiny.hf_greedy(p, 12) for p in prompts[:2]]

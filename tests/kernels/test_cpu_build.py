@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from inference import attention
-from kernels import cpu_build, cpu_decode, cpu_linear
+from kernels import cpu_build, cpu_decode, cpu_layer_ops, cpu_linear
 from kernels.reference import paged_attention_ref
 from tests.kernels.cases import max_err
 from tests.kernels.test_cpu_decode import ATOL, decode_step
@@ -63,19 +63,20 @@ def test_disabled_by_environment(fresh_cache, monkeypatch) -> None:
     monkeypatch.setenv("CHATSITE_CPU_KERNELS", "0")
     assert not cpu_decode.available()
     assert not cpu_linear.available()
+    assert not cpu_layer_ops.available()
     assert not list(fresh_cache.iterdir())  # nothing was built
 
 
 def test_build_is_cached_by_source_flags_and_cpu(fresh_cache, monkeypatch) -> None:
-    assert cpu_decode.available() and cpu_linear.available()
+    assert cpu_decode.available() and cpu_linear.available() and cpu_layer_ops.available()
     built = sorted(fresh_cache.iterdir())
-    assert [p.name.split("-")[0] for p in built] == ["linear", "paged_decode"]
+    assert [p.name.split("-")[0] for p in built] == ["layer_ops", "linear", "paged_decode"]
     assert all(p.suffix == ".so" for p in built)  # no temporary file left behind
     mtimes = [p.stat().st_mtime_ns for p in built]
     cpu_build.load_library.cache_clear()
-    assert cpu_decode.available() and cpu_linear.available()
+    assert cpu_decode.available() and cpu_linear.available() and cpu_layer_ops.available()
     assert [p.stat().st_mtime_ns for p in built] == mtimes  # loaded from the cache, not rebuilt
-    path = built[1]
+    path = built[2]
     source = (cpu_build.SOURCES / "paged_decode.c").read_bytes()
     assert cpu_build.library_path("paged_decode", source) == path
     assert cpu_build.library_path("paged_decode", source + b"\n") != path

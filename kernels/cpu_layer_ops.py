@@ -1,0 +1,141 @@
+"""Per-layer glue of a decoder step on CPU in C (``kernels/cpu/layer_ops.c``): RMSNorm
+with the residual add fused in, rotary embedding plus K/V store, and the greedy
+argmax over the vocabulary. Built with gcc on first use (``kernels.cpu_build``).
+
+Each replaces a group of small PyTorch ops whose dispatch costs more than their
+arithmetic at decode sizes. Callers check ``available()`` (and fp32 CPU tensors) and
+keep their PyTorch path for everything else.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from kernels import cpu_build
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    i64, i32, ptr, f32 = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_float
+    lib.rms_norm_f32.argtypes = [ptr, i64, ptr, i64, ptr, ptr, i64, i64, i64, f32, i32]
+    lib.rotary_store_f32.argtypes = [
+        *(ptr, i64, i64, i32, i32, i32),  # qkv, row stride, tokens, q heads, kv heads, head dim
+        *(ptr, ptr),  # cos_sin, slots
+        *(ptr, i64, i64, i64),  # k_cache, block / position / head strides
+        *(ptr, i64, i64, i64),  # v_cache
+        *(i64, i32, i32),  # num_blocks, block_size, threads
+    ]
+    lib.argmax_rows_f32.argtypes = [ptr, i64, i64, i64, ptr, i32]
+    for fn in (lib.rms_norm_f32, lib.rotary_store_f32, lib.argmax_rows_f32):
+        fn.restype = i32
+
+
+def _library() -> ctypes.CDLL | None:
+    return cpu_build.load_library("layer_ops", _declare)
+
+
+def available() -> bool:
+    return _library() is not None
+
+
+def is_cpu_f32(*tensors: torch.Tensor) -> bool:
+    return all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
+
+
+def _lib() -> ctypes.CDLL:
+    lib = _library()
+    if lib is None:
+        raise RuntimeError("the CPU layer-ops kernels are not available")
+    return lib
+
+
+def _check(rc: int, name: str) -> None:
+    if rc == 3:
+        raise ValueError(f"{name}: a slot is outside the KV cache")
+    if rc != 0:
+        raise RuntimeError(f"{name} failed with code {rc}")
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    return x if x.dim() == 2 and x.stride(-1) == 1 else x.reshape(-1, x.shape[-1]).contiguous()
+
+
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``x`` ``[M, N]`` normalised and scaled by ``weight``. With ``residual`` (contiguous
+    ``[M, N]``), first ``residual += x`` in place, and the sum is what is normalised."""
+    rows = _rows(x)
+    m, n = rows.shape
+    out = torch.empty(m, n, dtype=x.dtype)
+    if residual is not None and (residual.shape != (m, n) or not residual.is_contiguous()):
+        raise ValueError("residual must be a contiguous [M, N] tensor")
+    rc = _lib().rms_norm_f32(
+        rows.data_ptr(),
+        rows.stride(0),
+        None if residual is None else residual.data_ptr(),
+        n,
+        weight.contiguous().data_ptr(),
+        out.data_ptr(),
+        n,
+        m,
+        n,
+        eps,
+        torch.get_num_threads(),
+    )
+    _check(rc, "rms_norm_f32")
+    return out
+
+
+def rotary_store(
+    qkv: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+    cos_sin: torch.Tensor,
+    slot_mapping: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+) -> None:
+    """In place on ``qkv`` ``[T, (Hq + 2 Hkv) * D]`` (q, k, v heads in that order, unit
+    inner stride): rotate the q and k heads with ``cos_sin`` ``[T, D]`` (cos | sin),
+    then write each token's k and v heads to ``k_cache``/``v_cache`` ``[num_blocks,
+    block_size, Hkv, D]`` (strided views are fine) at ``slot_mapping`` (-1 = skip)."""
+    tokens = qkv.shape[0]
+    head_dim = cos_sin.shape[-1]
+    if qkv.stride(-1) != 1 or qkv.shape[1] != (num_heads + 2 * num_kv_heads) * head_dim:
+        raise ValueError("qkv is not [T, (Hq + 2 Hkv) * D] with unit inner stride")
+    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1 or k_cache.shape[-1] != head_dim:
+        raise ValueError("cache rows must be contiguous head_dim vectors")
+    cos_sin = cos_sin.contiguous()
+    slots = slot_mapping if slot_mapping.dtype == torch.int64 else slot_mapping.long()
+    ks, vs = k_cache.stride(), v_cache.stride()
+    rc = _lib().rotary_store_f32(
+        qkv.data_ptr(),
+        qkv.stride(0) if tokens > 1 else qkv.shape[1],
+        tokens,
+        num_heads,
+        num_kv_heads,
+        head_dim,
+        cos_sin.data_ptr(),
+        slots.contiguous().data_ptr(),
+        k_cache.data_ptr(),
+        *ks[:3],
+        v_cache.data_ptr(),
+        *vs[:3],
+        k_cache.shape[0],
+        k_cache.shape[1],
+        torch.get_num_threads(),
+    )
+    _check(rc, "rotary_store_f32")
+
+
+def argmax_rows(x: torch.Tensor) -> torch.Tensor:
+    """``x.argmax(dim=-1)`` of a 2-D fp32 CPU tensor, int64."""
+    rows = _rows(x)
+    out = torch.empty(rows.shape[0], dtype=torch.int64)
+    rc = _lib().argmax_rows_f32(
+        rows.data_ptr(), rows.stride(0), rows.shape[0], rows.shape[1], out.data_ptr(), torch.get_num_threads()
+    )
+    _check(rc, "argmax_rows_f32")
+    return out
