@@ -55,6 +55,8 @@ class ModelRunner:
         ``min(max_num_seqs, max_num_batched_tokens)``); ``max_model_len`` bounds a block
         table's width (None = the whole pool). Both size the CUDA graphs' static inputs."""
         self.model = model
+        if device.type == "cpu" and hasattr(model, "prepare_cpu_kernels"):
+            model.prepare_cpu_kernels()
         self.block_size = block_size
         self.device = device
         # The pool: block-major so that one block's K and V for every layer is one

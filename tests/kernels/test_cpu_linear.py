@@ -131,3 +131,17 @@ def test_model_mlp_uses_the_fused_kernel(monkeypatch) -> None:
         )
         torch.testing.assert_close(mlp(x), expected, rtol=1e-5, atol=1e-5)
     assert calls
+
+
+def test_engine_start_packs_the_weights_before_the_first_request(tmp_path) -> None:
+    from inference.config import EngineConfig
+    from inference.engine import LLMEngine
+    from inference.testing import make_tiny_model_dir
+
+    path = make_tiny_model_dir(tmp_path / "tiny", arch="qwen2", seed=1)  # q/k/v biases too
+    engine = LLMEngine(EngineConfig(model=str(path), device="cpu", num_kv_blocks=8))
+    model = engine.runner.model
+    attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+    assert attn._packed is not None and attn._packed[1] is not None  # the q/k/v biases, concatenated
+    assert mlp._packed is not None and mlp.down_proj._packed is not None
+    assert model.lm_head._packed is not None
