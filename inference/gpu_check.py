@@ -1,4 +1,4 @@
-"""One prepared check for a GPU machine: ``python -m kernels.gpu_check``.
+"""One prepared check for a GPU machine: ``python -m inference.gpu_check``.
 
 Needs no network and no model files. Three parts, one table at the end:
 
