@@ -64,8 +64,9 @@ def _rows(x: torch.Tensor) -> torch.Tensor:
 def rms_norm(
     x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """``x`` ``[M, N]`` normalised and scaled by ``weight``. With ``residual`` (contiguous
-    ``[M, N]``), first ``residual += x`` in place, and the sum is what is normalised."""
+    """``x`` ``[..., N]`` normalised and scaled by ``weight``. With ``residual``
+    (contiguous ``[M, N]``, M = rows of ``x``), first ``residual += x`` in place, and the
+    sum is what is normalised."""
     rows = _rows(x)
     m, n = rows.shape
     out = torch.empty(m, n, dtype=x.dtype)
@@ -85,7 +86,7 @@ def rms_norm(
         torch.get_num_threads(),
     )
     _check(rc, "rms_norm_f32")
-    return out
+    return out.view(x.shape)
 
 
 def rotary_store(

@@ -24,6 +24,11 @@ def test_rms_norm_matches_torch(rows: int, width: int) -> None:
     torch.testing.assert_close(cpu_layer_ops.rms_norm(x, w, 1e-5), F.rms_norm(x, (width,), w, 1e-5))
 
 
+def test_rms_norm_keeps_leading_dimensions() -> None:
+    x, w = torch.randn(2, 3, 40), torch.randn(40)
+    torch.testing.assert_close(cpu_layer_ops.rms_norm(x, w, 1e-5), F.rms_norm(x, (40,), w, 1e-5))
+
+
 def test_rms_norm_adds_the_residual_in_place_first() -> None:
     x, residual, w = torch.randn(5, 96), torch.randn(5, 96), torch.randn(96)
     expected_sum = residual + x
