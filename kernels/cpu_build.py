@@ -25,6 +25,8 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
+import torch
+
 logger = logging.getLogger(__name__)
 
 SOURCES = Path(__file__).with_name("cpu")
@@ -112,3 +114,29 @@ def load_library(name: str, declare: Callable[[ctypes.CDLL], None]) -> ctypes.CD
         logger.warning("CPU kernel %s unavailable (%s); using the PyTorch path", name, exc)
         return None
     return lib
+
+
+def require(name: str, declare: Callable[[ctypes.CDLL], None]) -> ctypes.CDLL:
+    """``load_library`` for a caller that has already chosen the kernel path."""
+    lib = load_library(name, declare)
+    if lib is None:
+        raise RuntimeError(f"the CPU kernel {name} is not available")
+    return lib
+
+
+def check(rc: int, symbol: str, bad_index: str | None = None) -> None:
+    """The kernels' return codes: 0 ok, 3 an index out of range (``bad_index`` says
+    which), anything else a bad call."""
+    if rc == 3 and bad_index:
+        raise ValueError(bad_index)
+    if rc != 0:
+        raise RuntimeError(f"{symbol} failed with code {rc}")
+
+
+def as_rows(x: torch.Tensor, width: int) -> torch.Tensor:
+    """``x`` as ``[M, width]`` rows a kernel can read in place: unit inner stride and a
+    row stride of at least ``width`` (a copy only when ``x`` is not already so)."""
+    rows = x.reshape(-1, width)
+    if rows.stride(-1) != 1 or (rows.shape[0] > 1 and rows.stride(0) < width):
+        rows = rows.contiguous()
+    return rows

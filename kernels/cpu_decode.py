@@ -74,9 +74,7 @@ def paged_decode_attention_cpu(
     ``k_cache``/``v_cache`` ``[num_blocks, block_size, Hkv, D]`` (strided views of the
     pool are fine), ``block_tables`` ``[B, W]``, ``context_lens`` ``[B]``. Returns
     ``[B, Hq, D]``. Requires ``supports(query, k_cache, v_cache)``."""
-    lib = _library()
-    if lib is None:
-        raise RuntimeError("the CPU decode-attention kernel is not available")
+    lib = cpu_build.require("paged_decode", _declare)
     num_seqs, q_heads, head_dim = query.shape
     num_blocks, block_size, kv_heads, k_dim = k_cache.shape
     if k_dim != head_dim or v_cache.shape != k_cache.shape:
@@ -119,8 +117,7 @@ def paged_decode_attention_cpu(
         scale,
         torch.get_num_threads(),
     )
-    if rc == 3:
-        raise ValueError("a context length exceeds its block table, or a block id is outside the cache")
-    if rc != 0:
-        raise RuntimeError(f"{_SYMBOL} failed with code {rc}")
+    cpu_build.check(
+        rc, _SYMBOL, "a context length exceeds its block table, or a block id is outside the cache"
+    )
     return out

@@ -43,36 +43,18 @@ def is_cpu_f32(*tensors: torch.Tensor) -> bool:
     return all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
 
 
-def _lib() -> ctypes.CDLL:
-    lib = _library()
-    if lib is None:
-        raise RuntimeError("the CPU layer-ops kernels are not available")
-    return lib
-
-
-def _check(rc: int, name: str) -> None:
-    if rc == 3:
-        raise ValueError(f"{name}: a slot is outside the KV cache")
-    if rc != 0:
-        raise RuntimeError(f"{name} failed with code {rc}")
-
-
-def _rows(x: torch.Tensor) -> torch.Tensor:
-    return x if x.dim() == 2 and x.stride(-1) == 1 else x.reshape(-1, x.shape[-1]).contiguous()
-
-
 def rms_norm(
     x: torch.Tensor, weight: torch.Tensor, eps: float, residual: torch.Tensor | None = None
 ) -> torch.Tensor:
     """``x`` ``[..., N]`` normalised and scaled by ``weight``. With ``residual``
     (contiguous ``[M, N]``, M = rows of ``x``), first ``residual += x`` in place, and the
     sum is what is normalised."""
-    rows = _rows(x)
+    rows = cpu_build.as_rows(x, x.shape[-1])
     m, n = rows.shape
     out = torch.empty(m, n, dtype=x.dtype)
     if residual is not None and (residual.shape != (m, n) or not residual.is_contiguous()):
         raise ValueError("residual must be a contiguous [M, N] tensor")
-    rc = _lib().rms_norm_f32(
+    rc = cpu_build.require("layer_ops", _declare).rms_norm_f32(
         rows.data_ptr(),
         rows.stride(0),
         None if residual is None else residual.data_ptr(),
@@ -85,7 +67,7 @@ def rms_norm(
         eps,
         torch.get_num_threads(),
     )
-    _check(rc, "rms_norm_f32")
+    cpu_build.check(rc, "rms_norm_f32")
     return out.view(x.shape)
 
 
@@ -111,7 +93,7 @@ def rotary_store(
     cos_sin = cos_sin.contiguous()
     slots = slot_mapping if slot_mapping.dtype == torch.int64 else slot_mapping.long()
     ks, vs = k_cache.stride(), v_cache.stride()
-    rc = _lib().rotary_store_f32(
+    rc = cpu_build.require("layer_ops", _declare).rotary_store_f32(
         qkv.data_ptr(),
         qkv.stride(0) if tokens > 1 else qkv.shape[1],
         tokens,
@@ -128,15 +110,15 @@ def rotary_store(
         k_cache.shape[1],
         torch.get_num_threads(),
     )
-    _check(rc, "rotary_store_f32")
+    cpu_build.check(rc, "rotary_store_f32", "rotary_store_f32: a slot is outside the KV cache")
 
 
 def argmax_rows(x: torch.Tensor) -> torch.Tensor:
     """``x.argmax(dim=-1)`` of a 2-D fp32 CPU tensor, int64."""
-    rows = _rows(x)
+    rows = cpu_build.as_rows(x, x.shape[-1])
     out = torch.empty(rows.shape[0], dtype=torch.int64)
-    rc = _lib().argmax_rows_f32(
+    rc = cpu_build.require("layer_ops", _declare).argmax_rows_f32(
         rows.data_ptr(), rows.stride(0), rows.shape[0], rows.shape[1], out.data_ptr(), torch.get_num_threads()
     )
-    _check(rc, "argmax_rows_f32")
+    cpu_build.check(rc, "argmax_rows_f32")
     return out

@@ -81,30 +81,10 @@ def pack_gate_up(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return torch.cat((pack_weight(gate, GATE_UP_PANEL), pack_weight(up, GATE_UP_PANEL)), dim=2).contiguous()
 
 
-def _rows(x: torch.Tensor, k: int) -> torch.Tensor:
-    """``x`` as ``[M, k]`` rows the kernels can read in place (unit inner stride)."""
-    rows = x.reshape(-1, k)
-    if rows.stride(-1) != 1 or (rows.shape[0] > 1 and rows.stride(0) < k):
-        rows = rows.contiguous()
-    return rows
-
-
-def _check(rc: int, symbol: str) -> None:
-    if rc != 0:
-        raise RuntimeError(f"{symbol} failed with code {rc}")
-
-
-def _loaded() -> ctypes.CDLL:
-    lib = _library()
-    if lib is None:
-        raise RuntimeError("the CPU linear kernel is not available")
-    return lib
-
-
 def gate_up_silu(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:
     """``F.silu(F.linear(x, gate)) * F.linear(x, up)`` with ``packed =
     pack_gate_up(gate, up)`` (no biases)."""
-    lib = _loaded()
+    lib = cpu_build.require("linear", _declare)
     k = packed.shape[1]
     if (
         packed.shape[0] * GATE_UP_PANEL < out_features
@@ -112,12 +92,12 @@ def gate_up_silu(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> to
         or not packed.is_contiguous()
     ):
         raise ValueError("packed is not pack_gate_up() of weights with this many outputs")
-    rows = _rows(x, k)
+    rows = cpu_build.as_rows(x, k)
     out = torch.empty(rows.shape[0], out_features, dtype=x.dtype)
     fn = getattr(lib, _GATE_UP_SYMBOL)
     rc = fn(rows.data_ptr(), rows.stride(0), packed.data_ptr(), out.data_ptr(), out_features,
             rows.shape[0], out_features, k, torch.get_num_threads())  # fmt: skip
-    _check(rc, _GATE_UP_SYMBOL)
+    cpu_build.check(rc, _GATE_UP_SYMBOL)
     return out.view(*x.shape[:-1], out_features)
 
 
@@ -125,11 +105,11 @@ def linear_packed(
     x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` with ``packed = pack_weight(weight)``."""
-    lib = _loaded()
+    lib = cpu_build.require("linear", _declare)
     k = packed.shape[1]
     if packed.shape[0] * PANEL < out_features or packed.shape[2] != PANEL or not packed.is_contiguous():
         raise ValueError("packed is not pack_weight() of a weight with this many outputs")
-    rows = _rows(x, k)
+    rows = cpu_build.as_rows(x, k)
     if bias is not None and not bias.is_contiguous():
         bias = bias.contiguous()
     out = torch.empty(rows.shape[0], out_features, dtype=x.dtype)
@@ -145,5 +125,5 @@ def linear_packed(
         k,
         torch.get_num_threads(),
     )
-    _check(rc, _SYMBOL)
+    cpu_build.check(rc, _SYMBOL)
     return out.view(*x.shape[:-1], out_features)

@@ -73,31 +73,42 @@ static inline __attribute__((always_inline)) void tile(int mr, const float *x, i
     }
 }
 
-static void rows_times_panel(const float *x, int64_t xs, int64_t rows, const float *panel,
-                             int64_t K, const float *bias16, float *y, int64_t ys, int nr) {
-    int64_t m = 0;
-    for (; m + MR <= rows; m += MR) tile(MR, x + m * xs, xs, panel, K, bias16, y + m * ys, ys, nr);
-    x += m * xs;
-    y += m * ys;
-    switch (rows - m) {
-    case 5: tile(5, x, xs, panel, K, bias16, y, ys, nr); break;
-    case 4: tile(4, x, xs, panel, K, bias16, y, ys, nr); break;
-    case 3: tile(3, x, xs, panel, K, bias16, y, ys, nr); break;
-    case 2: tile(2, x, xs, panel, K, bias16, y, ys, nr); break;
-    case 1: tile(1, x, xs, panel, K, bias16, y, ys, nr); break;
-    default: break;
-    }
+/* Runs TILE(mr, x rows, y rows) over `rows` rows: full MR-row tiles, then one tile
+ * for the rest, each with mr a compile-time constant so the tile is fully unrolled. */
+#define FOR_ROW_TILES(rows, x, xs, y, ys, TILE)                                  \
+    do {                                                                         \
+        int64_t m_ = 0;                                                          \
+        for (; m_ + MR <= (rows); m_ += MR) TILE(MR, (x) + m_ * (xs), (y) + m_ * (ys)); \
+        const float *x_ = (x) + m_ * (xs);                                       \
+        float *y_ = (y) + m_ * (ys);                                             \
+        switch ((rows) - m_) {                                                   \
+        case 5: TILE(5, x_, y_); break;                                          \
+        case 4: TILE(4, x_, y_); break;                                          \
+        case 3: TILE(3, x_, y_); break;                                          \
+        case 2: TILE(2, x_, y_); break;                                          \
+        case 1: TILE(1, x_, y_); break;                                          \
+        default: break;                                                          \
+        }                                                                        \
+    } while (0)
+
+/* The shapes both entry points accept: x [M, K] and y [M, N] rows at strides xs, ys. */
+static int bad_shape(int64_t M, int64_t N, int64_t K, int64_t xs, int64_t ys) {
+    return M < 0 || N < 0 || K < 1 || (M > 1 && xs < K) || (M > 1 && ys < N);
+}
+
+/* Input rows per block: about ROW_BLOCK_BYTES of them, a whole number of tiles. */
+static int64_t row_block(int64_t K) {
+    const int64_t block = ROW_BLOCK_BYTES / (K * (int64_t)sizeof(float)) / MR * MR;
+    return block < MR ? MR : block;
 }
 
 /* x [M, K] with row stride xs; wp packed as above for N outputs; bias [N] or NULL;
  * y [M, N] with row stride ys. Returns 0, or 1 for a bad shape. */
 int linear_packed_f32(const float *x, int64_t xs, const float *wp, const float *bias, float *y,
                       int64_t ys, int64_t M, int64_t N, int64_t K, int num_threads) {
-    if (M < 0 || N < 0 || K < 1 || (M > 1 && xs < K) || (M > 1 && ys < N)) return 1;
+    if (bad_shape(M, N, K, xs, ys)) return 1;
     if (M == 0 || N == 0) return 0;
-    const int64_t panels = (N + PANEL - 1) / PANEL;
-    int64_t block = ROW_BLOCK_BYTES / (K * (int64_t)sizeof(float)) / MR * MR;
-    if (block < MR) block = MR;
+    const int64_t panels = (N + PANEL - 1) / PANEL, block = row_block(K);
 #pragma omp parallel num_threads(num_threads)
     for (int64_t m0 = 0; m0 < M; m0 += block) {
         const int64_t rows = M - m0 < block ? M - m0 : block;
@@ -107,7 +118,10 @@ int linear_packed_f32(const float *x, int64_t xs, const float *wp, const float *
             const int nr = N - n0 < PANEL ? (int)(N - n0) : PANEL;
             float bias16[PANEL] = {0};
             if (bias) memcpy(bias16, bias + n0, nr * sizeof(float));
-            rows_times_panel(x + m0 * xs, xs, rows, wp + p * K * PANEL, K, bias16, y + m0 * ys + n0, ys, nr);
+            const float *panel = wp + p * K * PANEL;
+#define LINEAR_TILE(mr, xr, yr) tile(mr, xr, xs, panel, K, bias16, yr, ys, nr)
+            FOR_ROW_TILES(rows, x + m0 * xs, xs, y + m0 * ys + n0, ys, LINEAR_TILE);
+#undef LINEAR_TILE
         }
     }
     return 0;
@@ -147,11 +161,9 @@ static inline __attribute__((always_inline)) void tile_gate_up(int mr, const flo
  * above (N = intermediate size). Returns 0, or 1 for a bad shape. */
 int gate_up_silu_f32(const float *x, int64_t xs, const float *wp, float *y, int64_t ys, int64_t M,
                      int64_t N, int64_t K, int num_threads) {
-    if (M < 0 || N < 0 || K < 1 || (M > 1 && xs < K) || (M > 1 && ys < N)) return 1;
+    if (bad_shape(M, N, K, xs, ys)) return 1;
     if (M == 0 || N == 0) return 0;
-    const int64_t panels = (N + GU_PANEL - 1) / GU_PANEL;
-    int64_t block = ROW_BLOCK_BYTES / (K * (int64_t)sizeof(float)) / MR * MR;
-    if (block < MR) block = MR;
+    const int64_t panels = (N + GU_PANEL - 1) / GU_PANEL, block = row_block(K);
 #pragma omp parallel num_threads(num_threads)
     for (int64_t m0 = 0; m0 < M; m0 += block) {
         const int64_t rows = M - m0 < block ? M - m0 : block;
@@ -160,20 +172,9 @@ int gate_up_silu_f32(const float *x, int64_t xs, const float *wp, float *y, int6
             const int64_t n0 = p * GU_PANEL;
             const int nr = N - n0 < GU_PANEL ? (int)(N - n0) : GU_PANEL;
             const float *panel = wp + p * K * 2 * GU_PANEL;
-            const float *xr = x + m0 * xs;
-            float *yr = y + m0 * ys + n0;
-            int64_t m = 0;
-            for (; m + MR <= rows; m += MR) tile_gate_up(MR, xr + m * xs, xs, panel, K, yr + m * ys, ys, nr);
-            xr += m * xs;
-            yr += m * ys;
-            switch (rows - m) {
-            case 5: tile_gate_up(5, xr, xs, panel, K, yr, ys, nr); break;
-            case 4: tile_gate_up(4, xr, xs, panel, K, yr, ys, nr); break;
-            case 3: tile_gate_up(3, xr, xs, panel, K, yr, ys, nr); break;
-            case 2: tile_gate_up(2, xr, xs, panel, K, yr, ys, nr); break;
-            case 1: tile_gate_up(1, xr, xs, panel, K, yr, ys, nr); break;
-            default: break;
-            }
+#define GATE_UP_TILE(mr, xr, yr) tile_gate_up(mr, xr, xs, panel, K, yr, ys, nr)
+            FOR_ROW_TILES(rows, x + m0 * xs, xs, y + m0 * ys + n0, ys, GATE_UP_TILE);
+#undef GATE_UP_TILE
         }
     }
     return 0;
