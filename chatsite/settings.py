@@ -117,6 +117,43 @@ else:
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A task is acknowledged after it ran, so a worker that dies mid-task leaves it to another.
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+
+# --- Background jobs (conversations.tasks) ---------------------------------------
+# Titles: after a conversation's first answer a live site process's engine writes a short one.
+TITLES_FROM_MODEL = env_bool("TITLES_FROM_MODEL", True)
+TITLE_REPLY_SECONDS = env_float("TITLE_REPLY_SECONDS", 20.0)  # wait for a site process to answer
+TITLE_RETRY_SECONDS = env_float("TITLE_RETRY_SECONDS", 60.0)  # then try again this much later
+TITLE_MAX_RETRIES = env_int("TITLE_MAX_RETRIES", 10)
+# Export and import.
+IMPORT_MAX_BYTES = env_int("IMPORT_MAX_BYTES", 20_000_000)
+IMPORT_MAX_MESSAGES = env_int("IMPORT_MAX_MESSAGES", 100_000)
+EXPORT_INLINE_MAX_MESSAGES = env_int("EXPORT_INLINE_MAX_MESSAGES", 2_000)  # larger: a task
+DATA_JOB_RETENTION_HOURS = env_float("DATA_JOB_RETENTION_HOURS", 24.0)
+# Housekeeping (celery beat): how often each job runs (seconds) and what it keeps.
+ORPHAN_SWEEP_SECONDS = env_float("ORPHAN_SWEEP_SECONDS", 300.0)
+PURGE_SWEEP_SECONDS = env_float("PURGE_SWEEP_SECONDS", 3600.0)
+DELETED_CONVERSATION_RETENTION_DAYS = env_float("DELETED_CONVERSATION_RETENTION_DAYS", 30.0)
+API_REQUEST_RETENTION_DAYS = env_float("API_REQUEST_RETENTION_DAYS", 90.0)
+SESSION_SWEEP_SECONDS = env_float("SESSION_SWEEP_SECONDS", 86400.0)
+CELERY_BEAT_SCHEDULE = {
+    "interrupt-orphan-answers": {
+        "task": "conversations.tasks.interrupt_orphan_answers",
+        "schedule": ORPHAN_SWEEP_SECONDS,
+    },
+    "purge-deleted-conversations": {
+        "task": "conversations.tasks.purge_deleted_conversations",
+        "schedule": PURGE_SWEEP_SECONDS,
+    },
+    "prune-api-requests": {"task": "conversations.tasks.prune_api_requests", "schedule": PURGE_SWEEP_SECONDS},
+    "prune-data-jobs": {"task": "conversations.tasks.prune_data_jobs", "schedule": PURGE_SWEEP_SECONDS},
+    "clear-expired-sessions": {
+        "task": "conversations.tasks.clear_expired_sessions",
+        "schedule": SESSION_SWEEP_SECONDS,
+    },
+}
 
 # --- Inference engine ----------------------------------------------------------
 # Read by conversations.engine; inference/ itself never sees Django settings.

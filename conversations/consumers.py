@@ -9,11 +9,13 @@ without the socket.
 Client → server (JSON, ``type`` first):
   ``open {conversation_id}`` · ``send {conversation_id, content, parent_id?}`` ·
   ``stop {message_id}`` · ``edit {message_id, content}`` · ``regenerate {message_id}`` ·
-  ``switch {message_id}`` · ``delete {message_id}`` · ``ping``
+  ``switch {message_id}`` · ``delete {message_id}`` · ``fork {message_id}`` · ``ping``
 Server → client:
   ``thread {conversation, messages}`` (the whole visible thread; a streaming answer carries
   the text so far) · ``started`` · ``delta {message_id, text}`` · ``finished {message}`` ·
   ``conversations`` (the sidebar changed) · ``deleted`` (the open conversation is gone) ·
+  ``forked {conversation_id}`` (the new conversation a ``fork`` made) ·
+  ``title {conversation_id, title}`` (the model titled the open conversation) ·
   ``error {detail}`` · ``pong``
 
 A conversation id that is not the user's closes the socket with code 4404.
@@ -148,6 +150,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             "switch": self._on_switch,
             "delete": self._on_delete,
             "ping": self._on_ping,
+            "fork": self._on_fork,
         }.get(content.get("type"))
         if handler is None:
             self.push({"type": "error", "detail": f"unknown request {content.get('type')!r}"})
@@ -273,6 +276,14 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await database_sync_to_async(tree_ops.delete_subtree)(conversation, content.get("message_id"))
         await self._tree_changed()
 
+    async def _on_fork(self, content: dict) -> None:
+        """``fork {message_id}``: the path to it as a new conversation (conversations.fork)."""
+        from conversations.fork import fork_at
+
+        conversation = await database_sync_to_async(fork_at)(self.user, content.get("message_id"))
+        self.push({"type": "forked", "conversation_id": conversation.pk})
+        await broadcast(user_group(self.user.pk), "conversations")
+
     async def _on_stop(self, content: dict) -> None:
         conversation = await self._conversation_for(content)
         message_id = content.get("message_id")
@@ -291,7 +302,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return
         if self.conversation is None:
             return
-        if kind == "deleted" and event.get("conversation_id") == self.conversation.pk:
+        if kind == "title" and event.get("conversation_id") == self.conversation.pk:
+            self.push(
+                {"type": "title", "conversation_id": self.conversation.pk, "title": event.get("title", "")}
+            )
+        elif kind == "deleted" and event.get("conversation_id") == self.conversation.pk:
             get_manager().stop_conversation(self.conversation.pk, "deleted")
             get_manager().unwatch(self.conversation.pk, self)
             await self._leave(conversation_group(self.conversation.pk))

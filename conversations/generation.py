@@ -468,6 +468,10 @@ class GenerationManager:
             {"type": "finished", "conversation_id": gen.conversation_id, "message": {**message, **fields}},
         )
         await broadcast(conversation_group(gen.conversation_id), "finished", message_id=gen.message_id)
+        # Imported here: conversations.titles builds on this module.
+        from conversations.titles import answer_finished
+
+        answer_finished(gen.conversation_id, gen.message_id, status)
 
     async def _saver(self, gen: Generation) -> None:
         """Writes the text so far every PARTIAL_SAVE_SECONDS until the answer is done."""

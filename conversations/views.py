@@ -13,10 +13,10 @@ from asgiref.sync import async_to_sync
 from django import forms
 from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
-from django.db import transaction
 from django.db.models import Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
@@ -201,10 +201,15 @@ def conversation_update(request: HttpRequest, pk: int) -> JsonResponse:
     fields = ConversationForm.Meta.fields
     data = {name: getattr(conversation, name) for name in fields}
     data.update({k: v for k, v in incoming.items() if k in fields})
+    old_title = conversation.title
     form = ConversationForm(data, instance=conversation)
     if not form.is_valid():
         return JsonResponse({"errors": form.errors.get_json_data()}, status=400)
-    conversation = form.save()
+    conversation = form.save(commit=False)
+    if conversation.title != old_title:
+        # A title the user chose is theirs: the model never replaces it.
+        conversation.title_source = Conversation.TitleSource.USER
+    conversation.save()
     _notify(user_group(request.user.pk), "conversations")
     _notify(conversation_group(conversation.pk), "settings")
     return JsonResponse({"conversation": tree_ops.conversation_dict(conversation)})
@@ -213,13 +218,9 @@ def conversation_update(request: HttpRequest, pk: int) -> JsonResponse:
 @require_POST
 @login_required_json
 def conversation_delete(request: HttpRequest, pk: int) -> JsonResponse:
-    conversation = _own_conversation(request, pk)
-    with transaction.atomic():
-        # Messages first, in one statement, so the cascade need not walk a deep tree.
-        Conversation.objects.filter(pk=pk).update(current_leaf=None, active_root=None)
-        Message.objects.filter(conversation=conversation).update(active_child=None)
-        Message.objects.filter(conversation=conversation).order_by().delete()
-        conversation.delete()
+    _own_conversation(request, pk)
+    # Hidden now, purged with its messages by housekeeping after the retention period.
+    Conversation.objects.filter(pk=pk).update(deleted_at=timezone.now())
     # Open sockets stop its answers and tell their tabs.
     _notify(conversation_group(pk), "deleted", conversation_id=pk)
     _notify(user_group(request.user.pk), "conversations")

@@ -15,11 +15,27 @@ from django.db import models
 DEFAULT_TITLE = "New chat"
 
 
+class LiveConversationManager(models.Manager):
+    """Conversations not deleted. A deleted conversation stays (hidden) until housekeeping
+    purges it after ``DELETED_CONVERSATION_RETENTION_DAYS``; related lookups
+    (``message.conversation``) use the plain base manager and still reach it."""
+
+    def get_queryset(self) -> models.QuerySet:
+        return super().get_queryset().filter(deleted_at__isnull=True)
+
+
 class Conversation(models.Model):
+    class TitleSource(models.TextChoices):
+        AUTO = "auto"  # the default or the first line of the first message: the model may replace it
+        MODEL = "model"  # written by the model after the first answer
+        USER = "user"  # set by the user: never replaced
+        IMPORTED = "imported"  # came with an imported file
+
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
     )
     title = models.CharField(max_length=200, default=DEFAULT_TITLE)
+    title_source = models.CharField(max_length=8, choices=TitleSource.choices, default=TitleSource.AUTO)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True, db_index=True)
     system_prompt = models.TextField(blank=True, default="")
@@ -36,7 +52,14 @@ class Conversation(models.Model):
         "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
 
+    # Set by "delete"; the row and its messages go when housekeeping purges it.
+    deleted_at = models.DateTimeField(null=True, blank=True, db_index=True)
+
+    objects = LiveConversationManager()
+    all_objects = models.Manager()
+
     class Meta:
+        base_manager_name = "all_objects"
         ordering = ["-updated_at", "-id"]
         indexes = [models.Index(fields=["owner", "-updated_at"])]
 

@@ -12,6 +12,13 @@ from conversations.models import Conversation
 from tests.conftest import websocket
 
 
+@pytest.fixture(autouse=True)
+def _no_model_titles(settings):
+    """Model-written titles (a background task after each first answer) are tested in
+    tests/jobs; here they would only add events and engine work to every chat test."""
+    settings.TITLES_FROM_MODEL = False
+
+
 @pytest.fixture(scope="session")
 def tiny_engine(tiny_model_dir):
     """Point conversations.engine at the tiny model for the whole session."""

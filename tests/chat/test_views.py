@@ -8,6 +8,7 @@ import json
 import pytest
 
 from conversations import tree as tree_ops
+from conversations.housekeeping import purge_deleted_conversations
 from conversations.models import Conversation, Message
 
 pytestmark = pytest.mark.django_db
@@ -149,7 +150,9 @@ def test_csrf_protection_stays_on(alice, make_conversation):
     assert Conversation.objects.filter(pk=conversation.pk).exists()
 
 
-def test_delete_removes_the_conversation_and_all_its_messages(client, alice, make_conversation):
+def test_delete_hides_the_conversation_and_housekeeping_purges_its_messages(
+    client, alice, make_conversation, settings
+):
     conversation = make_conversation(alice)
     tree_ops.send_message(conversation, "one")
     tree_ops.send_message(conversation, "two")
@@ -160,6 +163,12 @@ def test_delete_removes_the_conversation_and_all_its_messages(client, alice, mak
         "deleted": conversation.pk
     }
     assert not Conversation.objects.filter(pk=conversation.pk).exists()
+    assert client.get(f"/chat/conversations/{conversation.pk}/").status_code == 404
+    assert [c["id"] for c in client.get("/chat/conversations/").json()["conversations"]] == [keep.pk]
+
+    settings.DELETED_CONVERSATION_RETENTION_DAYS = 0
+    assert purge_deleted_conversations() == 1
+    assert not Conversation.all_objects.filter(pk=conversation.pk).exists()
     assert list(Message.objects.values_list("content", flat=True).filter(role="user")) == ["kept"]
 
 

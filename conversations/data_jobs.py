@@ -1,0 +1,107 @@
+"""Export and import jobs from the data page: create the job row, run it (in a task), and
+record the outcome on the row for the page to show."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import transaction
+from django.utils import timezone
+
+from conversations.models import Conversation, DataJob, Message
+from conversations.transfer import InvalidFile, export_json, export_markdown, import_bytes, render_json
+
+log = logging.getLogger(__name__)
+
+EXTENSIONS = {"json": "json", "markdown": "md"}
+
+
+def message_count(owner) -> int:
+    return Message.objects.filter(conversation__owner=owner, conversation__deleted_at__isnull=True).count()
+
+
+def render_export(owner, fmt: str, conversation_id: int | None = None) -> bytes:
+    """All of ``owner``'s conversations (or one) in ``fmt`` ("json" or "markdown")."""
+    conversations = Conversation.objects.filter(owner=owner).order_by("created_at", "id")
+    if conversation_id is not None:
+        conversations = conversations.filter(pk=conversation_id)
+    if fmt == "markdown":
+        return export_markdown(conversations).encode()
+    return render_json(export_json(conversations))
+
+
+def start_export(owner, fmt: str) -> DataJob:
+    from conversations.tasks import run_export
+
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    job = DataJob.objects.create(
+        owner=owner, kind=DataJob.Kind.EXPORT, format=fmt, filename=f"conversations-{stamp}.{EXTENSIONS[fmt]}"
+    )
+    run_export.delay_on_commit(job.pk)
+    return job
+
+
+def start_import(owner, filename: str, raw: bytes) -> DataJob:
+    from conversations.tasks import run_import
+
+    job = DataJob.objects.create(owner=owner, kind=DataJob.Kind.IMPORT, filename=filename[:200], payload=raw)
+    run_import.delay_on_commit(job.pk)
+    return job
+
+
+def _claim(job_id: int, kind: str) -> DataJob | None:
+    """The pending job, marked running (a redelivered task finds it taken and does nothing)."""
+    claimed = DataJob.objects.filter(pk=job_id, kind=kind, status=DataJob.Status.PENDING).update(
+        status=DataJob.Status.RUNNING
+    )
+    return DataJob.objects.select_related("owner").get(pk=job_id) if claimed else None
+
+
+def _fail(job: DataJob, error: str) -> None:
+    DataJob.objects.filter(pk=job.pk).update(
+        status=DataJob.Status.FAILED, error=error, payload=None, finished_at=timezone.now()
+    )
+
+
+def run_export(job_id: int) -> None:
+    job = _claim(job_id, DataJob.Kind.EXPORT)
+    if job is None:
+        return
+    try:
+        data = render_export(job.owner, job.format)
+        count = Conversation.objects.filter(owner=job.owner).count()
+    except Exception as exc:
+        log.exception("export job %s failed", job_id)
+        _fail(job, f"The export failed: {type(exc).__name__}.")
+        return
+    DataJob.objects.filter(pk=job.pk).update(
+        status=DataJob.Status.DONE,
+        payload=data,
+        conversations=count,
+        messages=message_count(job.owner),
+        finished_at=timezone.now(),
+    )
+
+
+def run_import(job_id: int) -> None:
+    job = _claim(job_id, DataJob.Kind.IMPORT)
+    if job is None:
+        return
+    try:
+        with transaction.atomic():
+            result = import_bytes(job.owner, bytes(job.payload or b""))
+    except InvalidFile as exc:
+        _fail(job, f"Nothing was imported: {exc}.")
+        return
+    except Exception as exc:
+        log.exception("import job %s failed", job_id)
+        _fail(job, f"Nothing was imported: the import failed ({type(exc).__name__}).")
+        return
+    DataJob.objects.filter(pk=job.pk).update(
+        status=DataJob.Status.DONE,
+        format=result.format,
+        payload=None,
+        conversations=len(result.conversation_ids),
+        messages=result.messages,
+        finished_at=timezone.now(),
+    )

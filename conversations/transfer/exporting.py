@@ -1,0 +1,126 @@
+"""Export: our JSON format (every branch, statuses, timings, sampling settings) and Markdown.
+
+JSON layout (``format`` and ``version`` identify it on import)::
+
+    {"format": "chatsite.conversations", "version": 1, "exported_at": "...",
+     "conversations": [{"id", "title", "title_source", "created_at", "updated_at",
+                        "system_prompt", "temperature", "top_p", "top_k", "max_tokens",
+                        "current_leaf", "active_root",
+                        "messages": [{"id", "parent", "active_child", "role", "content", "status",
+                                      "finish_reason", "error", "prompt_tokens", "completion_tokens",
+                                      "cached_tokens", "context_dropped", "model",
+                                      "time_to_first_token_ms", "tokens_per_s",
+                                      "created_at", "updated_at"}, ...]}]}
+
+Messages are listed parents first. Ids are the site's own and only link the records of one
+file together; an import gives new ones. Token ids are left out: they belong to one model's
+tokenizer and are rebuilt from the text.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+
+from django.utils import timezone
+
+from conversations.models import Conversation, Message
+from conversations.tree import Tree
+
+FORMAT = "chatsite.conversations"
+VERSION = 1
+
+CONVERSATION_FIELDS = (
+    "title",
+    "title_source",
+    "system_prompt",
+    "temperature",
+    "top_p",
+    "top_k",
+    "max_tokens",
+)
+MESSAGE_FIELDS = (
+    "role",
+    "content",
+    "status",
+    "finish_reason",
+    "error",
+    "prompt_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "context_dropped",
+    "time_to_first_token_ms",
+    "tokens_per_s",
+)
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value else None
+
+
+def parents_first(tree: Tree) -> Iterator[Message]:
+    """Every message of the tree, each after its parent (breadth first, oldest sibling first)."""
+    queue = list(tree.roots())
+    at = 0
+    while at < len(queue):
+        node = queue[at]
+        at += 1
+        yield node
+        queue.extend(tree.children.get(node.pk, []))
+
+
+def message_record(message: Message) -> dict:
+    record = {"id": message.pk, "parent": message.parent_id, "active_child": message.active_child_id}
+    record.update({name: getattr(message, name) for name in MESSAGE_FIELDS})
+    record["model"] = message.model_name
+    record["created_at"] = _iso(message.created_at)
+    record["updated_at"] = _iso(message.updated_at)
+    return record
+
+
+def conversation_record(conversation: Conversation) -> dict:
+    tree = Tree.load(conversation)
+    record = {"id": conversation.pk}
+    record.update({name: getattr(conversation, name) for name in CONVERSATION_FIELDS})
+    record.update(
+        created_at=_iso(conversation.created_at),
+        updated_at=_iso(conversation.updated_at),
+        current_leaf=conversation.current_leaf_id,
+        active_root=conversation.active_root_id,
+        messages=[message_record(m) for m in parents_first(tree)],
+    )
+    return record
+
+
+def export_json(conversations: Iterable[Conversation]) -> dict:
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "exported_at": timezone.now().isoformat(),
+        "conversations": [conversation_record(c) for c in conversations],
+    }
+
+
+def render_json(data: dict) -> bytes:
+    return json.dumps(data, ensure_ascii=False, indent=1).encode()
+
+
+ROLE_HEADINGS = {"user": "User", "assistant": "Assistant", "system": "System"}
+
+
+def _markdown_one(conversation: Conversation) -> str:
+    tree = Tree.load(conversation)
+    lines = [f"# {conversation.title}", ""]
+    if conversation.system_prompt:
+        lines += ["## System", "", conversation.system_prompt.strip(), ""]
+    for message in tree.thread():
+        heading = ROLE_HEADINGS.get(message.role, message.role.title())
+        if message.status != Message.Status.COMPLETE:
+            heading += f" ({message.status})"
+        lines += [f"## {heading}", "", message.content.strip() or "*(empty)*", ""]
+    return "\n".join(lines)
+
+
+def export_markdown(conversations: Iterable[Conversation]) -> str:
+    """The thread each conversation shows, one after the other."""
+    return "\n---\n\n".join(_markdown_one(c) for c in conversations)

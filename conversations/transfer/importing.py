@@ -1,0 +1,225 @@
+"""Import: our JSON export or ChatGPT's ``conversations.json``, told apart by shape.
+
+The whole file is parsed and checked before anything is written, and the writes happen
+in one transaction: a malformed or hostile file (wrong shape, a cycle in the parent links,
+a missing parent, too big, nested too deeply) saves nothing and raises
+:class:`~conversations.transfer.validate.InvalidFile` with one line saying why.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from conversations.models import Conversation, Message
+from conversations.transfer import chatgpt
+from conversations.transfer.exporting import FORMAT, VERSION
+from conversations.transfer.specs import ConversationSpec, NodeSpec
+from conversations.transfer.validate import InvalidFile, need, number, optional, parents_first, timestamp
+
+ROLES = set(Message.Role.values)
+STATUSES = set(Message.Status.values)
+
+
+@dataclass
+class ImportResult:
+    format: str  # "ours" | "chatgpt"
+    conversation_ids: list[int]
+    messages: int
+
+
+def parse_file(raw: bytes) -> tuple[str, list[ConversationSpec]]:
+    """Check and parse a whole file; returns its format and the conversations in it."""
+    limit = settings.IMPORT_MAX_BYTES
+    if len(raw) > limit:
+        raise InvalidFile(f"the file is {len(raw):,} bytes; the limit is {limit:,}")
+    try:
+        data = json.loads(raw.decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise InvalidFile("the file is not UTF-8 text") from None
+    except RecursionError:
+        raise InvalidFile("the file is nested too deeply to be a conversation export") from None
+    except ValueError as exc:
+        raise InvalidFile(f"the file is not valid JSON ({exc})") from None
+    if isinstance(data, dict) and data.get("format") == FORMAT:
+        specs = _ours(data)
+        kind = "ours"
+    elif chatgpt.looks_like(data):
+        specs = chatgpt.parse(data)
+        kind = "chatgpt"
+    else:
+        raise InvalidFile(
+            "this is neither a chatsite export nor ChatGPT's conversations.json "
+            f'(expected an object with "format": "{FORMAT}" or a list of conversations with a "mapping")'
+        )
+    if not specs:
+        raise InvalidFile("the file holds no conversations")
+    total = sum(len(s.nodes) for s in specs)
+    if total > settings.IMPORT_MAX_MESSAGES:
+        raise InvalidFile(f"the file holds {total:,} messages; the limit is {settings.IMPORT_MAX_MESSAGES:,}")
+    return kind, specs
+
+
+def import_bytes(owner, raw: bytes) -> ImportResult:
+    kind, specs = parse_file(raw)
+    ids = save(owner, specs)
+    return ImportResult(format=kind, conversation_ids=ids, messages=sum(len(s.nodes) for s in specs))
+
+
+# --- Our format ---------------------------------------------------------------------
+
+
+def _ours(data: dict) -> list[ConversationSpec]:
+    version = data.get("version")
+    if version != VERSION:
+        raise InvalidFile(f"unsupported export version {version!r} (this site reads version {VERSION})")
+    conversations = need(data.get("conversations"), list, "conversations")
+    return [_our_conversation(i, c) for i, c in enumerate(conversations)]
+
+
+def _our_conversation(index: int, raw: Any) -> ConversationSpec:
+    where = f"conversation {index + 1}"
+    raw = need(raw, dict, where)
+    messages = need(raw.get("messages", []), list, f"{where}: messages")
+    nodes: dict[Any, NodeSpec] = {}
+    for position, item in enumerate(messages):
+        at = f"{where}, message {position + 1}"
+        item = need(item, dict, at)
+        key = need(item.get("id"), (int, str), f"{at}: id")
+        if key in nodes:
+            raise InvalidFile(f"{at}: the id {key!r} is used twice")
+        role = need(item.get("role"), str, f"{at}: role")
+        if role not in ROLES:
+            raise InvalidFile(f"{at}: unknown role {role!r}")
+        status = need(item.get("status", "complete"), str, f"{at}: status")
+        if status not in STATUSES:
+            raise InvalidFile(f"{at}: unknown status {status!r}")
+        if status == Message.Status.STREAMING:
+            status = Message.Status.INTERRUPTED  # nothing generates it here
+        fields = {
+            "status": status,
+            "finish_reason": need(item.get("finish_reason") or "", str, f"{at}: finish_reason")[:16],
+            "error": need(item.get("error") or "", str, f"{at}: error"),
+            "model_name": need(item.get("model") or "", str, f"{at}: model")[:200],
+            "time_to_first_token_ms": number(
+                item.get("time_to_first_token_ms"), f"{at}: time_to_first_token_ms"
+            ),
+            "tokens_per_s": number(item.get("tokens_per_s"), f"{at}: tokens_per_s"),
+        }
+        for name in ("prompt_tokens", "completion_tokens", "cached_tokens", "context_dropped"):
+            fields[name] = need(item.get(name) or 0, int, f"{at}: {name}")
+        nodes[key] = NodeSpec(
+            key=key,
+            parent=optional(item.get("parent"), (int, str), f"{at}: parent"),
+            role=role,
+            content=need(item.get("content", ""), str, f"{at}: content"),
+            fields=fields,
+            created_at=timestamp(item.get("created_at"), f"{at}: created_at"),
+            updated_at=timestamp(item.get("updated_at"), f"{at}: updated_at"),
+            active_child=item.get("active_child"),
+        )
+    order = parents_first({k: n.parent for k, n in nodes.items()}, where)
+    for node in nodes.values():  # a pointer that is not a child is dropped, not trusted
+        child = nodes.get(node.active_child) if isinstance(node.active_child, (int, str)) else None
+        node.active_child = child.key if child is not None and child.parent == node.key else None
+    current_leaf = raw.get("current_leaf")
+    active_root = raw.get("active_root")
+    title_source = raw.get("title_source")
+    return ConversationSpec(
+        title=need(raw.get("title") or "Imported chat", str, f"{where}: title").strip()[:200]
+        or "Imported chat",
+        title_source=title_source if title_source in Conversation.TitleSource.values else "imported",
+        settings=_our_settings(raw, where),
+        nodes=[nodes[k] for k in order],
+        current_leaf=current_leaf if isinstance(current_leaf, (int, str)) and current_leaf in nodes else None,
+        active_root=active_root
+        if isinstance(active_root, (int, str)) and active_root in nodes and nodes[active_root].parent is None
+        else None,
+        created_at=timestamp(raw.get("created_at"), f"{where}: created_at"),
+        updated_at=timestamp(raw.get("updated_at"), f"{where}: updated_at"),
+    )
+
+
+def _our_settings(raw: dict, where: str) -> dict:
+    result = {"system_prompt": need(raw.get("system_prompt") or "", str, f"{where}: system_prompt")}
+    bounds = {"temperature": (0.0, 2.0), "top_p": (0.01, 1.0)}
+    for name, (low, high) in bounds.items():
+        value = number(raw.get(name), f"{where}: {name}")
+        if value is not None:
+            result[name] = min(max(value, low), high)
+    for name, (low, high) in {"top_k": (0, 1000), "max_tokens": (1, 32_768)}.items():
+        value = optional(raw.get(name), int, f"{where}: {name}")
+        if value is not None:
+            result[name] = min(max(value, low), high)
+    return result
+
+
+# --- Saving -------------------------------------------------------------------------
+
+
+@transaction.atomic
+def save(owner, specs: list[ConversationSpec]) -> list[int]:
+    """Create the conversations (all or none); returns their ids."""
+    from conversations.tree import Tree, select_leaf
+
+    now = timezone.now()
+    ids = []
+    for spec in specs:
+        conversation = Conversation.objects.create(
+            owner=owner, title=spec.title, title_source=spec.title_source, **spec.settings
+        )
+        messages = [
+            Message(conversation=conversation, role=n.role, content=n.content, **n.fields) for n in spec.nodes
+        ]
+        # Rows first, in bulk, then their links in one executemany: the same few statements
+        # whatever the tree's shape (Django's bulk_update builds a CASE per row and is slow).
+        Message.objects.bulk_create(messages, batch_size=500)
+        by_key = {n.key: m for n, m in zip(spec.nodes, messages, strict=True)}
+        _link(spec.nodes, messages, by_key, now)
+        leaf = by_key[spec.current_leaf] if spec.current_leaf is not None else None
+        root = by_key[spec.active_root] if spec.active_root is not None else None
+        Conversation.objects.filter(pk=conversation.pk).update(
+            current_leaf=leaf,
+            active_root=root,
+            created_at=spec.created_at or now,
+            updated_at=spec.updated_at or now,
+        )
+        conversation.current_leaf, conversation.active_root = leaf, root
+        if leaf is not None and spec.nodes and all(n.active_child is None for n in spec.nodes):
+            select_leaf(Tree.load(conversation), leaf)  # point the branches at the shown thread
+        ids.append(conversation.pk)
+    return ids
+
+
+def _link(nodes: list[NodeSpec], messages: list[Message], by_key: dict, now) -> None:
+    """Set each new row's parent, active child and original times."""
+    table = Message._meta.db_table
+    column = {
+        name: Message._meta.get_field(name).column
+        for name in ("parent", "active_child", "created_at", "updated_at")
+    }
+    stamp = Message._meta.get_field("created_at")
+    rows = []
+    for node, message in zip(nodes, messages, strict=True):
+        created = node.created_at or now
+        rows.append(
+            (
+                by_key[node.parent].pk if node.parent is not None else None,
+                by_key[node.active_child].pk if node.active_child is not None else None,
+                stamp.get_db_prep_value(created, connection),
+                stamp.get_db_prep_value(node.updated_at or created, connection),
+                message.pk,
+            )
+        )
+    quote = connection.ops.quote_name
+    sql = (
+        f"UPDATE {quote(table)} SET {quote(column['parent'])} = %s, {quote(column['active_child'])} = %s, "
+        f"{quote(column['created_at'])} = %s, {quote(column['updated_at'])} = %s WHERE id = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
