@@ -93,9 +93,16 @@ def is_first_answer(message_id: int) -> bool:
 def first_exchange(conversation_id: int) -> tuple[str, str] | None:
     """The shown thread's first question and its complete answer, if the title is still the
     model's to write."""
-    conversation = Conversation.objects.filter(
+    if not Conversation.objects.filter(
         pk=conversation_id, title_source=Conversation.TitleSource.AUTO
-    ).first()
+    ).exists():
+        return None
+    return first_exchange_any(conversation_id)
+
+
+def first_exchange_any(conversation_id: int) -> tuple[str, str] | None:
+    """The shown thread's first question and its complete answer, whoever titled it."""
+    conversation = Conversation.objects.filter(pk=conversation_id).first()
     if conversation is None:
         return None
     thread = Tree.load(conversation).thread()

@@ -68,3 +68,7 @@ def branchy(alice) -> Conversation:
     answer(a2, "Pastéis de nata.", status=Message.Status.ERROR, error="boom")
     conversation.refresh_from_db()
     return conversation
+
+
+# The chat tests' engine on the tiny random model (imported, so pytest registers it here too).
+from tests.chat.conftest import tiny_engine  # noqa: E402, F401
