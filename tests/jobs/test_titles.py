@@ -207,3 +207,17 @@ async def test_a_real_worker_titles_the_conversation_through_a_live_site_engine(
     await assert_titled(conversation.pk, event, seen)
     log = celery_worker_process.read_text()
     assert "conversations.tasks.generate_title" in log and "succeeded" in log
+
+
+def test_the_worker_side_imports_no_model_code():
+    """What a worker imports (the app and every task module) pulls in neither torch nor the engine."""
+    code = (
+        "import sys, django; django.setup(); from chatsite.celery import app; app.loader.import_default_modules(); "
+        "import conversations.tasks; print(sorted(m for m in ('torch', 'inference', 'transformers') if m in sys.modules))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "chatsite.settings"}
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
