@@ -190,8 +190,9 @@ def save(owner, specs: list[ConversationSpec]) -> list[int]:
             updated_at=spec.updated_at or now,
         )
         conversation.current_leaf, conversation.active_root = leaf, root
-        if leaf is not None and spec.nodes and all(n.active_child is None for n in spec.nodes):
-            select_leaf(Tree.load(conversation), leaf)  # point the branches at the shown thread
+        if leaf is not None and all(n.active_child is None for n in spec.nodes):
+            tree = Tree.load(conversation)  # with the links just written
+            select_leaf(tree, tree.by_id[leaf.pk])  # point the branches at the shown thread
         ids.append(conversation.pk)
     return ids
 

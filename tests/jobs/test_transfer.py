@@ -64,6 +64,8 @@ def test_a_chatgpt_export_imports_with_its_branches(alice):
     # The tool message is skipped; the answer after it hangs from the answer before it.
     assert [c.content for c in tree.children[go_in_may.pk]] == ["Flights are cheap in May."]
     assert [m.content for m in tree.thread()] == ["Plan a trip to Porto", "Porto is lovely."]
+    porto = roots[1]
+    assert conversation.active_root_id == porto.pk and porto.active_child_id == tree.children[porto.pk][0].pk
     assert go_in_may.model_name == "gpt-4o" and go_in_may.created_at.year == 2024
 
 
