@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth import get_user_model
 
 from chatsite.celery import app as celery_app
 from conversations import tree as tree_ops
@@ -20,13 +21,23 @@ def eager_tasks():
 
 
 @pytest.fixture
-def alice(make_user):
-    return make_user("alice")
+def quick_user(db):
+    """A user with no password (tests sign in with force_login): no password hashing to pay."""
+
+    def make(username: str):
+        return get_user_model().objects.create(username=username)
+
+    return make
 
 
 @pytest.fixture
-def bob(make_user):
-    return make_user("bob")
+def alice(quick_user):
+    return quick_user("alice")
+
+
+@pytest.fixture
+def bob(quick_user):
+    return quick_user("bob")
 
 
 def answer(message: Message, content: str, **fields) -> Message:

@@ -50,10 +50,10 @@ def count_conversations(user) -> int:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("tiny_engine")
-async def test_the_forked_conversations_first_answer_hits_the_prefix_cache(make_user, settings):
+async def test_the_forked_conversations_first_answer_hits_the_prefix_cache(quick_user, settings):
     settings.TITLES_FROM_MODEL = False
-    alice = await sync_to_async(make_user)("alice")
-    bob = await sync_to_async(make_user)("bob")
+    alice = await sync_to_async(quick_user)("alice")
+    bob = await sync_to_async(quick_user)("bob")
     original = await Conversation.objects.acreate(
         owner=alice, system_prompt="You are terse.", temperature=0.0, max_tokens=24
     )

@@ -134,9 +134,9 @@ async def assert_titled(conversation_id: int, event: dict, seen: list[dict]) -> 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("tiny_engine", "eager_tasks")
 @pytest.mark.smoke
-async def test_after_the_first_answer_a_title_arrives_on_the_socket(make_user, settings):
+async def test_after_the_first_answer_a_title_arrives_on_the_socket(quick_user, settings):
     settings.TITLES_FROM_MODEL = True
-    alice = await sync_to_async(make_user)("alice")
+    alice = await sync_to_async(quick_user)("alice")
     conversation, event, seen = await first_exchange_over_socket(alice)
     await assert_titled(conversation.pk, event, seen)
 
@@ -193,12 +193,12 @@ def celery_worker_process(transactional_db, tmp_path):
 
 @pytest.mark.usefixtures("tiny_engine")
 async def test_a_real_worker_titles_the_conversation_through_a_live_site_engine(
-    make_user, settings, celery_worker_process
+    quick_user, settings, celery_worker_process
 ):
     """This process is the site (it holds the engine and the socket); the worker is another
     process with no model, and asks this one over the Redis channel layer."""
     settings.TITLES_FROM_MODEL = True
-    alice = await sync_to_async(make_user)("alice")
+    alice = await sync_to_async(quick_user)("alice")
     try:
         conversation, event, seen = await first_exchange_over_socket(alice, title_timeout=90)
     except AssertionError:

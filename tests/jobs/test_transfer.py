@@ -36,6 +36,7 @@ def normalised(record: dict) -> dict:
     }
 
 
+@pytest.mark.smoke
 def test_our_json_export_then_import_gives_an_equal_tree(branchy, bob):
     exported = export_json([branchy])
     record = exported["conversations"][0]
@@ -50,6 +51,7 @@ def test_our_json_export_then_import_gives_an_equal_tree(branchy, bob):
     assert [m.content for m in Tree.load(copy).thread()] == [m.content for m in Tree.load(branchy).thread()]
 
 
+@pytest.mark.smoke
 def test_a_chatgpt_export_imports_with_its_branches(alice):
     result = import_bytes(alice, (FIXTURES / "chatgpt_branches.json").read_bytes())
     assert result.format == "chatgpt" and len(result.conversation_ids) == 2
@@ -154,6 +156,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("case", list(HOSTILE))
 def test_a_hostile_file_saves_nothing(alice, case):
     data, expected = HOSTILE[case]
