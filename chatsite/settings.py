@@ -138,6 +138,7 @@ PURGE_SWEEP_SECONDS = env_float("PURGE_SWEEP_SECONDS", 3600.0)
 DELETED_CONVERSATION_RETENTION_DAYS = env_float("DELETED_CONVERSATION_RETENTION_DAYS", 30.0)
 API_REQUEST_RETENTION_DAYS = env_float("API_REQUEST_RETENTION_DAYS", 90.0)
 SESSION_SWEEP_SECONDS = env_float("SESSION_SWEEP_SECONDS", 86400.0)
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")  # beat's own state, not in the repo
 CELERY_BEAT_SCHEDULE = {
     "interrupt-orphan-answers": {
         "task": "conversations.tasks.interrupt_orphan_answers",
