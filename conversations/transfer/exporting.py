@@ -69,9 +69,19 @@ def parents_first(tree: Tree) -> Iterator[Message]:
         queue.extend(tree.children.get(node.pk, []))
 
 
+# Reasoning (contract 3, issue 12): exported and imported when the model has these fields.
+OPTIONAL_MESSAGE_FIELDS = {"reasoning": str, "reasoning_seconds": float}
+
+
+def optional_message_fields() -> list[str]:
+    present = {f.name for f in Message._meta.get_fields()}
+    return [name for name in OPTIONAL_MESSAGE_FIELDS if name in present]
+
+
 def message_record(message: Message) -> dict:
     record = {"id": message.pk, "parent": message.parent_id, "active_child": message.active_child_id}
     record.update({name: getattr(message, name) for name in MESSAGE_FIELDS})
+    record.update({name: getattr(message, name) for name in optional_message_fields()})
     record["model"] = message.model_name
     record["created_at"] = _iso(message.created_at)
     record["updated_at"] = _iso(message.updated_at)

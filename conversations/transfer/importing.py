@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from conversations.models import Conversation, Message
 from conversations.transfer import chatgpt
-from conversations.transfer.exporting import FORMAT, VERSION
+from conversations.transfer.exporting import FORMAT, OPTIONAL_MESSAGE_FIELDS, VERSION, optional_message_fields
 from conversations.transfer.specs import ConversationSpec, NodeSpec
 from conversations.transfer.validate import InvalidFile, need, number, optional, parents_first, timestamp
 
@@ -113,6 +113,14 @@ def _our_conversation(index: int, raw: Any) -> ConversationSpec:
         }
         for name in ("prompt_tokens", "completion_tokens", "cached_tokens", "context_dropped"):
             fields[name] = need(item.get(name) or 0, int, f"{at}: {name}")
+        for name in optional_message_fields():
+            kind = OPTIONAL_MESSAGE_FIELDS[name]
+            if item.get(name) is not None:
+                fields[name] = (
+                    number(item[name], f"{at}: {name}")
+                    if kind is float
+                    else need(item[name], kind, f"{at}: {name}")
+                )
         nodes[key] = NodeSpec(
             key=key,
             parent=optional(item.get("parent"), (int, str), f"{at}: parent"),

@@ -171,3 +171,16 @@ def test_a_bad_file_exits_non_zero_with_one_line(tmp_path):
     assert result.stderr.strip().splitlines() == [
         f"CommandError: {bad}: nothing was imported: the file is nested too deeply to be a conversation export"
     ]
+
+
+def test_a_redelivered_import_task_does_nothing_the_second_time(alice):
+    from conversations import data_jobs
+
+    job = DataJob.objects.create(
+        owner=alice, kind="import", payload=(FIXTURES / "chatgpt_branches.json").read_bytes()
+    )
+    data_jobs.run_import(job.pk)
+    data_jobs.run_import(job.pk)  # as after a worker died before acknowledging it
+    job.refresh_from_db()
+    assert (job.status, job.conversations) == ("done", 2)
+    assert Conversation.objects.filter(owner=alice).count() == 2
