@@ -180,7 +180,7 @@ export function createThreadView(store, actions, { confirm }) {
         // The last answer done: every message's buttons come back, so draw them all again.
         if (isBusy(state)) renderOne(action.message.id);
         else renderAll();
-        announceFinished(action.message);
+        announceFinished(findMessage(state, action.message.id) || action.message); // the event has no role
         break;
       default:
         break;
