@@ -153,6 +153,10 @@ def test_every_page_has_no_axe_violations(live_site, browser, scheme):
     phone_page.goto(f"{url}/c/{conversation_id}/")
     expect(phone_page.locator("article.msg-assistant").first).to_be_visible()
     assert phone_page.evaluate("document.documentElement.scrollWidth") <= 390
+    # Reduced motion: the drawer does not slide.
+    assert (
+        phone_page.evaluate("getComputedStyle(document.getElementById('sidebar')).transitionDuration") == "0s"
+    )
     assert_no_axe_violations(phone_page, f"phone chat ({scheme})")
     for _ in range(12):
         phone_page.keyboard.press("Tab")
@@ -478,6 +482,8 @@ def test_client_side_of_the_websocket_contracts(live_site, browser):
     socket.inject(type="delta", message_id=answer_id, text="**Yes**", reasoning=" hard.", **base)
     expect(answer.locator(".msg-content strong")).to_have_text("Yes")
     expect(reasoning).not_to_have_attribute("open", "")
+    expect(answer.get_by_role("status", name="Answer generating")).to_be_visible()
+    assert_no_axe_violations(page, "an answer streaming after its reasoning")
 
     # The watchdog (contract #1): heartbeats keep it quiet; 15 s of silence re-reads the thread.
     opens = len(socket.sent_of("open"))
