@@ -522,6 +522,18 @@ def test_client_side_of_the_websocket_contracts(live_site, browser):
     expect(page.get_by_role("button", name="Send")).to_be_visible()
     expect(answer.locator(".msg-content")).to_have_text("Yes")
     prompt.fill("")
+    socket.held.add("edit")
+    prompt.press("ArrowUp")
+    editor = page.get_by_role("textbox", name="Edit message")
+    editor.fill("Why not?")
+    editor.press("Enter")
+    wait_until(page, lambda: socket.sent_of("edit"))
+    expect(editor).to_have_count(0)
+    socket.inject(type="error", detail="Stop the answer first.", code="busy")
+    expect(editor).to_have_value("Why not?")
+    expect(editor).to_be_focused()
+    editor.press("Escape")
+    expect(page.locator("article.msg-user .msg-text")).to_have_text("Why?")
 
     # Titles (contract #5) and fork (contract #4).
     socket.inject(type="title", conversation_id=conversation_id, title="A better title")

@@ -15,6 +15,7 @@ export function createThreadView(store, actions, { confirm }) {
   const dirty = new Set();
   let frame = 0;
   let editing = null; // {id, draft}: the one message being edited, kept across re-renders
+  let submittedEdit = null; // an edit the server has not accepted yet: an error reopens it
 
   const nearBottom = () => scroll.scrollHeight - scroll.scrollTop - scroll.clientHeight < 120;
   function scrollToBottom(smooth) {
@@ -133,6 +134,7 @@ export function createThreadView(store, actions, { confirm }) {
     editing = null;
     renderOne(id);
     if (submit) {
+      submittedEdit = { id, draft };
       actions.edit(id, text);
       $("prompt").focus();
     } else {
@@ -165,7 +167,18 @@ export function createThreadView(store, actions, { confirm }) {
         renderAll();
         break;
       case "thread":
+        submittedEdit = null;
         renderAll();
+        break;
+      case "error":
+        if (submittedEdit && findMessage(state, submittedEdit.id)) {
+          const { id } = submittedEdit;
+          editing = submittedEdit;
+          submittedEdit = null;
+          renderOne(id);
+          const area = thread.querySelector(".edit-area");
+          if (area) area.focus();
+        }
         break;
       case "sending":
         break;
