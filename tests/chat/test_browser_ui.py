@@ -178,6 +178,11 @@ def test_every_page_has_no_axe_violations(live_site, browser, scheme):
     phone_page.goto(f"{url}/c/{conversation_id}/")
     expect(phone_page.locator("article.msg-assistant").first).to_be_visible()
     assert phone_page.evaluate("document.documentElement.scrollWidth") <= 390
+    # The export menu fits the phone's screen.
+    phone_page.get_by_role("button", name="Export").click()
+    menu = phone_page.get_by_role("link", name="Export as Markdown").bounding_box()
+    assert menu["x"] >= 0 and menu["x"] + menu["width"] <= 390, menu
+    phone_page.keyboard.press("Escape")
     # Reduced motion: the drawer does not slide.
     assert (
         phone_page.evaluate("getComputedStyle(document.getElementById('sidebar')).transitionDuration") == "0s"

@@ -11,9 +11,9 @@ export const SANITIZE_CONFIG = {
     "h1", "h2", "h3", "h4", "h5", "h6", "p", "br", "hr",
     "ul", "ol", "li", "strong", "em", "b", "i", "del", "s", "sub", "sup",
     "code", "pre", "kbd", "blockquote",
-    "table", "thead", "tbody", "tr", "th", "td", "a", "img",
+    "table", "thead", "tbody", "tr", "th", "td", "a",
   ],
-  ALLOWED_ATTR: ["href", "title", "class", "start", "align", "colspan", "rowspan", "src", "alt"],
+  ALLOWED_ATTR: ["href", "title", "class", "start", "align", "colspan", "rowspan"],
   ALLOWED_URI_REGEXP: /^(?:https?:|mailto:)/i,
   ALLOW_DATA_ATTR: false,
   ALLOW_ARIA_ATTR: false,
@@ -21,6 +21,7 @@ export const SANITIZE_CONFIG = {
 
 if (DOMPurify) {
   // Images are never loaded: a remote one becomes a link to it, any other becomes its alt text.
+  // This hook sees every element before the allow-list does, so <img> itself is never allowed.
   DOMPurify.addHook("uponSanitizeElement", (node, data) => {
     if (data.tagName !== "img" || !node.parentNode) return;
     const src = node.getAttribute("src") || "";
@@ -51,7 +52,6 @@ if (DOMPurify) {
         node.removeAttribute("target");
       }
     }
-    if (node.tagName === "IMG") node.remove(); // never reached: the hook above replaced them
   });
 }
 
