@@ -4,7 +4,7 @@
 import { $, announce, prefersReducedMotion } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
 import { messageNode, reasoningSummary } from "./message.js";
-import { findMessage, isBusy } from "./store.js";
+import { findMessage, isBusy, lastUserMessage } from "./store.js";
 
 const ANNOUNCE_CHARS = 600;
 
@@ -205,7 +205,7 @@ export function createThreadView(store, actions, { confirm }) {
     /** ↑ in an empty composer: edit the last question of the thread. */
     editLast() {
       const state = store.state;
-      const last = [...state.messages].reverse().find((m) => m.role === "user");
+      const last = lastUserMessage(state);
       if (last && !isBusy(state)) startEdit(last);
     },
     isEditing: () => editing !== null,
