@@ -26,7 +26,7 @@ PASSWORD = "correct-horse-battery-9"
 
 @pytest.fixture(scope="module")
 def site(live_site):
-    assert httpx.get(f"{live_site.url}/static/js/chat.js", timeout=10).status_code == 200
+    assert httpx.get(f"{live_site.url}/static/js/chat/main.js", timeout=10).status_code == 200
     return live_site
 
 

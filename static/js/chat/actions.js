@@ -1,0 +1,154 @@
+/* Everything the user or the server can make happen. Views call these; each one talks to the
+ * server (socket or JSON views) and dispatches what changed to the store. Nothing else writes state. */
+
+import { api, toast, announce } from "./dom.js";
+import { createSocket } from "./socket.js";
+
+export function createActions(store, boot) {
+  const urls = boot.urls;
+  let listTimer = 0;
+
+  const socket = createSocket({
+    url: urls.websocket,
+    store,
+    onEvent: handleServerEvent,
+    onClosed(code) {
+      if (code === 4404) {
+        toast("That conversation does not exist.", "not_found");
+        show(null, true);
+      }
+    },
+  });
+
+  function conversationRequest(type, fields) {
+    socket.send({ type, conversation_id: store.state.conversationId, ...fields });
+  }
+
+  /** A request that starts an answer: Stop shows at once, until the new thread arrives. */
+  function answerRequest(type, fields) {
+    conversationRequest(type, fields);
+    store.dispatch({ type: "sending", value: true });
+  }
+
+  function handleServerEvent(data) {
+    switch (data.type) {
+      case "thread":
+        store.dispatch({ type: "thread", conversation: data.conversation, messages: data.messages });
+        break;
+      case "started":
+      case "delta":
+      case "finished":
+        store.dispatch(data);
+        if (data.type === "finished" && data.message.status === "error") toast(data.message.error || "The answer failed.", "server_error");
+        break;
+      case "title":
+        store.dispatch(data);
+        break;
+      case "conversations":
+        refreshConversations(150);
+        break;
+      case "forked":
+        refreshConversations();
+        openConversation(data.conversation_id, true);
+        announce("Opened the new conversation.");
+        break;
+      case "deleted":
+        if (data.conversation_id === store.state.conversationId) {
+          toast("This conversation was deleted.");
+          show(null, true);
+        }
+        refreshConversations();
+        break;
+      case "error":
+        // Shown, never acted on destructively: the socket stays open and nothing is cleared.
+        store.dispatch({ type: "error", code: data.code || "", message_id: data.message_id, detail: data.detail });
+        toast(data.detail || "Something went wrong.", data.code || "");
+        if (data.code === "not_found") socket.reopen();
+        break;
+      default:
+        break; // heartbeat and pong only feed the socket's watchdog
+    }
+  }
+
+  function refreshConversations(delay = 0) {
+    clearTimeout(listTimer);
+    listTimer = setTimeout(async () => {
+      const query = store.state.query;
+      try {
+        const data = await api(`${urls.list}?q=${encodeURIComponent(query)}`);
+        store.dispatch({ type: "conversations", query, conversations: data.conversations });
+      } catch (err) {
+        /* the next event will retry */
+      }
+    }, delay);
+  }
+
+  function show(id, push, conversation) {
+    store.dispatch({ type: "show", id, conversation });
+    const path = id ? `/c/${id}/` : "/";
+    if (push && location.pathname !== path) history.pushState({ id }, "", path);
+  }
+
+  function openConversation(id, push) {
+    const state = store.state;
+    if (id === state.conversationId && state.conversation) return;
+    show(id, push);
+    if (id) socket.send({ type: "open", conversation_id: id });
+  }
+
+  async function ensureConversation() {
+    if (store.state.conversationId) return store.state.conversationId;
+    const data = await api(urls.create, { method: "POST", body: {} });
+    // No "open": the "send" that follows opens it on the server without an empty thread first.
+    show(data.conversation.id, true, data.conversation);
+    refreshConversations();
+    return data.conversation.id;
+  }
+
+  return {
+    refreshConversations,
+    openConversation,
+    ensureConversation,
+    show,
+    async send(content) {
+      const id = await ensureConversation();
+      const messages = store.state.messages;
+      const leaf = messages[messages.length - 1];
+      socket.send({ type: "send", conversation_id: id, content, parent_id: leaf ? leaf.id : null });
+      store.dispatch({ type: "sending", value: true });
+    },
+    stop() {
+      store.state.messages
+        .filter((m) => m.status === "streaming")
+        .forEach((m) => conversationRequest("stop", { message_id: m.id }));
+    },
+    edit: (messageId, content) => answerRequest("edit", { message_id: messageId, content }),
+    regenerate: (messageId) => answerRequest("regenerate", { message_id: messageId }),
+    switchTo: (messageId) => conversationRequest("switch", { message_id: messageId }),
+    deleteMessage: (messageId) => conversationRequest("delete", { message_id: messageId }),
+    fork: (messageId) => conversationRequest("fork", { message_id: messageId }),
+    setQuery(query) {
+      store.dispatch({ type: "query", query });
+      refreshConversations(200);
+    },
+    async newChat() {
+      const data = await api(urls.create, { method: "POST", body: {} });
+      show(data.conversation.id, true, data.conversation);
+      socket.send({ type: "open", conversation_id: data.conversation.id });
+      refreshConversations();
+    },
+    async updateConversation(fields) {
+      const c = store.state.conversation;
+      const data = await api(`/chat/conversations/${c.id}/update/`, { body: fields });
+      store.dispatch({ type: "conversation", conversation: data.conversation });
+      refreshConversations();
+      return data.conversation;
+    },
+    async deleteConversation() {
+      const c = store.state.conversation;
+      await api(`/chat/conversations/${c.id}/delete/`, { method: "POST", body: {} });
+      show(null, true);
+      refreshConversations();
+    },
+  };
+}

@@ -1,0 +1,98 @@
+/* The page's state, in one place. Views never change it: they call the actions in actions.js,
+ * which dispatch plain objects here; ``reduce`` makes the next state and every subscriber is
+ * told (state, action), so data flows one way: event -> action -> state -> views. */
+
+export function initialState(boot) {
+  return {
+    conversationId: boot.conversation_id,
+    conversation: null,
+    messages: [],
+    conversations: boot.conversations || [],
+    query: "",
+    sending: false, // a request that starts an answer is on its way; its thread has not come back
+    connection: "", // "" when connected, otherwise what the status pill says
+  };
+}
+
+function patchMessage(messages, id, patch) {
+  return messages.map((m) => (m.id === id ? { ...m, ...patch(m) } : m));
+}
+
+/** The next state; ``state`` itself is never modified. */
+export function reduce(state, action) {
+  switch (action.type) {
+    case "show":
+      return { ...state, conversationId: action.id, conversation: action.conversation || null, messages: [], sending: false };
+    case "thread":
+      if (action.conversation.id !== state.conversationId) return state;
+      return { ...state, conversation: action.conversation, messages: action.messages, sending: false };
+    case "conversation":
+      if (action.conversation.id !== state.conversationId) return state;
+      return { ...state, conversation: action.conversation };
+    case "title": {
+      const conversations = state.conversations.map((c) =>
+        c.id === action.conversation_id ? { ...c, title: action.title } : c
+      );
+      const open = state.conversation && state.conversation.id === action.conversation_id;
+      return { ...state, conversations, conversation: open ? { ...state.conversation, title: action.title } : state.conversation };
+    }
+    case "started":
+      return {
+        ...state,
+        messages: patchMessage(state.messages, action.message_id, () => ({
+          context_dropped: action.context_dropped,
+          prompt_tokens: action.prompt_tokens,
+        })),
+      };
+    case "delta":
+      if (action.conversation_id !== state.conversationId) return state;
+      return {
+        ...state,
+        messages: patchMessage(state.messages, action.message_id, (m) => ({
+          content: m.content + (action.text || ""),
+          reasoning: (m.reasoning || "") + (action.reasoning || ""),
+          status: "streaming",
+        })),
+      };
+    case "finished":
+      if (action.conversation_id !== state.conversationId) return state;
+      return { ...state, messages: patchMessage(state.messages, action.message.id, () => action.message) };
+    case "conversations":
+      if (action.query !== state.query) return state;
+      return { ...state, conversations: action.conversations };
+    case "query":
+      return { ...state, query: action.query };
+    case "sending":
+      return { ...state, sending: action.value };
+    case "error":
+      return { ...state, sending: false };
+    case "connection":
+      return { ...state, connection: action.text };
+    default:
+      return state;
+  }
+}
+
+export function createStore(state) {
+  const listeners = [];
+  return {
+    get state() {
+      return state;
+    },
+    dispatch(action) {
+      const next = reduce(state, action);
+      if (next === state) return;
+      state = next;
+      for (const listener of listeners) listener(state, action);
+    },
+    subscribe(listener) {
+      listeners.push(listener);
+    },
+  };
+}
+
+// Questions views ask of the state.
+export const isStreaming = (state) => state.messages.some((m) => m.status === "streaming");
+export const isBusy = (state) => state.sending || isStreaming(state);
+export const findMessage = (state, id) => state.messages.find((m) => m.id === id);
+export const lastUserMessage = (state) => [...state.messages].reverse().find((m) => m.role === "user");
