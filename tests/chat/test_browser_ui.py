@@ -573,6 +573,8 @@ def test_client_side_of_the_websocket_contracts(live_site, browser):
     # Titles (contract #5) and fork (contract #4).
     socket.inject(type="title", conversation_id=conversation_id, title="A better title")
     expect(page.get_by_role("heading", name="A better title")).to_be_visible()
+    # Hold the real fork: the server now forks for real, and only the injected reply must count.
+    socket.held.add("fork")
     answer.get_by_role("button", name="Continue in a new conversation").click()
     wait_until(page, lambda: socket.sent_of("fork"))
     assert socket.sent_of("fork")[-1] == {
