@@ -6,18 +6,19 @@ from __future__ import annotations
 from inference.sequence import RequestStatus
 from tests.engine.engine_fixtures import TinyModel, greedy, random_prompts, run_to_completion
 
-SEATS = 4
+SEATS = 2
+FLOOD = 10
 
 
 def flood_then_chat(tiny: TinyModel, flood_owner: str | None, chat_owner: str | None) -> int:
-    """Fill the engine with 24 requests of one owner, then add one of another; return how
+    """Fill the engine with FLOOD requests of one owner, then add one of another; return how
     many flood requests were admitted in steps after the other request arrived and before
     the step that admitted it."""
     engine = tiny.engine(max_num_seqs=SEATS)
-    prompts = random_prompts(tiny.tokenizer, 25, seed=11, min_len=8, max_len=16)
-    flood = [engine.add_request(p, greedy(6), owner=flood_owner) for p in prompts[:24]]
+    prompts = random_prompts(tiny.tokenizer, FLOOD + 1, seed=11, min_len=8, max_len=16)
+    flood = [engine.add_request(p, greedy(3), owner=flood_owner) for p in prompts[:FLOOD]]
     engine.step()
-    chat = engine.add_request(prompts[24], greedy(6), owner=chat_owner)
+    chat = engine.add_request(prompts[FLOOD], greedy(3), owner=chat_owner)
     admitted_before = admitted = sum(r.status is not RequestStatus.WAITING for r in flood)
     while chat.status is RequestStatus.WAITING:
         admitted = sum(r.status is not RequestStatus.WAITING for r in flood)
@@ -28,8 +29,8 @@ def flood_then_chat(tiny: TinyModel, flood_owner: str | None, chat_owner: str | 
 
 
 def test_a_flooding_owner_does_not_push_another_owners_request_behind_its_queue(tiny: TinyModel) -> None:
-    # Without owners: arrival order, the chat request waits for all 20 queued flood requests.
-    assert flood_then_chat(tiny, None, None) == 20
+    # Without owners: arrival order, the chat request waits for every queued flood request.
+    assert flood_then_chat(tiny, None, None) == FLOOD - SEATS
     # With owners: it takes one of the first seats that free up.
     assert flood_then_chat(tiny, "api-key:1", "user:1") == 0
 
