@@ -28,7 +28,8 @@ async def database_ready() -> tuple[bool, str]:
 CHANNEL_LAYER_TIMEOUT_S = 2.0
 
 
-async def channel_layer_ready(timeout: float = CHANNEL_LAYER_TIMEOUT_S) -> tuple[bool, str]:
+async def channel_layer_ready(timeout: float | None = None) -> tuple[bool, str]:
+    timeout = CHANNEL_LAYER_TIMEOUT_S if timeout is None else timeout
     layer = get_channel_layer()
     if layer is None:
         return False, "no channel layer configured"

@@ -53,7 +53,6 @@ def test_healthz_is_503_when_the_channel_layer_does_not_answer_in_time(client, m
 
     monkeypatch.setattr(health, "get_channel_layer", lambda: HangingLayer())
     monkeypatch.setattr(health, "CHANNEL_LAYER_TIMEOUT_S", 0.2)
-    monkeypatch.setattr(health.channel_layer_ready, "__defaults__", (0.2,))
     monkeypatch.setattr(views, "engine_status", lambda: {"ready": True, "state": "ready"})
     response = client.get("/healthz")
     assert response.status_code == 503
