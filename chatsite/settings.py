@@ -11,6 +11,7 @@ from pathlib import Path
 
 import dj_database_url
 
+from chatsite import secret_key
 from chatsite.env import ConfigError, env_bool, env_float, env_int, env_list, env_str, env_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -21,8 +22,8 @@ SECRET_KEY = env_str("SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG and env_bool("REQUIRE_SECRET_KEY", False):
         raise ConfigError("SECRET_KEY must be set when REQUIRE_SECRET_KEY is true")
-    # A development key: fine on 127.0.0.1, never for a public deployment (set SECRET_KEY).
-    SECRET_KEY = "dev-insecure-key-set-SECRET_KEY-in-production"
+    # Generated once and kept (mode 0600) in the data directory: no key lives in the repository.
+    SECRET_KEY = secret_key.load_or_create(VAR_DIR)
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "testserver"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
@@ -47,6 +48,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "chatsite.security.ContentSecurityPolicyMiddleware",
 ]
 
 ROOT_URLCONF = "chatsite.urls"
@@ -110,10 +112,20 @@ if REDIS_URL:
     }
     CELERY_BROKER_URL = REDIS_URL
     CELERY_TASK_ALWAYS_EAGER = False
+    # Shared by every process: login-failure and API rate-limit counters live here.
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "chatsite",
+            "OPTIONS": {"socket_connect_timeout": 3, "socket_timeout": 3},
+        }
+    }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
     CELERY_BROKER_URL = "memory://"
     CELERY_TASK_ALWAYS_EAGER = True
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -173,6 +185,14 @@ GENERATION_GRACE_SECONDS = env_float("GENERATION_GRACE_SECONDS", 30.0)
 # How often a streaming answer's partial text is written to the database.
 PARTIAL_SAVE_SECONDS = env_float("PARTIAL_SAVE_SECONDS", 2.0)
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 1_000_000)
+# Requests per API key per minute (a key's own limit, set in the admin, wins).
+API_RATE_LIMIT_PER_MINUTE = env_int("API_RATE_LIMIT_PER_MINUTE", 60)
+# Completions one API request may ask for: n x number of prompts.
+API_MAX_SEQUENCES_PER_REQUEST = env_int("API_MAX_SEQUENCES_PER_REQUEST", 16)
+# Prefix-cache privacy: each user's KV blocks after the shared system prompt are salted
+# with the user, so time to first token cannot tell whether another user sent the same text.
+# Off for single-user deployments that want cross-conversation sharing of everything.
+PREFIX_CACHE_SALT = env_bool("PREFIX_CACHE_SALT", True)
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, 2_621_440)
 
 # --- Auth ------------------------------------------------------------------------
@@ -185,10 +205,38 @@ AUTH_PASSWORD_VALIDATORS = [
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
+ALLOW_SIGNUP = env_bool("ALLOW_SIGNUP", True)
+# Failed logins for one username from one client within the window; more answer 429.
+LOGIN_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 10)
+LOGIN_FAILURE_WINDOW = env_int("LOGIN_FAILURE_WINDOW", 900)
 
+# --- Security headers and cookies ------------------------------------------------------
 SESSION_COOKIE_HTTPONLY = True
-SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", False)
-CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_COOKIES = env_bool("SECURE_COOKIES", False)
+SESSION_COOKIE_SECURE = SECURE_COOKIES
+CSRF_COOKIE_SECURE = SECURE_COOKIES
+if SECURE_COOKIES:
+    # Behind a TLS-terminating proxy that sets X-Forwarded-Proto (and strips a client's own).
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = env_int("HSTS_SECONDS", 31_536_000)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# Sent with every HTML page (chatsite.security). Scripts only from this origin (no inline
+# ones), images only from it and data: (a Markdown image in an answer cannot call out).
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self' 'unsafe-inline'",
+        "img-src 'self' data:",
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'self'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

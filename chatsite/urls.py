@@ -4,12 +4,16 @@ from django.urls import include, path
 from conversations import views
 from conversations.api import views as api_views
 from conversations.api.app import api as openai_api
+from conversations.login_throttle import throttled
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
+    path("livez", views.livez, name="livez"),
     path("accounts/signup/", views.signup, name="signup"),
+    path("accounts/login/", throttled(views.LoginView.as_view()), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("admin/login/", throttled(admin.site.login)),
     path("admin/", admin.site.urls),
     path("v1/", openai_api.urls),
     path("v1/<path:path>", api_views.api_not_found),

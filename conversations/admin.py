@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 
+from django import forms
 from django.contrib import admin
 from django.db.models import Count
 from django.template.response import TemplateResponse
@@ -28,6 +29,10 @@ class MessageInline(admin.TabularInline):
     fields = ("id", "parent", "role", "status", "excerpt", "completion_tokens", "created_at")
     readonly_fields = fields
     ordering = ("created_at", "id")
+
+    def get_queryset(self, request):
+        # The parent column would otherwise cost one query per row.
+        return super().get_queryset(request).select_related("parent").defer("token_ids", "parent__token_ids")
 
     @admin.display(description="content")
     def excerpt(self, obj: Message) -> str:
@@ -52,6 +57,14 @@ class ConversationAdmin(admin.ModelAdmin):
         ("Tree", {"fields": ("current_leaf", "active_root", "message_tree")}),
     )
     inlines = [MessageInline]
+    # An inline form per message costs about 10 ms to render: above this many the page
+    # keeps the tree and links to the conversation's messages in the message list instead.
+    INLINE_LIMIT = 200
+
+    def get_inlines(self, request, obj):
+        if obj is not None and obj.messages.count() > self.INLINE_LIMIT:
+            return []
+        return super().get_inlines(request, obj)
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(_message_count=Count("messages", distinct=True))
@@ -70,31 +83,92 @@ class ConversationAdmin(admin.ModelAdmin):
         tree = Tree.load(obj)
         on_thread = {m.pk for m in tree.thread()}
 
-        def render(parent_id) -> str:
-            kids = tree.children.get(parent_id, [])
-            if not kids:
-                return ""
-            items = []
-            for m in kids:
-                url = reverse("admin:conversations_message_change", args=[m.pk])
-                label = format_html(
-                    '<a href="{}">#{}</a> <b>{}</b> [{}] {}',
-                    url,
-                    m.pk,
-                    m.role,
-                    m.status,
-                    m.content[:80] + ("…" if len(m.content) > 80 else ""),
-                )
-                if m.pk in on_thread:
-                    label = format_html("<strong>{}</strong>", label)
-                items.append(format_html("<li>{}{}</li>", label, mark_safe(render(m.pk))))
-            return format_html("<ul>{}</ul>", mark_safe("".join(items)))
+        def label(m: Message) -> str:
+            url = reverse("admin:conversations_message_change", args=[m.pk])
+            text = format_html(
+                '<a href="{}">#{}</a> <b>{}</b> [{}] {}',
+                url,
+                m.pk,
+                m.role,
+                m.status,
+                m.content[:80] + ("…" if len(m.content) > 80 else ""),
+            )
+            return format_html("<strong>{}</strong>", text) if m.pk in on_thread else text
 
-        return mark_safe(render(None)) or "—"
+        # Depth-first with an explicit stack, not recursion: a thread thousands of
+        # messages deep must render (Python's recursion limit is about 1,000).
+        roots = tree.children.get(None, [])
+        if not roots:
+            return "—"
+        parts = []
+        if len(tree.by_id) > self.INLINE_LIMIT:
+            messages_url = reverse("admin:conversations_message_changelist")
+            parts.append(
+                format_html(
+                    '<p><a href="{}?conversation__id__exact={}">All {} messages in the message list</a></p>',
+                    messages_url,
+                    obj.pk,
+                    len(tree.by_id),
+                )
+            )
+        parts.append("<ul>")
+        stack = [iter(roots)]
+        while stack:
+            m = next(stack[-1], None)
+            if m is None:
+                stack.pop()
+                parts.append("</ul></li>" if stack else "</ul>")
+                continue
+            parts.append("<li>" + label(m))
+            kids = tree.children.get(m.pk)
+            if kids:
+                parts.append("<ul>")
+                stack.append(iter(kids))
+            else:
+                parts.append("</li>")
+        return mark_safe("".join(parts))  # every label went through format_html
+
+
+class MessageAdminForm(forms.ModelForm):
+    """A parent must be in the same conversation and may not be the message itself or
+    one of its descendants: that would make a cycle, and the tree walks would never end."""
+
+    class Meta:
+        model = Message
+        fields = "__all__"
+
+    def clean(self):
+        cleaned = super().clean()
+        parent = cleaned.get("parent")
+        conversation = cleaned.get("conversation")
+        if parent is None or self.instance.pk is None:
+            return cleaned
+        if conversation is not None and parent.conversation_id != conversation.pk:
+            raise forms.ValidationError({"parent": "The parent must be in the same conversation."})
+        if creates_cycle(self.instance.pk, parent.pk, parent.conversation_id):
+            raise forms.ValidationError(
+                {"parent": "That parent is this message or one of its replies: it would make a cycle."}
+            )
+        return cleaned
+
+
+def creates_cycle(message_id: int, new_parent_id: int, conversation_id: int) -> bool:
+    """Would ``message_id`` become its own ancestor under ``new_parent_id``? One query
+    for the conversation's parent links, then a walk up (no recursion)."""
+    parents = dict(Message.objects.filter(conversation_id=conversation_id).values_list("pk", "parent_id"))
+    node: int | None = new_parent_id
+    for _ in range(len(parents) + 1):  # a cycle already in the data cannot loop forever
+        if node is None:
+            return False
+        if node == message_id:
+            return True
+        node = parents.get(node)
+    return True
 
 
 @admin.register(Message)
 class MessageAdmin(admin.ModelAdmin):
+    form = MessageAdminForm
     list_display = (
         "id",
         "conversation",

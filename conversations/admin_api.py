@@ -54,6 +54,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         return (
             "owner",
             "name",
+            "rate_limit_per_minute",
             "prefix_display",
             "created_at",
             "last_used_at",

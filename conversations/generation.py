@@ -88,6 +88,8 @@ class PromptPlan:
     max_tokens: int
     dropped: int = 0  # history messages left out to fit the context
     user_segment: list[int] | None = None  # the last user turn's ids, to store on it
+    # Leading ids every user may share in the prefix cache: the system prompt's segment.
+    shared_prefix_tokens: int = 0
 
 
 def _chat_messages(system_prompt: str, history: list[dict]) -> list[dict]:
@@ -142,7 +144,18 @@ def build_prompt(tokenizer, system_prompt: str, history: list[dict], max_model_l
         max_tokens=max(1, min(max_tokens, max_model_len - len(ids))),
         dropped=start,
         user_segment=user_segment,
+        shared_prefix_tokens=len(encoding.segments[0]) if system_prompt and encoding.exact else 0,
     )
+
+
+def engine_options(owner_id: int, plan: PromptPlan) -> dict[str, Any]:
+    """The engine's fair-share owner and prefix-cache salt for one user's answer: blocks
+    after the shared system prompt are salted with the user (unless PREFIX_CACHE_SALT is
+    off), so another user's time to first token cannot reveal this user's text."""
+    options: dict[str, Any] = {"owner": f"user:{owner_id}"}
+    if settings.PREFIX_CACHE_SALT:
+        options.update(cache_salt=f"user:{owner_id}", cache_salt_from=plan.shared_prefix_tokens)
+    return options
 
 
 # --- Database steps (synchronous, run through database_sync_to_async) ------------
@@ -402,7 +415,9 @@ class GenerationManager:
         )
         await broadcast(conversation_group(gen.conversation_id), "started", message_id=gen.message_id)
         gen.saver = asyncio.create_task(self._saver(gen))
-        stream = engine.stream(plan.token_ids, params, request_id=gen.request_id)
+        stream = engine.stream(
+            plan.token_ids, params, request_id=gen.request_id, **engine_options(gen.owner_id, plan)
+        )
         try:
             async for delta in stream:
                 if "first_token" not in timing and (delta.token_ids or delta.text):

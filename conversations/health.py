@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from asgiref.sync import sync_to_async
@@ -23,15 +24,26 @@ async def database_ready() -> tuple[bool, str]:
     return True, connection.vendor
 
 
-async def channel_layer_ready() -> tuple[bool, str]:
+# A layer that cannot answer within this is "not ready", not a hung health check.
+CHANNEL_LAYER_TIMEOUT_S = 2.0
+
+
+async def channel_layer_ready(timeout: float | None = None) -> tuple[bool, str]:
+    timeout = CHANNEL_LAYER_TIMEOUT_S if timeout is None else timeout
     layer = get_channel_layer()
     if layer is None:
         return False, "no channel layer configured"
-    try:
+
+    async def round_trip() -> dict:
         channel = await layer.new_channel()
-        token = uuid.uuid4().hex
         await layer.send(channel, {"type": "health.ping", "token": token})
-        message = await layer.receive(channel)
+        return await layer.receive(channel)
+
+    token = uuid.uuid4().hex
+    try:
+        message = await asyncio.wait_for(round_trip(), timeout)
+    except TimeoutError:
+        return False, f"no answer within {timeout:g} s"
     except Exception as exc:
         return False, f"{type(exc).__name__}: {exc}"
     if message.get("token") != token:

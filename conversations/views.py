@@ -6,15 +6,18 @@ and a conversation id that is not the user's is a 404, never a 403.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from functools import wraps
 
 from asgiref.sync import async_to_sync
 from django import forms
+from django.conf import settings
 from django.contrib.auth import login
+from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.db.models import Q
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
@@ -88,7 +91,16 @@ def conversation_page(request: HttpRequest, pk: int) -> HttpResponse:
     return _chat_page(request, _own_conversation(request, pk))
 
 
+class LoginView(auth_views.LoginView):
+    """Django's login page; it links to signup only while signup is open."""
+
+    def get_context_data(self, **kwargs):
+        return {**super().get_context_data(**kwargs), "allow_signup": settings.ALLOW_SIGNUP}
+
+
 def signup(request: HttpRequest) -> HttpResponse:
+    if not settings.ALLOW_SIGNUP:
+        raise Http404("Signup is closed on this site.")
     if request.user.is_authenticated:
         return redirect("home")
     form = SignUpForm(request.POST or None)
@@ -101,16 +113,26 @@ def signup(request: HttpRequest) -> HttpResponse:
 
 @never_cache
 async def healthz(request: HttpRequest) -> JsonResponse:
-    db_ok, db_detail = await database_ready()
-    layer_ok, layer_detail = await channel_layer_ready()
+    """Readiness: 200 only when the database, the channel layer and the engine are ready,
+    else 503 with the same JSON (a load balancer tells "starting" from "serving")."""
+    (db_ok, db_detail), (layer_ok, layer_detail) = await asyncio.gather(
+        database_ready(), channel_layer_ready()
+    )
     engine = engine_status()
+    ok = db_ok and layer_ok and engine["ready"]
     body = {
-        "ok": db_ok and layer_ok and engine["ready"],
+        "ok": ok,
         "database": {"ready": db_ok, "detail": db_detail},
         "channel_layer": {"ready": layer_ok, "detail": layer_detail},
         "engine": engine,
     }
-    return JsonResponse(body, status=200)
+    return JsonResponse(body, status=200 if ok else 503)
+
+
+@never_cache
+def livez(request: HttpRequest) -> JsonResponse:
+    """Liveness: 200 as long as the process serves HTTP; checks nothing else."""
+    return JsonResponse({"ok": True})
 
 
 # --- JSON: the conversation list -----------------------------------------------------

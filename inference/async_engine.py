@@ -19,7 +19,7 @@ import threading
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from inference.config import EngineConfig
@@ -42,6 +42,8 @@ class _Add:
     prompt: str | None
     loop: asyncio.AbstractEventLoop
     queue: asyncio.Queue[Any]
+    # LLMEngine.add_request's keyword options (owner, cache_salt, cache_salt_from).
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -76,9 +78,14 @@ class AsyncEngine:
         prompt: str | list[int],
         params: SamplingParams | None = None,
         request_id: str | None = None,
+        *,
+        owner: str | None = None,
+        cache_salt: str | None = None,
+        cache_salt_from: int = 0,
     ) -> AsyncIterator[StreamDelta]:
         """Deltas of one request until it finishes. Raises ``PromptTooLongError`` or
-        ``EngineOverloadedError`` before the first delta."""
+        ``EngineOverloadedError`` before the first delta. ``owner``, ``cache_salt`` and
+        ``cache_salt_from``: see ``LLMEngine.add_request``."""
         params = params or SamplingParams()
         token_ids = self.engine.encode_prompt(prompt)
         self.engine.check_prompt(token_ids)
@@ -91,6 +98,7 @@ class AsyncEngine:
             prompt if isinstance(prompt, str) else None,
             asyncio.get_running_loop(),
             queue,
+            {"owner": owner, "cache_salt": cache_salt, "cache_salt_from": cache_salt_from},
         )
         with self._cond:
             if self._shutdown:
@@ -183,7 +191,9 @@ class AsyncEngine:
         with self._cond:
             self._num_pending_adds -= 1
         try:
-            request = self.engine.add_request(command.token_ids, command.params, command.request_id)
+            request = self.engine.add_request(
+                command.token_ids, command.params, command.request_id, **command.options
+            )
             request.prompt = command.prompt
         except Exception as exc:  # duplicate id, overload, bad params: the caller's error
             outbox.setdefault(command.loop, []).append((command.queue, exc))

@@ -53,6 +53,11 @@ def chain_hash(parent: int, token_ids: list[int]) -> int:
     return xxhash.xxh64_intdigest(parent.to_bytes(8, "little") + array("q", token_ids).tobytes())
 
 
+def salt_hash(salt: str) -> int:
+    """A cache salt as the 64-bit value mixed into the chain (never 0, which means unsalted)."""
+    return xxhash.xxh64_intdigest(b"cache-salt\0" + salt.encode()) or 1
+
+
 class BlockManager:
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
         self.block_size = block_size
@@ -96,8 +101,17 @@ class BlockManager:
         hashes, bs = seq.block_hashes, self.block_size
         while len(hashes) < num_blocks:
             i = len(hashes)
-            hashes.append(chain_hash(hashes[-1] if hashes else 0, seq.token_ids[i * bs : (i + 1) * bs]))
+            hashes.append(chain_hash(self._parent_hash(seq, i), seq.token_ids[i * bs : (i + 1) * bs]))
         return hashes
+
+    @staticmethod
+    def _parent_hash(seq: Sequence, i: int) -> int:
+        """What block ``i``'s hash chains from: salted where the salt starts, which salts
+        that block and, through the chain, every block after it."""
+        parent = seq.block_hashes[i - 1] if i else 0
+        if seq.cache_salt and i == seq.cache_salt_block:
+            parent ^= seq.cache_salt
+        return parent
 
     def match_prefix(self, seq: Sequence) -> list[int]:
         """Cached blocks that can serve ``seq``'s leading tokens; read-only.
@@ -113,7 +127,7 @@ class BlockManager:
             if block_id is None:
                 break
             block = self.blocks[block_id]
-            parent = seq.block_hashes[i - 1] if i else 0
+            parent = self._parent_hash(seq, i)
             if block.parent_hash != parent or block.token_ids != tuple(seq.token_ids[i * bs : (i + 1) * bs]):
                 break  # a 64-bit collision: treat as a miss
             hits.append(block_id)
@@ -148,7 +162,7 @@ class BlockManager:
             # Another sequence may have computed the same prefix into a different block
             # at the same time; the first one registered stays canonical.
             if block.hash is None and hashes[i] not in self._by_hash:
-                block.hash, block.parent_hash = hashes[i], hashes[i - 1] if i else 0
+                block.hash, block.parent_hash = hashes[i], self._parent_hash(seq, i)
                 block.token_ids = tuple(seq.token_ids[i * bs : (i + 1) * bs])
                 self._by_hash[block.hash] = block.block_id
         seq.num_registered_blocks = full

@@ -16,7 +16,7 @@ from collections import deque
 import torch
 
 from inference.beam_search import beam_step, rank_beams
-from inference.block_manager import BlockManager
+from inference.block_manager import BlockManager, salt_hash
 from inference.config import EngineConfig, kv_block_bytes, num_kv_blocks
 from inference.cuda_graphs import MAX_GRAPH_BATCH
 from inference.errors import EngineOverloadedError
@@ -120,7 +120,15 @@ class LLMEngine:
         prompt: str | list[int],
         params: SamplingParams | None = None,
         request_id: str | None = None,
+        *,
+        owner: str | None = None,
+        cache_salt: str | None = None,
+        cache_salt_from: int = 0,
     ) -> Request:
+        """Queue a request. ``owner`` (a user, an API key) gets a fair share of admissions
+        against other owners. ``cache_salt`` keeps the prefix cache of the prompt's tokens
+        from ``cache_salt_from`` on private to requests with the same salt (the blocks
+        wholly before it, e.g. a shared system prompt, stay shared)."""
         params = params or SamplingParams()
         token_ids = self.encode_prompt(prompt)
         request_id = request_id or uuid.uuid4().hex
@@ -129,7 +137,12 @@ class LLMEngine:
         self.check_prompt(token_ids)
         if len(self.scheduler.waiting) >= self.config.max_waiting:
             raise EngineOverloadedError(f"{len(self.scheduler.waiting)} requests are already waiting")
-        request = Request(request_id, token_ids, params, prompt=prompt if isinstance(prompt, str) else None)
+        request = Request(
+            request_id, token_ids, params, prompt=prompt if isinstance(prompt, str) else None, owner=owner
+        )
+        if cache_salt:
+            request.cache_salt = salt_hash(cache_salt)
+            request.cache_salt_block = max(0, cache_salt_from) // self.block_manager.block_size
         request.seqs.append(self._new_seq(request, token_ids, index=0))
         self.scheduler.add(request)
         self.requests[request_id] = request
@@ -139,6 +152,7 @@ class LLMEngine:
     def _new_seq(self, request: Request, token_ids: list[int], index: int) -> Sequence:
         params = request.params
         seq = Sequence(list(token_ids), request.num_prompt_tokens, index=index, request=request)
+        seq.cache_salt, seq.cache_salt_block = request.cache_salt, request.cache_salt_block
         if params.seed is not None and not params.use_beam_search:
             seq.generator = self.sampler.make_generator(params.seed + index)
         if not params.use_beam_search:

@@ -7,6 +7,14 @@ decode is one token, a long prompt continues its chunk), then waiting requests
 in arrival order. A step thus mixes decodes and prefill chunks, new requests
 join any step, and finished ones leave at once.
 
+Fair share: requests carry an ``owner`` (a chat user, an API key). Admission from
+the waiting queue picks, among the owners with waiting requests, the one holding the
+fewest running seats (ties: whose oldest waiting request came first), and admits
+that owner's oldest request. One owner with hundreds of queued requests thus gets
+every other seat, not all of them, and a chat message waits for a free seat rather
+than behind the whole flood. Unowned requests count as one owner; with no owners
+at all this is plain arrival order.
+
 When the pool cannot hold the next tokens, the newest running request is
 preempted: its blocks are freed (their cached prefixes stay revivable) and it
 goes back to the front of the queue to be recomputed. Nothing new is admitted
@@ -122,19 +130,21 @@ class Scheduler:
 
         if not batch.preempted:
             seats = self.max_num_seqs - sum(r.num_seats for r in self.running)
-            while self.waiting and budget > 0 and self.waiting[0].num_seats <= seats:
-                request = self.waiting[0]
+            while self.waiting and budget > 0:
+                request = self._next_waiting()
+                if request.num_seats > seats:
+                    break
                 plan = self._admit(request, budget)
                 if plan is None and not self.running:
                     # The whole pool is free and it still does not fit (a recomputed
                     # group of long beams): it never will.
-                    self.waiting.popleft()
+                    self.waiting.remove(request)
                     request.status = RequestStatus.FINISHED
                     batch.out_of_memory.append(request)
                     continue
                 if plan is None:
                     break  # pool full: wait for running requests to return blocks
-                self.waiting.popleft()
+                self.waiting.remove(request)
                 request.status = RequestStatus.RUNNING
                 self.running.append(request)
                 seats -= request.num_seats
@@ -142,6 +152,28 @@ class Scheduler:
                 budget -= sum(n for _, n in plan)
         batch.copies = self.block_manager.take_copies()
         return batch
+
+    def _next_waiting(self) -> Request:
+        """The waiting request to admit next: a preempted one first (it held its seat
+        already), else the oldest of the owner with the fewest running seats."""
+        head = self.waiting[0]
+        if head.num_preemptions or all(r.owner is None for r in self.waiting):
+            return head
+        running: dict[str | None, int] = {}
+        for r in self.running:
+            running[r.owner] = running.get(r.owner, 0) + r.num_seats
+        best: Request | None = None
+        best_key: tuple[int, int] | None = None
+        seen: set[str | None] = set()
+        for position, r in enumerate(self.waiting):  # oldest first, so an owner's first is its oldest
+            if r.owner in seen:
+                continue
+            seen.add(r.owner)
+            key = (running.get(r.owner, 0), position)
+            if best_key is None or key < best_key:
+                best, best_key = r, key
+        assert best is not None
+        return best
 
     def finish_step(self, batch: ScheduledBatch) -> None:
         """The model ran: the scheduled tokens are now cached; publish full blocks."""

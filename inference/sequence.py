@@ -43,6 +43,11 @@ class Sequence:
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)
     num_registered_blocks: int = 0
+    # Prefix-cache privacy: a non-zero salt is mixed into the chain hash from block
+    # ``cache_salt_block`` on, so those blocks (and all after them) match only
+    # sequences with the same salt; the blocks before stay shared by everyone.
+    cache_salt: int = 0
+    cache_salt_block: int = 0
     # Sampling and output state.
     generator: torch.Generator | None = None
     cumulative_logprob: float = 0.0
@@ -86,6 +91,11 @@ class Request:
     prompt_token_ids: list[int]
     params: SamplingParams
     prompt: str | None = None
+    # Who asked (a user, an API key): the scheduler admits waiting requests round-robin
+    # across owners. None: FIFO among other unowned requests.
+    owner: str | None = None
+    cache_salt: int = 0  # see Sequence.cache_salt; copied to every sequence of the request
+    cache_salt_block: int = 0
     arrival_time: float = field(default_factory=time.monotonic)
     status: RequestStatus = RequestStatus.WAITING
     seqs: list[Sequence] = field(default_factory=list)  # live (unfinished) sequences

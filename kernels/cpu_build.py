@@ -2,14 +2,25 @@
 with ctypes (no torch headers, no build step at install time).
 
 Build cache: ``$CHATSITE_KERNEL_CACHE`` or ``~/.cache/chatsite-kernels``. A library's
-file name is a hash of its source, the compiler command and the CPU (``-march=native``
-code only runs where its instructions exist, and the cache may be shared between
-machines). A build goes to a temporary name and is renamed into place, so processes
-building at the same time never load a half-written library.
+file name is a hash of its source, the compiler command and version, and the CPU
+(``-march=native`` code only runs where its instructions exist, and the cache may be
+shared between machines). A build goes to a temporary name and is renamed into place,
+so processes building at the same time never load a half-written library. Loading a
+library marks it used (its access time); a new build removes the builds of the same
+library unused for ``PRUNE_AFTER_S`` and stale temporary files.
+
+The cache is code this process will run: a directory that another user owns or can
+write to is refused (one warning), and every kernel takes its PyTorch path.
 
 If gcc is missing or a build or load fails, ``load_library`` returns None and logs
 one warning; callers then take their PyTorch path. ``CHATSITE_CPU_KERNELS=0`` turns
 every C kernel off on purpose (to compare, or to rule them out).
+
+``CHATSITE_KERNEL_ASAN=1`` builds with AddressSanitizer (a separate cache entry). The
+Python process must load the ASan runtime first::
+
+    CHATSITE_KERNEL_ASAN=1 ASAN_OPTIONS=detect_leaks=0 \
+    LD_PRELOAD=$(gcc -print-file-name=libasan.so) .venv/bin/python -m pytest tests/kernels -k cpu
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ import os
 import platform
 import subprocess
 import tempfile
+import time
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
@@ -34,6 +46,14 @@ COMPILER = "gcc"
 # No -ffast-math: results must stay within float rounding of the references.
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-Wall")
 LIBS = ("-lm",)
+ASAN_CFLAGS = ("-fsanitize=address", "-fno-omit-frame-pointer", "-g")
+# Builds of a library not loaded for this long are removed when it is rebuilt.
+PRUNE_AFTER_S = 7 * 24 * 3600
+STALE_TMP_S = 3600
+
+
+class UnsafeCacheError(RuntimeError):
+    """The build cache directory could hold libraries planted by another user."""
 
 
 def cache_dir() -> Path:
@@ -43,6 +63,46 @@ def cache_dir() -> Path:
 
 def enabled() -> bool:
     return os.environ.get("CHATSITE_CPU_KERNELS", "1") != "0"
+
+
+def asan() -> bool:
+    return os.environ.get("CHATSITE_KERNEL_ASAN", "0") not in {"", "0"}
+
+
+def cflags() -> tuple[str, ...]:
+    return CFLAGS + ASAN_CFLAGS if asan() else CFLAGS
+
+
+@cache
+def compiler_version(compiler: str) -> str:
+    """The compiler's own description of itself (a new gcc may generate other code)."""
+    try:
+        result = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"unknown ({type(exc).__name__})"
+    return result.stdout.strip().splitlines()[0] if result.stdout.strip() else "unknown"
+
+
+def check_cache_dir(path: Path) -> None:
+    """Create ``path`` (owner-only) if missing; raise ``UnsafeCacheError`` if another user
+    owns it or may write to it."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.stat()
+    if info.st_uid != os.getuid():
+        raise UnsafeCacheError(f"{path} belongs to another user (uid {info.st_uid})")
+    if info.st_mode & 0o022:
+        raise UnsafeCacheError(f"{path} is writable by other users (mode {oct(info.st_mode & 0o777)})")
+
+
+@cache
+def _cache_refusal(path: Path) -> str | None:
+    """Why ``path`` is refused (warned about once per directory), or None if it is safe."""
+    try:
+        check_cache_dir(path)
+    except (UnsafeCacheError, OSError) as exc:
+        logger.warning("CPU kernels off: refusing the build cache %s; using the PyTorch path", exc)
+        return str(exc)
+    return None
 
 
 def cpu_signature() -> str:
@@ -68,7 +128,8 @@ def library_path(name: str, source: bytes) -> Path:
         source,
         headers,
         COMPILER.encode(),
-        " ".join(CFLAGS + LIBS).encode(),
+        compiler_version(COMPILER).encode(),
+        " ".join(cflags() + LIBS).encode(),
         cpu_signature().encode(),
     ):
         key.update(part)
@@ -82,7 +143,7 @@ def build(source: Path, target: Path) -> None:
     os.close(fd)
     try:
         result = subprocess.run(
-            [COMPILER, *CFLAGS, "-o", tmp, str(source), *LIBS],
+            [COMPILER, *cflags(), "-o", tmp, str(source), *LIBS],
             capture_output=True,
             text=True,
             timeout=120,
@@ -93,6 +154,37 @@ def build(source: Path, target: Path) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+    prune(target)
+
+
+def prune(keep: Path, now: float | None = None) -> list[Path]:
+    """Remove other builds of ``keep``'s library unused for ``PRUNE_AFTER_S`` (other
+    checkouts sharing the cache keep theirs while they use them) and stale temporary
+    files. Returns what was removed."""
+    now = time.time() if now is None else now
+    library = keep.name.rsplit("-", 1)[0]
+    removed = []
+    for path in keep.parent.glob(f"{library}-*"):
+        if path == keep:
+            continue
+        try:
+            info = path.stat()
+            stale = path.suffix == ".tmp" and now - info.st_mtime > STALE_TMP_S
+            unused = path.suffix == ".so" and now - max(info.st_atime, info.st_mtime) > PRUNE_AFTER_S
+            if stale or unused:
+                path.unlink()
+                removed.append(path)
+        except OSError:  # another process removed or replaced it first
+            continue
+    return removed
+
+
+def mark_used(path: Path) -> None:
+    """Set the access time (not the modification time) to now: this build is in use."""
+    try:
+        os.utime(path, ns=(time.time_ns(), path.stat().st_mtime_ns))
+    except OSError:
+        pass
 
 
 @cache
@@ -103,11 +195,15 @@ def load_library(name: str, declare: Callable[[ctypes.CDLL], None]) -> ctypes.CD
     if not enabled():
         logger.info("CPU kernel %s disabled by CHATSITE_CPU_KERNELS=0", name)
         return None
+    if _cache_refusal(cache_dir().resolve()) is not None:
+        return None
     try:
         source = SOURCES / f"{name}.c"
         path = library_path(name, source.read_bytes())
         if not path.is_file():
             build(source, path)
+        else:
+            mark_used(path)
         lib = ctypes.CDLL(str(path))
         declare(lib)
     except Exception as exc:  # any failure means "use the PyTorch path"

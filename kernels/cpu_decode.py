@@ -15,7 +15,7 @@ import ctypes
 
 import torch
 
-from kernels import cpu_build
+from kernels import cpu_build, cpu_checks
 
 _SYMBOL = "paged_decode_attention_f32"
 
@@ -75,10 +75,22 @@ def paged_decode_attention_cpu(
     pool are fine), ``block_tables`` ``[B, W]``, ``context_lens`` ``[B]``. Returns
     ``[B, Hq, D]``. Requires ``supports(query, k_cache, v_cache)``."""
     lib = cpu_build.require("paged_decode", _declare)
+    check = cpu_checks
+    check.tensor("query", query, dim=3)
+    check.tensor("k_cache", k_cache, dim=4, inner_contiguous=True)
+    check.tensor("v_cache", v_cache, dim=4, inner_contiguous=True)
+    check.tensor("block_tables", block_tables, dtypes=check.INDEX_DTYPES, dim=2)
+    check.tensor("context_lens", context_lens, dtypes=check.INDEX_DTYPES, dim=1)
     num_seqs, q_heads, head_dim = query.shape
     num_blocks, block_size, kv_heads, k_dim = k_cache.shape
-    if k_dim != head_dim or v_cache.shape != k_cache.shape:
-        raise ValueError("query, k_cache and v_cache disagree on their shapes")
+    check.size("k_cache", k_dim, head_dim, "the head size (last dimension)")
+    if v_cache.shape != k_cache.shape:
+        raise ValueError(f"v_cache: shape {tuple(v_cache.shape)} differs from k_cache {tuple(k_cache.shape)}")
+    if kv_heads < 1 or q_heads % kv_heads:
+        raise ValueError(f"k_cache: its {kv_heads} KV heads do not divide the query's {q_heads} heads")
+    check.at_least("block_tables", block_tables.shape[0], num_seqs, "the number of rows")
+    check.at_least("context_lens", context_lens.shape[0], num_seqs, "the length")
+    # Every tensor the kernel reads stays referenced by a local until the call returns.
     tables = block_tables if block_tables.dtype == torch.int32 else block_tables.to(torch.int32)
     if tables.stride(-1) != 1:
         tables = tables.contiguous()

@@ -13,7 +13,7 @@ import ctypes
 
 import torch
 
-from kernels import cpu_build
+from kernels import cpu_build, cpu_checks
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -49,17 +49,25 @@ def rms_norm(
     """``x`` ``[..., N]`` normalised and scaled by ``weight``. With ``residual``
     (contiguous ``[M, N]``, M = rows of ``x``), first ``residual += x`` in place, and the
     sum is what is normalised."""
+    cpu_checks.tensor("x", x, min_dim=1)
+    cpu_checks.tensor("weight", weight, dim=1)
+    if x.shape[-1] < 1:
+        raise ValueError("x: the last dimension is empty")
+    cpu_checks.size("weight", weight.shape[0], x.shape[-1], "the length")
     rows = cpu_build.as_rows(x, x.shape[-1])
     m, n = rows.shape
+    if residual is not None:
+        cpu_checks.tensor("residual", residual, dim=2, contiguous=True)
+        if tuple(residual.shape) != (m, n):
+            raise ValueError(f"residual must be [{m}, {n}] (the rows of x), got {tuple(residual.shape)}")
+    weight = weight.contiguous()  # held by this name until the call returns
     out = torch.empty(m, n, dtype=x.dtype)
-    if residual is not None and (residual.shape != (m, n) or not residual.is_contiguous()):
-        raise ValueError("residual must be a contiguous [M, N] tensor")
     rc = cpu_build.require("layer_ops", _declare).rms_norm_f32(
         rows.data_ptr(),
         rows.stride(0),
         None if residual is None else residual.data_ptr(),
         n,
-        weight.contiguous().data_ptr(),
+        weight.data_ptr(),
         out.data_ptr(),
         n,
         m,
@@ -84,14 +92,28 @@ def rotary_store(
     inner stride): rotate the q and k heads with ``cos_sin`` ``[T, D]`` (cos | sin),
     then write each token's k and v heads to ``k_cache``/``v_cache`` ``[num_blocks,
     block_size, Hkv, D]`` (strided views are fine) at ``slot_mapping`` (-1 = skip)."""
-    tokens = qkv.shape[0]
-    head_dim = cos_sin.shape[-1]
+    check = cpu_checks
+    check.tensor("qkv", qkv, dim=2)
+    check.tensor("cos_sin", cos_sin, dim=2)
+    check.tensor("slot_mapping", slot_mapping, dtypes=check.INDEX_DTYPES, dim=1)
+    check.tensor("k_cache", k_cache, dim=4, inner_contiguous=True)
+    check.tensor("v_cache", v_cache, dim=4, inner_contiguous=True)
+    tokens, head_dim = qkv.shape[0], cos_sin.shape[-1]
+    if num_heads < 1 or num_kv_heads < 1:
+        raise ValueError(f"num_heads ({num_heads}) and num_kv_heads ({num_kv_heads}) must be positive")
+    if head_dim < 2 or head_dim % 2:
+        raise ValueError(f"cos_sin: the head size {head_dim} must be even")
     if qkv.stride(-1) != 1 or qkv.shape[1] != (num_heads + 2 * num_kv_heads) * head_dim:
         raise ValueError("qkv is not [T, (Hq + 2 Hkv) * D] with unit inner stride")
-    if k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1 or k_cache.shape[-1] != head_dim:
-        raise ValueError("cache rows must be contiguous head_dim vectors")
+    check.size("cos_sin", cos_sin.shape[0], tokens, "the number of rows")
+    check.size("slot_mapping", slot_mapping.shape[0], tokens, "the length")
+    if v_cache.shape != k_cache.shape:
+        raise ValueError(f"v_cache: shape {tuple(v_cache.shape)} differs from k_cache {tuple(k_cache.shape)}")
+    check.size("k_cache", k_cache.shape[2], num_kv_heads, "the head count")
+    check.size("k_cache", k_cache.shape[3], head_dim, "the head size")
+    # Copies stay referenced by these names until the call returns.
     cos_sin = cos_sin.contiguous()
-    slots = slot_mapping if slot_mapping.dtype == torch.int64 else slot_mapping.long()
+    slots = (slot_mapping if slot_mapping.dtype == torch.int64 else slot_mapping.long()).contiguous()
     ks, vs = k_cache.stride(), v_cache.stride()
     rc = cpu_build.require("layer_ops", _declare).rotary_store_f32(
         qkv.data_ptr(),
@@ -101,7 +123,7 @@ def rotary_store(
         num_kv_heads,
         head_dim,
         cos_sin.data_ptr(),
-        slots.contiguous().data_ptr(),
+        slots.data_ptr(),
         k_cache.data_ptr(),
         *ks[:3],
         v_cache.data_ptr(),
@@ -115,6 +137,9 @@ def rotary_store(
 
 def argmax_rows(x: torch.Tensor) -> torch.Tensor:
     """``x.argmax(dim=-1)`` of a 2-D fp32 CPU tensor, int64."""
+    cpu_checks.tensor("x", x, dim=2)
+    if x.shape[1] < 1:
+        raise ValueError("x: the rows are empty")
     rows = cpu_build.as_rows(x, x.shape[-1])
     out = torch.empty(rows.shape[0], dtype=torch.int64)
     rc = cpu_build.require("layer_ops", _declare).argmax_rows_f32(

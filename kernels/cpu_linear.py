@@ -24,7 +24,7 @@ import ctypes
 import torch
 import torch.nn.functional as F
 
-from kernels import cpu_build
+from kernels import cpu_build, cpu_checks
 
 _SYMBOL = "linear_packed_f32"
 _GATE_UP_SYMBOL = "gate_up_silu_f32"
@@ -85,6 +85,7 @@ def gate_up_silu(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> to
     """``F.silu(F.linear(x, gate)) * F.linear(x, up)`` with ``packed =
     pack_gate_up(gate, up)`` (no biases)."""
     lib = cpu_build.require("linear", _declare)
+    _check_packed(x, packed)
     k = packed.shape[1]
     if (
         packed.shape[0] * GATE_UP_PANEL < out_features
@@ -101,17 +102,26 @@ def gate_up_silu(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> to
     return out.view(*x.shape[:-1], out_features)
 
 
+def _check_packed(x: torch.Tensor, packed: torch.Tensor) -> None:
+    cpu_checks.tensor("x", x, min_dim=1)
+    cpu_checks.tensor("packed", packed, dim=3, contiguous=True)
+    cpu_checks.size("x", x.shape[-1], packed.shape[1], "the last dimension (K)")
+
+
 def linear_packed(
     x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None = None
 ) -> torch.Tensor:
     """``F.linear(x, weight, bias)`` with ``packed = pack_weight(weight)``."""
     lib = cpu_build.require("linear", _declare)
+    _check_packed(x, packed)
     k = packed.shape[1]
     if packed.shape[0] * PANEL < out_features or packed.shape[2] != PANEL or not packed.is_contiguous():
         raise ValueError("packed is not pack_weight() of a weight with this many outputs")
+    if bias is not None:
+        cpu_checks.tensor("bias", bias, dim=1)
+        cpu_checks.size("bias", bias.shape[0], out_features, "the length")
+        bias = bias.contiguous()  # held by this name until the call returns
     rows = cpu_build.as_rows(x, k)
-    if bias is not None and not bias.is_contiguous():
-        bias = bias.contiguous()
     out = torch.empty(rows.shape[0], out_features, dtype=x.dtype)
     rc = getattr(lib, _SYMBOL)(
         rows.data_ptr(),

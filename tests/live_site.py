@@ -48,7 +48,14 @@ def database_env() -> dict[str, str]:
 def start_live_site(model_dir: Path, log_dir: Path, **extra_env: str) -> LiveSite:
     port = free_port()
     # No model-written titles unless a test asks: they would rename conversations mid-test.
-    env = {**os.environ, "TITLES_FROM_MODEL": "false", **database_env(), **extra_env}
+    # Test clients reuse one key for many calls; the rate limit has its own tests.
+    env = {
+        "TITLES_FROM_MODEL": "false",
+        "API_RATE_LIMIT_PER_MINUTE": "100000",
+        **os.environ,
+        **database_env(),
+        **extra_env,
+    }
     env.update(ENGINE_MODEL=str(model_dir), ENGINE_PRELOAD="true", DJANGO_SETTINGS_MODULE="chatsite.settings")
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
     log_path = log_dir / f"daphne-{port}.log"

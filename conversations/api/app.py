@@ -114,6 +114,32 @@ async def ready_engine() -> Any:
         ) from exc
 
 
+def check_fan_out(n: int | None, num_prompts: int) -> None:
+    """One request may not ask for more completions than API_MAX_SEQUENCES_PER_REQUEST
+    (n x prompts): a 400 before anything is queued."""
+    total = (n or 1) * num_prompts
+    limit = settings.API_MAX_SEQUENCES_PER_REQUEST
+    if total > limit:
+        raise invalid(
+            f"This request asks for {total} completions (n={n or 1} x {num_prompts} prompts); "
+            f"this server allows at most {limit} per request.",
+            param="n",
+            code="too_many_sequences",
+        )
+
+
+def engine_owner(request: HttpRequest) -> str:
+    """Fair share in the engine is per API key: a flooding key queues behind itself."""
+    return f"api-key:{request.auth.pk}"
+
+
+def count_prompts(prompt: Any) -> int:
+    """A string or token-id list is one prompt; a list of them is several."""
+    if isinstance(prompt, str) or not prompt or isinstance(prompt[0], int):
+        return 1
+    return len(prompt)
+
+
 def check_model(engine: Any, model: str) -> None:
     if model != engine.model_name:
         raise model_not_found(model)
@@ -189,6 +215,7 @@ async def encode_chat(engine: Any, messages: list[dict[str, str]]) -> list[int]:
 async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionRequest) -> HttpResponse:
     api_log: RequestLog = request.api_log
     api_log.model, api_log.stream = body.model, bool(body.stream)
+    check_fan_out(body.n, 1)
     engine = await ready_engine()
     check_model(engine, body.model)
     if body.tools:
@@ -215,6 +242,8 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
         params=params,
         prompt_param="messages",
         top_logprobs=top_logprobs,
+        owner=engine_owner(request),
+        cache_salt=body.cache_salt,
     )
     return await respond(request, generation, body)
 
@@ -254,6 +283,7 @@ async def encode_prompts(engine: Any, prompt: Any) -> tuple[list[list[int]], lis
 async def completions(request: HttpRequest, body: schemas.CompletionRequest) -> HttpResponse:
     api_log: RequestLog = request.api_log
     api_log.model, api_log.stream = body.model, bool(body.stream)
+    check_fan_out(body.n, count_prompts(body.prompt))
     engine = await ready_engine()
     check_model(engine, body.model)
     if body.echo and body.logprobs is not None:
@@ -268,6 +298,8 @@ async def completions(request: HttpRequest, body: schemas.CompletionRequest) -> 
         params=params,
         prompt_param="prompt",
         echo=texts if body.echo else None,
+        owner=engine_owner(request),
+        cache_salt=body.cache_salt,
     )
     return await respond(request, generation, body)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
+from conversations.api import rate_limit
 from conversations.api.errors import ApiError
 from conversations.api.usage import RequestLog
 from conversations.models import ApiKey
@@ -36,6 +37,8 @@ class ApiKeyAuth(HttpBearer):
             raise _unauthorized(f"Incorrect API key provided: {_masked(token)}.")
         if not key.is_active:
             raise _unauthorized(f"The API key {key.prefix}… has been revoked.")
+        # Before the usage row exists: rejected calls cost a cache increment, not a database write.
+        await rate_limit.check(key)
         request.api_log = RequestLog(key=key, endpoint=request.path)  # type: ignore[attr-defined]
         return key
 

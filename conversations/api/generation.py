@@ -125,6 +125,8 @@ class Generation:
         prompt_param: str,
         top_logprobs: int | None = None,  # chat: how many alternatives per token (None: no logprobs)
         echo: list[str] | None = None,  # completions: prompt texts to prepend
+        owner: str | None = None,  # the engine's fair-share owner (the API key)
+        cache_salt: str | None = None,  # vLLM's cache_salt
     ) -> None:
         self.engine = engine
         self.kind = kind
@@ -134,6 +136,7 @@ class Generation:
         self.n = params.n
         self.top_logprobs = top_logprobs
         self.echo = echo
+        self.engine_options = {"owner": owner, "cache_salt": cache_salt}
         self.id = new_response_id(kind)
         self.created = int(time.time())
         self.model = engine.model_name
@@ -151,7 +154,7 @@ class Generation:
         streams: list[Any] = []
         try:
             for ids, rid in zip(self.prompts, self.request_ids, strict=True):
-                streams.append(self.engine.stream(ids, self.params, request_id=rid))
+                streams.append(self.engine.stream(ids, self.params, request_id=rid, **self.engine_options))
             async for p, delta in _merge(streams):
                 prompt = self.prompt_states[p]
                 prompt.num_prompt_tokens = delta.num_prompt_tokens

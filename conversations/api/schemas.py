@@ -61,6 +61,13 @@ class SamplingFields(RequestSchema):
     ignore_eos: bool | None = Field(False, description="vLLM extension.")
     use_beam_search: bool | None = Field(False, description="vLLM extension.")
     length_penalty: float | None = Field(1.0, ge=-10, le=10, description="vLLM extension (beam search).")
+    cache_salt: str | None = Field(
+        None,
+        min_length=1,
+        max_length=256,
+        description="vLLM extension: prefix-cache blocks are shared only between requests with the same "
+        "salt (and never with unsalted ones), so timing cannot reveal other requests' prompts.",
+    )
 
 
 class ChatCompletionRequest(SamplingFields):

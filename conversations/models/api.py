@@ -55,6 +55,12 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Requests per minute for this key; empty means the site's API_RATE_LIMIT_PER_MINUTE.
+    rate_limit_per_minute = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Requests per minute for this key. Empty: the site default (API_RATE_LIMIT_PER_MINUTE).",
+    )
 
     objects = ApiKeyQuerySet.as_manager()
 

@@ -218,7 +218,7 @@ class BrokenEngine:
         self.good_deltas = good_deltas
         self.aborted: list[str] = []
 
-    async def stream(self, prompt, params, request_id=None):
+    async def stream(self, prompt, params, request_id=None, **options):  # owner, cache_salt
         from inference.outputs import StreamDelta
 
         for i in range(self.good_deltas):

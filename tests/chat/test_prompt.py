@@ -59,3 +59,28 @@ def test_max_tokens_shrinks_to_the_room_left_in_the_context(tokenizer):
 def test_a_single_message_longer_than_the_context_is_an_error(tokenizer):
     with pytest.raises(PromptTooLongError):
         build_prompt(tokenizer, "", [turn("user", "word " * 3000)], 1024, 64)
+
+
+def test_the_chat_salts_each_users_blocks_after_the_shared_system_prompt(tokenizer, settings):
+    from conversations.generation import engine_options
+
+    plan = build_prompt(tokenizer, "Be brief.", [turn("user", "Hello")], 2048, 64)
+    system_ids = tokenizer.encode("<|im_start|>system\nBe brief.<|im_end|>\n")
+    assert plan.token_ids[: plan.shared_prefix_tokens] == system_ids
+    settings.PREFIX_CACHE_SALT = True
+    assert engine_options(7, plan) == {
+        "owner": "user:7",
+        "cache_salt": "user:7",
+        "cache_salt_from": len(system_ids),
+    }
+    assert engine_options(8, plan)["cache_salt"] != engine_options(7, plan)["cache_salt"]
+    # Without a system prompt the template's own default is not assumed shared.
+    assert build_prompt(tokenizer, "", [turn("user", "Hello")], 2048, 64).shared_prefix_tokens == 0
+
+
+def test_turning_prefix_cache_salting_off_leaves_only_the_fair_share_owner(tokenizer, settings):
+    from conversations.generation import engine_options
+
+    settings.PREFIX_CACHE_SALT = False
+    plan = build_prompt(tokenizer, "Be brief.", [turn("user", "Hello")], 2048, 64)
+    assert engine_options(7, plan) == {"owner": "user:7"}

@@ -16,7 +16,8 @@ PROBE = (
     "print(json.dumps({'db': s.DATABASES['default']['ENGINE'], 'layer': s.CHANNEL_LAYERS['default']['BACKEND'],"
     "'eager': s.CELERY_TASK_ALWAYS_EAGER, 'propagates': s.CELERY_TASK_EAGER_PROPAGATES,"
     "'broker': s.CELERY_BROKER_URL, 'conn_max_age': s.DATABASES['default']['CONN_MAX_AGE'],"
-    "'device': s.ENGINE['device'], 'options': s.DATABASES['default'].get('OPTIONS', {})}))"
+    "'device': s.ENGINE['device'], 'options': s.DATABASES['default'].get('OPTIONS', {}),"
+    "'cache': s.CACHES['default']['BACKEND']}))"
 )
 
 
@@ -45,6 +46,7 @@ def test_no_variables_means_sqlite_in_memory_layer_eager_celery_and_cpu():
     assert chosen["eager"] is True and chosen["propagates"] is True
     assert chosen["device"] == "cpu"
     assert chosen["conn_max_age"] == 0
+    assert chosen["cache"] == "django.core.cache.backends.locmem.LocMemCache"
 
 
 def test_database_url_switches_to_postgresql_and_redis_url_to_redis_layer_and_broker():
@@ -56,6 +58,8 @@ def test_database_url_switches_to_postgresql_and_redis_url_to_redis_layer_and_br
     assert chosen["layer"] == "channels_redis.core.RedisChannelLayer"
     assert chosen["eager"] is False
     assert chosen["broker"] == "redis://cache.invalid:6379/0"
+    # Login failures and API rate limits are then counted in Redis, across processes.
+    assert chosen["cache"] == "django.core.cache.backends.redis.RedisCache"
 
 
 @pytest.mark.parametrize(

@@ -86,3 +86,65 @@ def test_build_is_cached_by_source_flags_and_cpu(fresh_cache, monkeypatch) -> No
     monkeypatch.setattr(cpu_build, "CFLAGS", flags)
     monkeypatch.setattr(cpu_build, "cpu_signature", lambda: "another machine")
     assert cpu_build.library_path("paged_decode", source) != path
+
+
+def test_the_cache_key_includes_the_compilers_version(monkeypatch) -> None:
+    source = (cpu_build.SOURCES / "paged_decode.c").read_bytes()
+    path = cpu_build.library_path("paged_decode", source)
+    assert "gcc" in cpu_build.compiler_version(cpu_build.COMPILER).lower()
+    monkeypatch.setattr(cpu_build, "compiler_version", lambda compiler: "gcc (Debian 99.1.0) 99.1.0")
+    assert cpu_build.library_path("paged_decode", source) != path
+
+
+def test_the_asan_build_has_its_own_cache_entry(monkeypatch) -> None:
+    source = (cpu_build.SOURCES / "linear.c").read_bytes()
+    plain = cpu_build.library_path("linear", source)
+    monkeypatch.setenv("CHATSITE_KERNEL_ASAN", "1")
+    assert "-fsanitize=address" in cpu_build.cflags()
+    assert cpu_build.library_path("linear", source) != plain
+
+
+@pytest.fixture
+def shared_cache(fresh_cache):
+    cpu_build._cache_refusal.cache_clear()
+    fresh_cache.chmod(0o777)
+    yield fresh_cache
+    fresh_cache.chmod(0o700)
+    cpu_build._cache_refusal.cache_clear()
+
+
+def test_a_cache_dir_writable_by_others_is_refused_with_one_warning(shared_cache, caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="kernels.cpu_build"):
+        assert not cpu_decode.available()
+        assert not cpu_linear.available()
+        assert not cpu_layer_ops.available()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "writable by other users" in warnings[0]
+    assert not list(shared_cache.iterdir())  # nothing built or loaded from it
+    from inference.models.llama import Linear
+
+    layer = Linear(24, 40, bias=True)
+    x = torch.randn(3, 24)
+    with torch.inference_mode():
+        torch.testing.assert_close(layer(x), torch.nn.functional.linear(x, layer.weight, layer.bias))
+
+
+def test_a_new_build_removes_old_unused_builds_and_stale_temporaries(fresh_cache) -> None:
+    import os
+    import time
+
+    now = time.time()
+    old = fresh_cache / "linear-00000000000000000000.so"
+    recent = fresh_cache / "linear-11111111111111111111.so"
+    stale_tmp = fresh_cache / "linear-22222222222222222222.so.abc.tmp"
+    other_library = fresh_cache / "layer_ops-33333333333333333333.so"
+    for path in (old, recent, stale_tmp, other_library):
+        path.write_bytes(b"")
+    week_ago = now - cpu_build.PRUNE_AFTER_S - 60
+    for path in (old, stale_tmp, other_library):
+        os.utime(path, (week_ago, week_ago))
+    assert cpu_linear.available()  # builds linear-<current key>.so
+    assert not old.exists() and not stale_tmp.exists()
+    assert recent.exists()  # another checkout's build, still in use
+    assert other_library.exists()  # only the rebuilt library's old builds go
+    assert cpu_build.library_path("linear", (cpu_build.SOURCES / "linear.c").read_bytes()).exists()

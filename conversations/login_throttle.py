@@ -1,0 +1,92 @@
+"""Login throttling: too many failed logins for one username from one client answer 429.
+
+Failures are counted in Django's cache (Redis when ``REDIS_URL`` is set, so every
+process sees the same counts) under a key for (username, client address), in a
+fixed window of ``LOGIN_FAILURE_WINDOW`` seconds that starts at the first failure.
+Once ``LOGIN_FAILURE_LIMIT`` is reached, that pair gets 429 until the window ends,
+even with the right password; other usernames, and the same username from other
+clients, are unaffected. A successful login clears the pair's count.
+
+Failures are counted from Django's ``user_login_failed`` signal, so the site's
+login page and the admin's are counted alike; ``throttled`` guards both views.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import wraps
+
+from django.conf import settings
+from django.contrib.auth.signals import user_logged_in, user_login_failed
+from django.core.cache import cache
+from django.dispatch import receiver
+from django.http import HttpRequest, HttpResponse
+
+USERNAME_FIELD = "username"
+
+
+def client_address(request: HttpRequest | None) -> str:
+    """REMOTE_ADDR. Behind a proxy, the proxy (or ASGI server's --proxy-headers) must set
+    it from the forwarded header: trusting X-Forwarded-For here would let a client pick it."""
+    if request is None:
+        return ""
+    return request.META.get("REMOTE_ADDR", "")
+
+
+def _key(username: str, client: str) -> str:
+    digest = hashlib.sha256(f"{username.strip().lower()}\0{client}".encode()).hexdigest()[:32]
+    return f"login-failures:{digest}"
+
+
+def failures(username: str, client: str) -> int:
+    return int(cache.get(_key(username, client), 0))
+
+
+def is_locked(username: str, client: str) -> bool:
+    return failures(username, client) >= settings.LOGIN_FAILURE_LIMIT
+
+
+def record_failure(username: str, client: str) -> None:
+    key = _key(username, client)
+    # add() starts the window only if none is open; incr() keeps its expiry.
+    cache.add(key, 0, timeout=settings.LOGIN_FAILURE_WINDOW)
+    try:
+        cache.incr(key)
+    except ValueError:  # expired between add and incr: start a new window
+        cache.set(key, 1, timeout=settings.LOGIN_FAILURE_WINDOW)
+
+
+@receiver(user_login_failed)
+def _count_failure(sender, credentials: dict, request: HttpRequest | None = None, **kwargs) -> None:
+    username = credentials.get(USERNAME_FIELD)
+    if request is not None and username:
+        record_failure(str(username), client_address(request))
+
+
+@receiver(user_logged_in)
+def _clear_failures(sender, request: HttpRequest | None, user, **kwargs) -> None:
+    if request is not None:
+        cache.delete(_key(user.get_username(), client_address(request)))
+
+
+def too_many_attempts() -> HttpResponse:
+    minutes = max(1, round(settings.LOGIN_FAILURE_WINDOW / 60))
+    body = f"Too many failed sign-in attempts for this account. Try again in about {minutes} minutes."
+    response = HttpResponse(body, status=429, content_type="text/plain; charset=utf-8")
+    response["Retry-After"] = str(settings.LOGIN_FAILURE_WINDOW)
+    return response
+
+
+def throttled(view):
+    """Wrap a login view: a POST for a locked (username, client) pair is a 429 and the
+    password is not even checked."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if request.method == "POST":
+            username = request.POST.get(USERNAME_FIELD, "")
+            if username and is_locked(username, client_address(request)):
+                return too_many_attempts()
+        return view(request, *args, **kwargs)
+
+    return wrapper
