@@ -34,10 +34,14 @@ def reasoning_engine(monkeypatch):
     engine.shutdown()
 
 
-async def ask(socket: Socket, conversation_id: int, text: str) -> tuple[dict, list[dict]]:
+async def ask(socket: Socket, conversation_id: int, text: str) -> tuple[dict, dict, list[dict]]:
+    """Send ``text``: the answer as the thread first shows it (live text so far), the finished
+    answer, and the events after that thread (the deltas not already contained in it)."""
     await socket.send(type="send", conversation_id=conversation_id, content=text)
     thread, _ = await socket.until("thread")
-    return await socket.finished(thread["messages"][-1]["id"])
+    live = thread["messages"][-1]
+    message, events = await socket.finished(live["id"])
+    return live, message, events
 
 
 async def test_reasoning_streams_apart_is_saved_and_stays_out_of_the_next_prompt(
@@ -50,14 +54,12 @@ async def test_reasoning_streams_apart_is_saved_and_stays_out_of_the_next_prompt
     await socket.send(type="open", conversation_id=conversation.pk)
     await socket.until("thread")
 
-    message, events = await ask(socket, conversation.pk, "Capital of France?")
+    live, message, events = await ask(socket, conversation.pk, "Capital of France?")
     deltas = [e for e in events if e["type"] == "delta"]
-    assert "".join(e.get("reasoning", "") for e in deltas) == SCRIPTED_REASONING
-    assert "".join(e["text"] for e in deltas) == SCRIPTED_ANSWER
-    first_answer = next(i for i, e in enumerate(deltas) if e["text"])
-    assert (
-        all("reasoning" in e for e in deltas[:first_answer]) and first_answer > 1
-    )  # thinking streamed first
+    assert live["reasoning"] + "".join(e.get("reasoning", "") for e in deltas) == SCRIPTED_REASONING
+    assert live["content"] + "".join(e["text"] for e in deltas) == SCRIPTED_ANSWER
+    first_answer = next((i for i, e in enumerate(deltas) if e["text"]), len(deltas))
+    assert not any("reasoning" in e for e in deltas[first_answer:])  # the thinking streams first
     assert message["content"] == SCRIPTED_ANSWER and message["reasoning"] == SCRIPTED_REASONING
     assert isinstance(message["reasoning_seconds"], float) and message["reasoning_seconds"] >= 0
     saved = await Message.objects.aget(pk=message["id"])
