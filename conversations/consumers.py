@@ -12,7 +12,9 @@ Client → server (JSON, ``type`` first):
   ``switch {message_id}`` · ``delete {message_id}`` · ``fork {message_id}`` · ``ping``
 Server → client:
   ``thread {conversation, messages}`` (the whole visible thread; a streaming answer carries
-  the text so far) · ``started`` · ``delta {message_id, text}`` · ``finished {message}`` ·
+  the text so far) · ``started`` · ``delta {message_id, text, reasoning?}`` (``reasoning``: new
+  thinking of a reasoning model) · ``finished {message}`` (message dicts carry ``reasoning`` and
+  ``reasoning_seconds``) ·
   ``conversations`` (the sidebar changed) · ``deleted`` (the open conversation is gone) ·
   ``forked {conversation_id}`` (the new conversation a ``fork`` made) ·
   ``title {conversation_id, title}`` (the model titled the open conversation) ·
@@ -199,6 +201,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             text = manager.live_text(message["id"])
             if text is not None:
                 message["content"] = text
+                message["reasoning"] = manager.live_reasoning(message["id"]) or ""
                 message["status"] = Message.Status.STREAMING
         self.push({"type": "thread", **data})
 

@@ -40,6 +40,7 @@ from django.utils import timezone
 
 from conversations.engine import aget_engine
 from conversations.models import Conversation, Message
+from conversations.reasoning import Reasoning
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +99,9 @@ def _chat_messages(system_prompt: str, history: list[dict]) -> list[dict]:
         message = {"role": item["role"], "content": item["content"]}
         ids = item.get("token_ids")
         # Stored ids are reused verbatim (an exact cache hit), except for the first message:
-        # templates may put a default system prompt into its segment.
-        if ids and (item["role"] == "assistant" or messages):
+        # templates may put a default system prompt into its segment. An answer's ids hold
+        # its reasoning, which must not go back to the model: its content alone is rendered.
+        if ids and (item["role"] == "assistant" or messages) and not item.get("reasoning"):
             message["token_ids"] = ids
         messages.append(message)
     return messages
@@ -179,7 +181,14 @@ def _load_prompt_inputs(message_id: int) -> tuple[Conversation, list[dict]] | No
     ]
     stored = dict(Message.objects.filter(pk__in=[m.pk for m in path]).values_list("pk", "token_ids"))
     history = [
-        {"id": m.pk, "role": m.role, "content": m.content, "token_ids": stored.get(m.pk)} for m in path
+        {
+            "id": m.pk,
+            "role": m.role,
+            "content": m.content,
+            "token_ids": stored.get(m.pk),
+            "reasoning": m.reasoning,
+        }
+        for m in path
     ]
     return answer.conversation, history
 
@@ -226,6 +235,7 @@ class Generation:
     owner_id: int
     request_id: str
     text: str = ""
+    reasoning: Reasoning = field(default_factory=Reasoning)
     token_ids: list[int] = field(default_factory=list)
     stop_reason: str | None = None  # "user" | "grace" | "deleted"
     finish_reason: str | None = None
@@ -277,6 +287,10 @@ class GenerationManager:
 
     def get(self, message_id: int) -> Generation | None:
         return self.generations.get(message_id)
+
+    def live_reasoning(self, message_id: int) -> str | None:
+        gen = self.generations.get(message_id)
+        return gen.reasoning.text if gen is not None else None
 
     def live_text(self, message_id: int) -> str | None:
         gen = self.generations.get(message_id)
@@ -391,6 +405,7 @@ class GenerationManager:
             top_p=conversation.top_p,
             top_k=conversation.top_k,
             max_tokens=plan.max_tokens,
+            separate_reasoning=True,
         )
         gen.prompt_tokens, gen.dropped = len(plan.token_ids), plan.dropped
         if plan.user_segment and history:
@@ -424,7 +439,8 @@ class GenerationManager:
                     timing["first_token"] = time.monotonic()
                 gen.token_ids.extend(delta.token_ids or ())
                 gen.cached_tokens = delta.num_cached_tokens or gen.cached_tokens
-                if delta.text:
+                reasoning = gen.reasoning.add(delta)
+                if delta.text or reasoning:
                     gen.text += delta.text
                     self._emit(
                         gen.conversation_id,
@@ -433,6 +449,7 @@ class GenerationManager:
                             "conversation_id": gen.conversation_id,
                             "message_id": gen.message_id,
                             "text": delta.text,
+                            **reasoning,
                         },
                     )
                 if delta.finished:
@@ -461,6 +478,7 @@ class GenerationManager:
         count = len(gen.token_ids)
         fields = {
             "content": gen.text,
+            **gen.reasoning.message_fields(now),
             "status": status,
             "finish_reason": finish_reason,
             "error": error,
@@ -506,6 +524,7 @@ class GenerationManager:
                 updated = await _update_message(
                     gen.message_id,
                     content=gen.text,
+                    reasoning=gen.reasoning.text,
                     token_ids=gen.token_ids[:count] or None,
                     completion_tokens=count,
                 )

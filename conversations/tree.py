@@ -332,6 +332,8 @@ def message_dict(message: Message, tree: Tree | None = None) -> dict:
         "parent_id": message.parent_id,
         "role": message.role,
         "content": message.content,
+        "reasoning": message.reasoning,
+        "reasoning_seconds": message.reasoning_seconds,
         "status": message.status,
         "finish_reason": message.finish_reason,
         "error": message.error,

@@ -1,8 +1,9 @@
 """Benchmark: our engine against transformers ``generate()`` on the same weights.
 
-    python -m inference.bench [--json FILE] [--quick] [--threads N]
+    python -m inference.bench [--model DIR] [--json FILE] [--quick] [--threads N]
 
-Workloads (issue 3), all on the default model, in one process, no Django:
+Workloads (issue 3), on the default model or any supported ``--model``, in one
+process, no Django (an MLA model also runs ``inference.bench_mla``'s comparison):
 - throughput: 64 chat requests, prompts of 20-400 tokens, outputs of 16-256 tokens
   (ignore_eos), all submitted at once. Output tokens/s for our engine, for HF
   ``generate`` one request at a time, and for HF in static left-padded batches of 16
@@ -23,10 +24,12 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from inference.bench_mla import compare_without_mla, print_mla_table
 from inference.config import EngineConfig
 from inference.engine import LLMEngine
 from inference.model_files import default_model_path
@@ -127,6 +130,8 @@ def workload_flops(mc: Any, workload: Workload) -> float:
     h, inter, layers = mc.hidden_size, mc.intermediate_size, mc.num_layers
     q, kv = mc.num_heads * mc.head_dim, mc.num_kv_heads * mc.head_dim
     per_token_linear = 2 * layers * (h * q + 2 * h * kv + q * h + 3 * h * inter)
+    if getattr(mc, "mla", None) is not None:
+        per_token_linear, q = _mla_moe_linear_flops(mc), mc.num_heads * mc.mla.latent_dim
     total = 0.0
     for prompt, out in zip(workload.prompts, workload.output_lens, strict=True):
         tokens = len(prompt) + out - 1  # the last sampled token is never fed back
@@ -134,6 +139,24 @@ def workload_flops(mc: Any, workload: Workload) -> float:
         context_sum = tokens * (tokens + 1) / 2  # token i attends to i + 1 keys
         total += 2 * 2 * layers * q * context_sum
     return total
+
+
+def _mla_moe_linear_flops(mc: Any) -> float:
+    """Per-token linear FLOPs of an MLA + MoE model as we run decode: the query (LoRA'd or
+    not), the latent projection, the absorbed ``W_UK``/``W_UV`` products, the output
+    projection, and the MLP (dense layers whole; MoE layers their router, the ``top_k``
+    chosen experts and the shared ones)."""
+    mla, moe, h, heads = mc.mla, mc.moe, mc.hidden_size, mc.num_heads
+    q_out = heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
+    q = h * q_out if mla.q_lora_rank is None else mla.q_lora_rank * (h + q_out)
+    attn = q + h * mla.latent_dim + heads * mla.kv_lora_rank * (mla.qk_nope_head_dim + mla.v_head_dim)
+    attn += heads * mla.v_head_dim * h
+    dense_layers = moe.first_dense_layers if moe is not None else mc.num_layers
+    moe_mlp = 0
+    if moe is not None:
+        moe_mlp = h * moe.num_experts + 3 * h * moe.intermediate_size * (moe.top_k + moe.num_shared_experts)
+    mlp = dense_layers * 3 * h * mc.intermediate_size + (mc.num_layers - dense_layers) * moe_mlp
+    return 2 * (mc.num_layers * attn + mlp)
 
 
 # ---- our engine ---------------------------------------------------------------------------
@@ -275,6 +298,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--quick", action="store_true", help="a smaller run (16 requests, 1 static batch)")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument(
+        "--model", help="a Hugging Face model directory or .gguf file (default: the SmolLM2 GGUF)"
+    )
+    parser.add_argument(
         "--sequential-requests",
         type=int,
         default=8,
@@ -287,13 +313,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
     num_requests = 16 if args.quick else 64
-    print(f"loading the default model (torch threads: {torch.get_num_threads()}) ...", file=sys.stderr)
-    loaded = load_model(None, device="cpu")
+    print(
+        f"loading {args.model or 'the default model'} (torch threads: {torch.get_num_threads()}) ...",
+        file=sys.stderr,
+    )
+    loaded = load_model(args.model, device="cpu")
     model, tokenizer, mc = loaded
-    hf = AutoModelForCausalLM.from_pretrained(
-        ensure_gguf_converted(default_model_path()), dtype=torch.float32
-    ).eval()
-    config = EngineConfig()
+    source = Path(args.model).expanduser() if args.model else default_model_path()
+    hf_dir = ensure_gguf_converted(source) if source.suffix == ".gguf" else source
+    hf = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
+    config = EngineConfig(model=args.model)
     engine = LLMEngine(config, loaded=loaded)
     pad_id = tokenizer.hf.pad_token_id if tokenizer.hf.pad_token_id is not None else 0
 
@@ -367,7 +396,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         },
         "targets": TARGETS,
     }
+    if mc.mla is not None:
+        print("MLA against the same size without MLA ...", file=sys.stderr)
+        short = [min(n, 64) for n in workload.output_lens]  # keeps the extra runs short
+        results["mla"] = compare_without_mla(loaded, workload.prompts, short, config)
     print_table(results)
+    if "mla" in results:
+        print_mla_table(results["mla"])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

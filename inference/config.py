@@ -66,14 +66,6 @@ class EngineConfig:
         return limit if self.max_model_len is None else min(self.max_model_len, model_max_len)
 
 
-def kv_block_bytes(
-    block_size: int, num_layers: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype
-) -> int:
-    """Bytes of one pool block: K and V for every layer."""
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    return 2 * num_layers * block_size * num_kv_heads * head_dim * itemsize
-
-
 def num_kv_blocks(
     config: EngineConfig, block_bytes: int, device: torch.device, reserve_bytes: int = 0
 ) -> int:

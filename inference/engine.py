@@ -17,13 +17,14 @@ import torch
 
 from inference.beam_search import beam_step, rank_beams
 from inference.block_manager import BlockManager, salt_hash
-from inference.config import EngineConfig, kv_block_bytes, num_kv_blocks
+from inference.config import EngineConfig, num_kv_blocks
 from inference.cuda_graphs import MAX_GRAPH_BATCH
 from inference.errors import EngineOverloadedError
 from inference.model_config import ModelConfig
 from inference.model_loader import load_model
 from inference.model_runner import ModelRunner
 from inference.outputs import CompletionOutput, EngineStats, RequestOutput, StreamDelta
+from inference.reasoning import ReasoningSplitter
 from inference.sampler import Sampler
 from inference.sampling_params import SamplingParams
 from inference.scheduler import ScheduledBatch, Scheduler
@@ -58,7 +59,8 @@ class LLMEngine:
         self.device, self.dtype = param.device, param.dtype
         self.model_name = self.model_config.name
         mc, bs = self.model_config, config.block_size
-        block_bytes = kv_block_bytes(bs, mc.num_layers, mc.num_kv_heads, mc.head_dim, self.dtype)
+        self.kv_spec = self.model.kv_spec  # declared by the model class: sizes the pool
+        block_bytes = self.kv_spec.block_bytes(bs, self.dtype)
         # CUDA: keep room for the largest step's activations and logits, and for the
         # CUDA graphs' private memory pool (the activations of their largest batch).
         max_decode_batch = min(config.max_num_seqs, config.max_num_batched_tokens)
@@ -157,9 +159,19 @@ class LLMEngine:
             seq.generator = self.sampler.make_generator(params.seed + index)
         if not params.use_beam_search:
             seq.detokenizer = self.tokenizer.detokenizer()
+            seq.reasoning = self._reasoning_splitter(params, token_ids)
         if params.logprobs is not None:
             seq.logprobs = []
         return seq
+
+    def _reasoning_splitter(self, params: SamplingParams, prompt_ids: list[int]) -> ReasoningSplitter | None:
+        tags = self.tokenizer.reasoning_tags
+        if not params.separate_reasoning or tags is None:
+            return None
+        # R1's generation prompt opens <think> itself; the tag may be a plain added
+        # token, so decode without dropping special tokens.
+        tail = self.tokenizer.decode(prompt_ids[-8:], skip_special_tokens=False)
+        return ReasoningSplitter(tags, in_reasoning=tail.rstrip().endswith(tags[0]))
 
     def fork(self, request: Request, parent: Sequence, index: int) -> Sequence:
         """A new sequence sharing ``parent``'s tokens and KV blocks."""
@@ -342,11 +354,17 @@ class LLMEngine:
             logprobs = None
             if seq.logprobs is not None:
                 logprobs = seq.logprobs[seq.num_emitted_tokens :]
+            new_text, reasoning = text[seq.num_emitted_chars : upto], ""
+            if seq.reasoning is not None:
+                reasoning, new_text = seq.reasoning.push(new_text)
+                if seq.is_finished:
+                    more_reasoning, more_text = seq.reasoning.flush()
+                    reasoning, new_text = reasoning + more_reasoning, new_text + more_text
             out.append(
                 StreamDelta(
                     request_id=request.request_id,
                     index=seq.index,
-                    text=text[seq.num_emitted_chars : upto],
+                    text=new_text,
                     token_ids=new_tokens,
                     finished=seq.is_finished,
                     finish_reason=seq.finish_reason,
@@ -355,6 +373,7 @@ class LLMEngine:
                     num_output_tokens=seq.num_output_tokens,
                     logprobs=logprobs,
                     stop_reason=seq.stop_reason,
+                    reasoning=reasoning,
                 )
             )
             seq.num_emitted_chars = upto
@@ -391,7 +410,8 @@ class LLMEngine:
         outputs = [
             CompletionOutput(
                 index=seq.index,
-                text=seq.output_text,
+                text=seq.output_text if seq.reasoning is None else seq.reasoning.answer,
+                reasoning="" if seq.reasoning is None else seq.reasoning.reasoning,
                 token_ids=seq.output_token_ids,
                 cumulative_logprob=seq.cumulative_logprob
                 if (seq.logprobs is not None or request.params.use_beam_search)

@@ -13,14 +13,54 @@ from typing import Any
 
 from inference.errors import UnsupportedModelError
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
+SUPPORTED_ARCHITECTURES = (
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+    "DeepseekV3ForCausalLM",
+)
 # GGUF-derived configs carry no ``architectures``; map their model_type instead.
 _MODEL_TYPE_TO_ARCH = {
     "llama": "LlamaForCausalLM",
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
 }
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+DEEPSEEK_ROPE_TYPES = ("default", "yarn")
+
+
+@dataclass
+class MLAConfig:
+    """Multi-head latent attention (DeepSeek V2/V3)."""
+
+    q_lora_rank: int | None  # None: q comes straight from q_proj
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    softmax_scale: float  # qk_head_dim**-0.5, times YaRN's mscale**2 when it applies
+    rope_interleave: bool  # rotary pairs are (x0, x1), (x2, x3), ... rather than halves
+
+    @property
+    def latent_dim(self) -> int:
+        """What the pool keeps per token and layer: normalised c_kv, then rotated k_pe."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+@dataclass
+class MoEConfig:
+    """DeepSeek-V3 mixture of experts (sigmoid router, group-limited top-k)."""
+
+    num_experts: int
+    top_k: int
+    num_groups: int
+    topk_groups: int
+    norm_topk_prob: bool
+    routed_scaling_factor: float
+    num_shared_experts: int
+    intermediate_size: int  # of one routed expert
+    first_dense_layers: int  # first_k_dense_replace: these layers use a dense MLP
 
 
 @dataclass
@@ -45,6 +85,8 @@ class ModelConfig:
     eos_token_ids: list[int] = field(default_factory=list)
     bos_token_id: int | None = None
     name: str = ""
+    mla: MLAConfig | None = None  # DeepSeek: the attention caches a latent, not K and V
+    moe: MoEConfig | None = None
 
     @property
     def max_model_len(self) -> int:
@@ -55,7 +97,10 @@ class ModelConfig:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """KV-cache bytes one token costs over all layers, per byte of element size."""
+        """KV-cache bytes one token costs over all layers, per byte of element size
+        (the model class's ``kv_spec`` is what the engine sizes the pool from)."""
+        if self.mla is not None:
+            return self.num_layers * self.mla.latent_dim
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim
 
     @classmethod
@@ -69,6 +114,8 @@ class ModelConfig:
         act = getattr(config, "hidden_act", "silu")
         if act != "silu":
             raise UnsupportedModelError(architecture, f"hidden_act {act!r} (only silu)")
+        if architecture == "DeepseekV3ForCausalLM":
+            return _deepseek_v3_from_hf(config, architecture, name)
 
         rope_theta, rope_scaling = _rope_of(config, architecture)
         num_heads = config.num_attention_heads
@@ -112,7 +159,94 @@ def _architecture_of(config: Any) -> str:
     return _MODEL_TYPE_TO_ARCH.get(model_type, model_type)
 
 
-def _rope_of(config: Any, architecture: str) -> tuple[float, dict[str, Any] | None]:
+def _deepseek_v3_from_hf(config: Any, architecture: str, name: str) -> ModelConfig:
+    """DeepSeek-V3: MLA + MoE. Features of the reference implementation we do not have
+    (other routers, quantised checkpoints, MoE every n-th layer) are refused by name."""
+
+    def refuse(detail: str) -> UnsupportedModelError:
+        return UnsupportedModelError(architecture, detail)
+
+    # Keys HF's config class does not declare (DeepSeek's own config.json has them) are
+    # kept as attributes; each must have the value our implementation assumes.
+    expected = {"topk_method": "noaux_tc", "scoring_func": "sigmoid", "moe_layer_freq": 1}
+    for key, value in expected.items():
+        found = getattr(config, key, value)
+        if found != value:
+            raise refuse(f"{key} {found!r} (supported: {value!r})")
+    quant = getattr(config, "quantization_config", None)
+    if quant:
+        method = quant.get("quant_method", "?") if isinstance(quant, dict) else type(quant).__name__
+        raise refuse(f"quantization_config {method!r} (de-quantise the checkpoint to bf16/fp32 first)")
+    num_experts, groups = config.n_routed_experts, config.n_group or 1
+    topk_groups = config.topk_group or groups
+    if num_experts % groups or not 1 <= topk_groups <= groups:
+        raise refuse(f"n_group {groups} / topk_group {topk_groups} for {num_experts} experts")
+    if config.num_experts_per_tok > topk_groups * (num_experts // groups):
+        raise refuse(
+            f"num_experts_per_tok {config.num_experts_per_tok} exceeds the experts of topk_group groups"
+        )
+
+    theta, scaling = _rope_of(config, architecture, DEEPSEEK_ROPE_TYPES)
+    qk_head_dim = config.qk_nope_head_dim + config.qk_rope_head_dim
+    softmax_scale = qk_head_dim**-0.5
+    if scaling is not None:  # YaRN (the only non-default type we accept here)
+        if scaling.get("factor") is None:
+            raise refuse("rope_scaling yarn without 'factor'")
+        mscale_all_dim = scaling.get("mscale_all_dim") or 0
+        if mscale_all_dim:
+            mscale = yarn_get_mscale(scaling["factor"], mscale_all_dim)
+            softmax_scale *= mscale * mscale
+    eos = config.eos_token_id
+    num_heads = config.num_attention_heads
+    return ModelConfig(
+        architecture=architecture,
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_layers=config.num_hidden_layers,
+        num_heads=num_heads,
+        num_kv_heads=num_heads,  # after kv_b_proj every head has its own K and V
+        head_dim=qk_head_dim,
+        rms_norm_eps=float(config.rms_norm_eps),
+        rope_theta=theta,
+        rope_scaling=scaling,
+        max_position_embeddings=config.max_position_embeddings,
+        tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+        attention_bias=bool(getattr(config, "attention_bias", False)),
+        eos_token_ids=[] if eos is None else ([eos] if isinstance(eos, int) else list(eos)),
+        bos_token_id=getattr(config, "bos_token_id", None),
+        name=name or getattr(config, "name_or_path", "") or architecture,
+        mla=MLAConfig(
+            q_lora_rank=config.q_lora_rank,
+            kv_lora_rank=config.kv_lora_rank,
+            qk_nope_head_dim=config.qk_nope_head_dim,
+            qk_rope_head_dim=config.qk_rope_head_dim,
+            v_head_dim=config.v_head_dim,
+            softmax_scale=softmax_scale,
+            rope_interleave=bool(getattr(config, "rope_interleave", True)),
+        ),
+        moe=MoEConfig(
+            num_experts=num_experts,
+            top_k=config.num_experts_per_tok,
+            num_groups=groups,
+            topk_groups=topk_groups,
+            norm_topk_prob=bool(config.norm_topk_prob),
+            routed_scaling_factor=float(config.routed_scaling_factor),
+            num_shared_experts=config.n_shared_experts or 0,
+            intermediate_size=config.moe_intermediate_size,
+            first_dense_layers=config.first_k_dense_replace or 0,
+        ),
+    )
+
+
+def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
+    """YaRN's attention temperature for a context stretched ``scale`` times."""
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def _rope_of(
+    config: Any, architecture: str, supported: tuple[str, ...] = SUPPORTED_ROPE_TYPES
+) -> tuple[float, dict[str, Any] | None]:
     """(theta, scaling dict or None). transformers 5 keeps both in ``rope_parameters``;
     older versions have ``rope_theta`` and ``rope_scaling`` attributes."""
     params = getattr(config, "rope_parameters", None)
@@ -124,10 +258,8 @@ def _rope_of(config: Any, architecture: str) -> tuple[float, dict[str, Any] | No
         scaling = dict(getattr(config, "rope_scaling", None) or {}) or None
     if scaling is not None:
         rope_type = scaling.get("rope_type", scaling.get("type", "default"))
-        if rope_type not in SUPPORTED_ROPE_TYPES:
-            raise UnsupportedModelError(
-                architecture, f"rope type {rope_type!r} (supported: {SUPPORTED_ROPE_TYPES})"
-            )
+        if rope_type not in supported:
+            raise UnsupportedModelError(architecture, f"rope type {rope_type!r} (supported: {supported})")
         if rope_type == "default":
             scaling = None
         else:

@@ -26,10 +26,11 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
+from torch import nn
 
 from inference.model_config import ModelConfig
 from inference.model_files import default_model_path
-from inference.models import LlamaForCausalLM, build_model
+from inference.models import build_model
 from inference.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -83,7 +84,7 @@ def load_model(
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
     weights_cache_dir: str | os.PathLike[str] | None = None,
-) -> tuple[LlamaForCausalLM, Tokenizer, ModelConfig]:
+) -> tuple[nn.Module, Tokenizer, ModelConfig]:
     """Load ``path`` (HF dir or ``.gguf``; None = the default SmolLM2 GGUF) into our model.
 
     Returns ``(model, tokenizer, model_config)``; the model is in eval mode on

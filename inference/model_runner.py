@@ -22,6 +22,7 @@ import torch
 
 from inference.attention_context import AttentionContext
 from inference.cuda_graphs import CUDAGraphRunner
+from inference.kv_spec import KVSpec
 from inference.model_config import ModelConfig
 from inference.scheduler import ScheduledBatch
 
@@ -59,21 +60,14 @@ class ModelRunner:
             model.prepare_cpu_kernels()
         self.block_size = block_size
         self.device = device
-        # The pool: block-major so that one block's K and V for every layer is one
-        # contiguous slab (copy-on-write and CPU offload move it as a unit).
-        self.kv_cache = torch.zeros(
-            num_blocks,
-            2,
-            model_config.num_layers,
-            block_size,
-            model_config.num_kv_heads,
-            model_config.head_dim,
-            dtype=dtype,
-            device=device,
-        )
+        # The pool, laid out by the model's KV spec: block-major so that one block of
+        # every layer is one contiguous slab (copy-on-write and CPU offload move it as a unit).
+        self.kv_spec: KVSpec = model.kv_spec
+        self.kv_cache = self.kv_spec.allocate(num_blocks, block_size, dtype, device)
         self._pin = device.type == "cuda"
         self.cuda_graphs: CUDAGraphRunner | None = None
-        if device.type == "cuda" and not enforce_eager:
+        graphs_ok = getattr(model, "supports_cuda_graphs", True)
+        if device.type == "cuda" and not enforce_eager and graphs_ok:
             max_len = max_model_len if max_model_len is not None else num_blocks * block_size
             self.cuda_graphs = self._capture_cuda_graphs(max_num_seqs, -(-max_len // block_size))
 
@@ -152,7 +146,8 @@ class ModelRunner:
 
     @torch.inference_mode()
     def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
-        """Copy-on-write: give each new block its source's K/V (all layers at once)."""
+        """Copy-on-write: give each new block its source's cache (all layers at once,
+        whatever the spec's per-token shape)."""
         if copies:
             src = torch.tensor([s for s, _ in copies], device=self.device)
             dst = torch.tensor([d for _, d in copies], device=self.device)

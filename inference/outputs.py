@@ -23,6 +23,9 @@ class StreamDelta:
     logprobs: list[dict[int, float]] | None = None  # per new token: top ids -> logprob (with the sampled id)
     request_finished: bool = False  # the last delta of the whole request
     stop_reason: str | int | None = None  # the stop string or stop token id that ended it
+    # New reasoning text (``text`` is then answer text only); "" unless the request asked
+    # for separate_reasoning and the model's template marks reasoning.
+    reasoning: str = ""
 
 
 @dataclass
@@ -34,6 +37,7 @@ class CompletionOutput:
     logprobs: list[dict[int, float]] | None
     finish_reason: str | None
     stop_reason: str | int | None = None
+    reasoning: str = ""  # see StreamDelta.reasoning
 
 
 @dataclass

@@ -30,6 +30,9 @@ class SamplingParams:
     use_beam_search: bool = False
     beam_width: int | None = None  # alias of best_of for beam search
     length_penalty: float = 1.0  # beam score = cumulative logprob / length ** length_penalty
+    # Chat: split <think>…</think> off into StreamDelta.reasoning when the model's template
+    # marks reasoning (inference.reasoning); raw completions keep the text whole.
+    separate_reasoning: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

@@ -54,6 +54,7 @@ class Sequence:
     logprobs: list[dict[int, float]] | None = None
     output_text: str = ""
     detokenizer: Any = None  # IncrementalDetokenizer, created by the engine
+    reasoning: Any = None  # ReasoningSplitter when the request separates reasoning
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     stop_reason: str | int | None = None  # the stop string or token that ended it
     # Streaming cursors: what StreamDelta already handed out.

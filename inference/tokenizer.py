@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from inference.reasoning import template_reasoning_tags
+
 # Tokens that end a turn in common chat templates; whichever exist in the vocab
 # count as EOS, so generation stops at the end of the assistant's turn.
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "<|end|>", "</s>")
@@ -56,6 +58,8 @@ class Tokenizer:
         self.eos_token_ids: list[int] = eos
         self.bos_token_id: int | None = hf_tokenizer.bos_token_id
         self.vocab_size: int = len(hf_tokenizer)
+        # (open, close) when the chat template marks reasoning (<think>…</think>).
+        self.reasoning_tags = template_reasoning_tags(getattr(hf_tokenizer, "chat_template", None))
 
     @property
     def has_chat_template(self) -> bool:

@@ -122,3 +122,22 @@ def rotary_ref(
         return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 
     return rotate(query), rotate(key)
+
+
+def mla_decode_ref(
+    query: torch.Tensor,
+    cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    rank: int,
+) -> torch.Tensor:
+    """Absorbed MLA decode, one sequence at a time in fp32: ``query`` ``[B, H, r + rope]``,
+    latent ``cache`` ``[num_blocks, block_size, r + rope]``. Returns
+    ``softmax(scale * q · latent) · latent[:, :r]`` ``[B, H, r]`` in ``query``'s dtype."""
+    out = []
+    for i in range(query.shape[0]):
+        latent = gather_kv(cache, block_tables[i], int(context_lens[i])).float()  # [S, r + rope]
+        probs = torch.softmax(query[i].float() @ latent.T * scale, dim=-1)
+        out.append(probs @ latent[:, :rank])
+    return torch.stack(out).to(query.dtype)

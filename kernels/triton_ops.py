@@ -7,6 +7,7 @@ never does. Each function has the semantics of its reference in
 
 from __future__ import annotations
 
+from kernels.mla_decode import mla_decode_attention
 from kernels.paged_decode import paged_decode_attention
 from kernels.paged_prefill import paged_prefill_attention
 from kernels.rmsnorm import fused_add_rms_norm
@@ -15,6 +16,7 @@ from kernels.store_kv import store_kv
 
 __all__ = [
     "fused_add_rms_norm",
+    "mla_decode_attention",
     "paged_decode_attention",
     "paged_prefill_attention",
     "rotary_embedding_",

@@ -232,7 +232,7 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
         for i, m in enumerate(body.messages)
     ]
     max_tokens = body.max_completion_tokens or body.max_tokens
-    params = sampling_params(body, max_tokens, top_logprobs)
+    params = sampling_params(body, max_tokens, top_logprobs, chat=True)
     prompt = await encode_chat(engine, messages)
     check_context(engine, [prompt], max_tokens, "messages")
     generation = Generation(

@@ -36,6 +36,7 @@ class ChoiceState:
     finish_reason: str | None = None
     num_deltas: int = 0
     chars_before: int = 0  # characters of text before the latest delta
+    reasoning: list[str] = field(default_factory=list)  # chat: <think> text, apart from the answer
     # (token id, {top id: logprob}) per generated token, when logprobs were asked for.
     logprobs: list[tuple[int, dict[int, float]]] = field(default_factory=list)
 
@@ -46,8 +47,9 @@ class PromptState:
     num_cached_tokens: int = 0
 
 
-def sampling_params(body: Any, max_tokens: int | None, logprobs: int | None):
-    """The engine's ``SamplingParams`` for a request body; a 400 naming the field if invalid."""
+def sampling_params(body: Any, max_tokens: int | None, logprobs: int | None, *, chat: bool = False):
+    """The engine's ``SamplingParams`` for a request body; a 400 naming the field if invalid.
+    Chat separates a reasoning model's ``<think>`` text (``reasoning_content``)."""
     from inference.sampling_params import SamplingParams
 
     kwargs: dict[str, Any] = {
@@ -66,6 +68,7 @@ def sampling_params(body: Any, max_tokens: int | None, logprobs: int | None):
         "logprobs": logprobs,
         "use_beam_search": bool(body.use_beam_search),
         "length_penalty": 1.0 if body.length_penalty is None else body.length_penalty,
+        "separate_reasoning": chat,
     }
     try:
         return SamplingParams(**kwargs)
@@ -108,6 +111,15 @@ def prompt_too_long(num_tokens: int, prompt_limit: int, max_model_len: int, para
         param=param,
         code="context_length_exceeded",
     )
+
+
+def assistant_message(content: str, reasoning: str) -> dict[str, Any]:
+    """A chat choice's message; a reasoning model's thinking goes in ``reasoning_content``
+    (DeepSeek's field), present only when there is some."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    return message
 
 
 def new_response_id(kind: str) -> str:
@@ -163,6 +175,8 @@ class Generation:
                 choice.chars_before = sum(map(len, choice.text))
                 choice.num_deltas += 1
                 choice.text.append(delta.text)
+                if delta.reasoning:
+                    choice.reasoning.append(delta.reasoning)
                 choice.num_output_tokens = delta.num_output_tokens
                 if delta.logprobs is not None:
                     choice.logprobs.extend(zip(delta.token_ids, delta.logprobs, strict=False))
@@ -233,7 +247,7 @@ class Generation:
             choices = [
                 {
                     "index": c.index,
-                    "message": {"role": "assistant", "content": self.text_of(c)},
+                    "message": assistant_message(self.text_of(c), "".join(c.reasoning)),
                     "logprobs": self.chat_logprobs(c.logprobs),
                     "finish_reason": c.finish_reason,
                 }
@@ -305,7 +319,18 @@ class Generation:
                 text = echo + text
         out: list[list[dict[str, Any]]] = []
         if self.kind == "chat":
-            if text or pairs:
+            if delta.reasoning:  # DeepSeek's stream: reasoning chunks carry no content
+                out.append(
+                    [
+                        {
+                            "index": choice.index,
+                            "delta": {"reasoning_content": delta.reasoning},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ]
+                )
+            if text or (pairs and not delta.reasoning):
                 logprobs = self.chat_logprobs(pairs)
                 out.append(
                     [

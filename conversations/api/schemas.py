@@ -149,6 +149,9 @@ class ChoiceLogprobs(Schema):
 class AssistantMessage(Schema):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
+    # A reasoning model's thinking (DeepSeek's field); not sent back to the model when a
+    # client returns it in later messages (unknown message fields are ignored).
+    reasoning_content: str | None = None
 
 
 class ChatChoice(Schema):

@@ -89,6 +89,9 @@ class Message(models.Model):
     )
     role = models.CharField(max_length=16, choices=Role.choices)
     content = models.TextField(blank=True, default="")
+    # A reasoning model's thinking (<think> text), shown apart and never sent back to the model.
+    reasoning = models.TextField(blank=True, default="")
+    reasoning_seconds = models.FloatField(null=True, blank=True)
     # Token ids of this rendered turn, reused verbatim so the next turn is an exact cache hit:
     # for an answer the ids the model generated, for a user message its segment in the prompt.
     token_ids = models.JSONField(null=True, blank=True)

@@ -17,6 +17,7 @@ from torch import nn
 
 from inference.attention import paged_attention
 from inference.attention_context import AttentionContext
+from inference.kv_spec import KVSpec
 from inference.model_config import ModelConfig
 from kernels import cpu_layer_ops, cpu_linear
 
@@ -208,9 +209,10 @@ class MLP(nn.Module):
     _packed: torch.Tensor | None = None
     _packed_key: tuple[tuple[int, int], tuple[int, int]] | None = None
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, intermediate_size: int | None = None) -> None:
         super().__init__()
-        hidden, inter, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
+        hidden, bias = config.hidden_size, config.mlp_bias
+        inter = intermediate_size or config.intermediate_size
         self.gate_proj = Linear(hidden, inter, bias=bias)
         self.up_proj = Linear(hidden, inter, bias=bias)
         self.down_proj = Linear(inter, hidden, bias=bias)
@@ -276,8 +278,17 @@ class LlamaForCausalLM(nn.Module):
     """``forward(input_ids[T], positions[T], ctx, kv_cache) -> hidden[T, H]``;
     ``compute_logits(hidden[N, H]) -> [N, vocab]`` fp32.
 
-    ``kv_cache`` is the engine's pool ``[num_blocks, 2, num_layers, block_size, Hkv, D]``.
+    ``kv_cache`` is the engine's pool ``[num_blocks, 2, num_layers, block_size, Hkv, D]``
+    (``kv_spec``: K and V per KV head).
     """
+
+    @classmethod
+    def kv_spec_for(cls, config: ModelConfig) -> KVSpec:
+        return KVSpec(config.num_layers, planes=2, token_shape=(config.num_kv_heads, config.head_dim))
+
+    @property
+    def kv_spec(self) -> KVSpec:
+        return self.kv_spec_for(self.config)
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
