@@ -7,10 +7,23 @@ decode is one token, a long prompt continues its chunk), then waiting requests
 in arrival order. A step thus mixes decodes and prefill chunks, new requests
 join any step, and finished ones leave at once.
 
-When the pool cannot hold the next tokens, the newest running request is
-preempted: its blocks are freed (their cached prefixes stay revivable) and it
-goes back to the front of the queue to be recomputed. Nothing new is admitted
-in a step that preempted.
+When the pool cannot hold the next tokens, a running request is preempted: its
+blocks are freed (their cached prefixes stay revivable) and it goes back to the
+front of the queue. Nothing new is admitted in a step that preempted.
+
+- **Victim.** The running request preempted the fewest times so far, the newest
+  among those, and never one already given tokens in this step. A request that
+  comes back after a preemption is thus not the next victim again while others
+  have been preempted less (no thrashing).
+- **Swap or recompute** (with lower KV tiers): the victim's full blocks are swapped
+  out (written down where no tier has them yet, read back at re-admission) when the
+  cost model says moving their bytes is faster than recomputing their tokens
+  (``TierStack.prefer_swap``); otherwise it is recomputed.
+- **Loading KV.** A waiting request whose prefix continues in a lower tier gets fresh
+  pool blocks for it and waits in ``loading`` (state ``LOADING_KV``) while the reads
+  run; the other requests keep stepping. When the reads are done its blocks are in
+  the prefix cache and it goes back to the front of the queue, where the normal
+  admission revives them.
 """
 
 from __future__ import annotations
@@ -52,7 +65,9 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # oldest admission first
+        self.loading: list[Request] = []  # reading KV blocks from a lower tier
         self.num_preemptions = 0
+        self.num_swaps = 0
 
     # ---- requests -------------------------------------------------------------------
     @property
@@ -76,7 +91,7 @@ class Scheduler:
         self.waiting.append(request)
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.loading)
 
     def finish_seq(self, request: Request, seq: Sequence) -> None:
         """A sequence is done: its blocks go back at once."""
@@ -101,6 +116,8 @@ class Scheduler:
         """Take a request out of the queues (its sequences are already freed)."""
         if request.status is RequestStatus.RUNNING:
             self.running.remove(request)
+        elif request.status is RequestStatus.LOADING_KV:
+            self.loading.remove(request)
         elif request.status is RequestStatus.WAITING and request in self.waiting:
             self.waiting.remove(request)
         request.status = RequestStatus.FINISHED
@@ -109,14 +126,17 @@ class Scheduler:
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch()
         budget = self.max_num_batched_tokens
+        self._finish_loading()
+        scheduled: set[int] = set()  # ids of requests given tokens in this step
         for request in list(self.running):
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this loop
             plan = self._plan(request, budget)
             if not plan:
                 continue
-            if not self._allocate_or_preempt(request, plan, batch):
-                break  # ``request`` preempted itself: everything after it is gone too
+            if not self._allocate_or_preempt(request, plan, batch, scheduled):
+                continue  # ``request`` preempted itself
+            scheduled.add(id(request))
             self._add_to_batch(batch, plan)
             budget -= sum(n for _, n in plan)
 
@@ -124,8 +144,11 @@ class Scheduler:
             seats = self.max_num_seqs - sum(r.num_seats for r in self.running)
             while self.waiting and budget > 0 and self.waiting[0].num_seats <= seats:
                 request = self.waiting[0]
+                if self._start_loading(request):
+                    self.waiting.popleft()
+                    continue
                 plan = self._admit(request, budget)
-                if plan is None and not self.running:
+                if plan is None and not self.running and not self.loading:
                     # The whole pool is free and it still does not fit (a recomputed
                     # group of long beams): it never will.
                     self.waiting.popleft()
@@ -176,11 +199,11 @@ class Scheduler:
         return plan
 
     def _allocate_or_preempt(
-        self, request: Request, plan: list[tuple[Sequence, int]], batch: ScheduledBatch
+        self, request: Request, plan: list[tuple[Sequence, int]], batch: ScheduledBatch, scheduled: set[int]
     ) -> bool:
         bm = self.block_manager
         while sum(bm.blocks_needed(s, n) for s, n in plan) > bm.num_free_blocks:
-            victim = self.running[-1]
+            victim = self._choose_victim(scheduled)
             self._preempt(victim, batch)
             if victim is request:
                 return False
@@ -189,12 +212,21 @@ class Scheduler:
             assert ok, "blocks_needed promised enough free blocks"
         return True
 
+    def _choose_victim(self, scheduled: set[int]) -> Request:
+        """Fewest preemptions first, newest first among equals; requests already given
+        tokens in this step are kept (the one being planned is always a candidate)."""
+        candidates = [(i, r) for i, r in enumerate(self.running) if id(r) not in scheduled]
+        _, victim = min(candidates, key=lambda ir: (ir[1].num_preemptions, -ir[0]))
+        return victim
+
     def _preempt(self, request: Request, batch: ScheduledBatch) -> None:
         self.running.remove(request)
+        request.kv_loaded = False
+        request.skip_lower_tiers = not self._swap_out(request)
         for seq in request.seqs:
             self.block_manager.free(seq)
             seq.reset_for_recompute()
-        if not self.running:
+        if not self.running and not self.loading:
             # It was alone and still did not fit: it never will.
             request.status = RequestStatus.FINISHED
             batch.out_of_memory.append(request)
@@ -204,6 +236,71 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.appendleft(request)
         batch.preempted.append(request)
+
+    # ---- lower KV tiers -------------------------------------------------------------
+    def _swap_out(self, request: Request) -> bool:
+        """Swap (True) or recompute (False) a preempted request, by the tiers' cost model.
+        Swapping writes down its full blocks that no tier holds yet; they come back
+        through ``_start_loading`` at re-admission."""
+        tiers = self.block_manager.tiers
+        if tiers is None or not tiers.enabled or len(request.seqs) != 1:
+            return False
+        blocks = self.block_manager.registered_blocks(request.seqs[0])
+        missing = [b for b in blocks if tiers.find(b[0], b[1], b[2]) is None]
+        if not tiers.prefer_swap(len(blocks), len(missing), request.seqs[0].num_computed_tokens):
+            return False
+        tiers.swap_out(missing)
+        self.num_swaps += 1
+        return True
+
+    def _start_loading(self, request: Request) -> bool:
+        """Admit ``request`` into the loading state if its prefix continues in a lower
+        tier and reading is cheaper than recomputing; False leaves it untouched."""
+        bm = self.block_manager
+        tiers = bm.tiers
+        if tiers is None or request.kv_loaded or request.skip_lower_tiers or len(request.seqs) != 1:
+            return False
+        seq = request.seqs[0]
+        hits = bm.match_prefix(seq)
+        lower = bm.match_lower(seq, len(hits))
+        if not lower or not tiers.worth_loading(lower):
+            return False
+        if bm.num_revived(hits) + len(lower) > bm.num_free_blocks:
+            return False  # no room now: admit normally (recompute) rather than wait
+        bm.admit(seq, hits)
+        bm.start_loads(seq, lower)
+        request.status = RequestStatus.LOADING_KV
+        self.loading.append(request)
+        return True
+
+    def _finish_loading(self) -> None:
+        """Loaded requests return their blocks to the prefix cache (now holding the
+        data) and go back to the front of the queue, in their loading order."""
+        bm = self.block_manager
+        done = [r for r in self.loading if bm.loads_done(r.seqs[0])]
+        for request in reversed(done):
+            seq = request.seqs[0]
+            first = request.num_preemptions == 0
+            served = bm.complete_loads(seq, count_hits=first)
+            if first:
+                request.num_loaded_tokens += served
+            bm.free(seq)
+            seq.reset_for_recompute()
+            self.loading.remove(request)
+            request.kv_loaded = True
+            request.status = RequestStatus.WAITING
+            self.waiting.appendleft(request)
+
+    def wait_for_loads(self, timeout: float) -> None:
+        """Nothing else to run: block briefly on the oldest pending read, not spin."""
+        for request in self.loading:
+            for load in request.seqs[0].pending_loads:
+                if load.future is not None and not load.future.done():
+                    try:
+                        load.future.result(timeout)
+                    except Exception:  # noqa: BLE001 - a failed read is handled by complete_loads
+                        pass
+                    return
 
     def _admit(self, request: Request, budget: int) -> list[tuple[Sequence, int]] | None:
         """Give a waiting request its cached prefix and the blocks for its first chunk,
@@ -218,7 +315,7 @@ class Scheduler:
             if request.num_preemptions == 0 and not request.forked:
                 seq = request.seqs[0]
                 request.num_cached_tokens = seq.num_computed_tokens
-                bm.record_lookup(seq.num_tokens, seq.num_computed_tokens)
+                bm.record_lookup(seq.num_tokens, seq.num_computed_tokens, request.num_loaded_tokens)
             return plan
         for seq in request.seqs:
             bm.free(seq)
