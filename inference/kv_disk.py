@@ -96,7 +96,7 @@ class DiskTier:
         self.block_bytes = int(np.prod(block_shape)) * torch.empty((), dtype=dtype).element_size()
         self.is_retained = is_retained
         self.enabled = False
-        self._lock = threading.Lock()  # the index is shared by the engine and I/O threads
+        self._lock = threading.RLock()  # the index is shared by the engine and I/O threads
         self._index: OrderedDict[int, DiskEntry] = OrderedDict()  # least recently used first
         self.used_bytes = 0
         # Counters (read by stats; written under the lock or by one thread).
