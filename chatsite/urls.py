@@ -1,13 +1,14 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from conversations import views
+from conversations import metrics, views
 from conversations.api import views as api_views
 from conversations.api.app import api as openai_api
 
 urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
+    path("metrics", metrics.metrics, name="metrics"),
     path("accounts/signup/", views.signup, name="signup"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
