@@ -106,6 +106,7 @@ class LLMEngine:
         self.num_steps = 0
         self.total_generated_tokens = 0
         self.total_prompt_tokens = 0
+        self.total_computed_tokens = 0  # tokens the model ran (prefill + decode), recomputation included
         self._recent: deque[tuple[float, float, int]] = deque()  # (step start, end, tokens generated)
         self.peak_kv_blocks_used = 0
         self.kv_waste_at_peak = 0.0
@@ -239,6 +240,7 @@ class LLMEngine:
             new, generated = self._process_samples(seqs, logits)
             deltas += new
         self.num_steps += 1
+        self.total_computed_tokens += batch.num_tokens
         self.total_generated_tokens += generated
         self._recent.append((started, time.monotonic(), generated))
         return deltas

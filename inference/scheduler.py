@@ -20,10 +20,10 @@ front of the queue. Nothing new is admitted in a step that preempted.
   cost model says moving their bytes is faster than recomputing their tokens
   (``TierStack.prefer_swap``); otherwise it is recomputed.
 - **Loading KV.** A waiting request whose prefix continues in a lower tier gets fresh
-  pool blocks for it and waits in ``loading`` (state ``LOADING_KV``) while the reads
-  run; the other requests keep stepping. When the reads are done its blocks are in
-  the prefix cache and it goes back to the front of the queue, where the normal
-  admission revives them.
+  pool blocks for it and waits in ``loading`` (state ``LOADING_KV``, holding a seat)
+  while the reads run; the other requests keep stepping. When the reads are done it
+  joins the running requests with those blocks computed, and its prefill covers only
+  what no tier had.
 """
 
 from __future__ import annotations
@@ -141,11 +141,15 @@ class Scheduler:
             budget -= sum(n for _, n in plan)
 
         if not batch.preempted:
-            seats = self.max_num_seqs - sum(r.num_seats for r in self.running)
+            seats = self.max_num_seqs - sum(r.num_seats for r in self.running + self.loading)
             while self.waiting and budget > 0 and self.waiting[0].num_seats <= seats:
                 request = self.waiting[0]
-                if self._start_loading(request):
+                loading = self._start_loading(request)
+                if loading is None:
+                    break  # its blocks are below the pool: wait for room to load them
+                if loading:
                     self.waiting.popleft()
+                    seats -= request.num_seats
                     continue
                 plan = self._admit(request, budget)
                 if plan is None and not self.running and not self.loading:
@@ -253,9 +257,12 @@ class Scheduler:
         self.num_swaps += 1
         return True
 
-    def _start_loading(self, request: Request) -> bool:
+    def _start_loading(self, request: Request) -> bool | None:
         """Admit ``request`` into the loading state if its prefix continues in a lower
-        tier and reading is cheaper than recomputing; False leaves it untouched."""
+        tier and reading is cheaper than recomputing. False: nothing to load, admit it
+        normally; None: there is, but the pool has no room for it now (admitting it
+        normally would recompute what a tier holds), so it waits like a request the
+        pool cannot take."""
         bm = self.block_manager
         tiers = bm.tiers
         if tiers is None or request.kv_loaded or request.skip_lower_tiers or len(request.seqs) != 1:
@@ -266,7 +273,7 @@ class Scheduler:
         if not lower or not tiers.worth_loading(lower):
             return False
         if bm.num_revived(hits) + len(lower) > bm.num_free_blocks:
-            return False  # no room now: admit normally (recompute) rather than wait
+            return None if self.running or self.loading else False
         bm.admit(seq, hits)
         bm.start_loads(seq, lower)
         request.status = RequestStatus.LOADING_KV
@@ -274,22 +281,22 @@ class Scheduler:
         return True
 
     def _finish_loading(self) -> None:
-        """Loaded requests return their blocks to the prefix cache (now holding the
-        data) and go back to the front of the queue, in their loading order."""
+        """Requests whose reads are done start running, holding their blocks (the loaded
+        ones now registered in the prefix cache); their prefill continues from there.
+        A block that could not be served is simply recomputed by that prefill."""
         bm = self.block_manager
-        done = [r for r in self.loading if bm.loads_done(r.seqs[0])]
-        for request in reversed(done):
+        for request in [r for r in self.loading if bm.loads_done(r.seqs[0])]:
             seq = request.seqs[0]
             first = request.num_preemptions == 0
             served = bm.complete_loads(seq, count_hits=first)
-            if first:
-                request.num_loaded_tokens += served
-            bm.free(seq)
-            seq.reset_for_recompute()
             self.loading.remove(request)
             request.kv_loaded = True
-            request.status = RequestStatus.WAITING
-            self.waiting.appendleft(request)
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            if first:
+                request.num_loaded_tokens = served
+                request.num_cached_tokens = seq.num_computed_tokens
+                bm.record_lookup(seq.num_tokens, seq.num_computed_tokens, served)
 
     def wait_for_loads(self, timeout: float) -> None:
         """Nothing else to run: block briefly on the oldest pending read, not spin."""
