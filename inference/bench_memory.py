@@ -33,11 +33,13 @@ from inference.sampling_params import SamplingParams
 WORDS = "river mountain garden kitchen engine market science music history planet ocean forest city".split()
 
 
-def _questions(conversations: int, turns: int, seed: int = 3) -> list[list[str]]:
+def _questions(
+    conversations: int, turns: int, seed: int = 3, words: tuple[int, int] = (40, 70)
+) -> list[list[str]]:
     rng = random.Random(seed)
     return [
         [
-            f"Turn {t + 1}: " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(40, 70))) + "?"
+            f"Turn {t + 1}: " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(*words))) + "?"
             for t in range(turns)
         ]
         for _ in range(conversations)
