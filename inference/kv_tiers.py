@@ -154,7 +154,11 @@ class TierStack:
         """Copy a finished disk read into its pool block. False = not served (recompute)."""
         if load.future is None:
             return True
-        data = load.future.result()
+        try:
+            data = load.future.result()
+        except Exception:  # a failed read is a miss, never a failed step
+            logger.exception("KV tier read failed; recomputing the block")
+            data = None
         if data is None:
             self.counters.failed_loads += 1
             return False
