@@ -16,12 +16,12 @@ from collections import deque
 import torch
 
 from inference.beam_search import beam_step, rank_beams
-from inference.block_manager import BlockManager, BlockStats
+from inference.block_manager import BlockManager
 from inference.config import EngineConfig, kv_block_bytes, num_kv_blocks
 from inference.cuda_graphs import MAX_GRAPH_BATCH
 from inference.engine_metrics import EngineMetrics
 from inference.errors import EngineOverloadedError, PromptTooLongError
-from inference.kv_tiers import build_tiers
+from inference.kv_tiers import build_tiers, tier_stats
 from inference.model_config import ModelConfig
 from inference.model_loader import load_model
 from inference.model_runner import ModelRunner
@@ -498,26 +498,9 @@ class LLMEngine:
             requests_by_outcome=dict(self.metrics.outcomes),
             ttft=self.metrics.ttft.as_dict(),
             tpot=self.metrics.tpot.as_dict(),
-            kv_tiers=self._tier_stats(blocks),
+            kv_tiers=tier_stats(blocks, self.tiers),
             extra=self._extra_stats(),
         )
-
-    def _tier_stats(self, blocks: BlockStats) -> dict[str, dict[str, float]]:
-        """Per tier: blocks held and capacity, prefix-hit tokens, bytes moved."""
-        pool_hits = blocks.hit_tokens if self.tiers is None else self.tiers.counters.hit_tokens["pool"]
-        tiers: dict[str, dict[str, float]] = {
-            "pool": {
-                "blocks": blocks.used + blocks.cached,
-                "capacity_blocks": blocks.total,
-                "used_blocks": blocks.used,
-                "cached_blocks": blocks.cached,
-                "free_blocks": blocks.free,
-                "hit_tokens": pool_hits,
-            }
-        }
-        if self.tiers is not None:
-            tiers.update(self.tiers.stats())
-        return tiers
 
     def _extra_stats(self) -> dict[str, float]:
         extra: dict[str, float] = {

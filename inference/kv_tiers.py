@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from inference.block_manager import BlockStats
 from inference.kv_disk import DiskTier
 from inference.kv_host import HostTier
 
@@ -262,3 +263,21 @@ def build_tiers(
         )
     stack = TierStack(pool, block_size, host=host, disk=disk)
     return stack if stack.enabled else None
+
+
+def tier_stats(blocks: BlockStats, tiers: TierStack | None) -> dict[str, dict[str, float]]:
+    """Per tier: blocks held and capacity, prefix-hit tokens, bytes moved (``EngineStats.kv_tiers``)."""
+    pool_hits = blocks.hit_tokens if tiers is None else tiers.counters.hit_tokens["pool"]
+    out: dict[str, dict[str, float]] = {
+        "pool": {
+            "blocks": blocks.used + blocks.cached,
+            "capacity_blocks": blocks.total,
+            "used_blocks": blocks.used,
+            "cached_blocks": blocks.cached,
+            "free_blocks": blocks.free,
+            "hit_tokens": pool_hits,
+        }
+    }
+    if tiers is not None:
+        out.update(tiers.stats())
+    return out
