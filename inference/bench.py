@@ -287,6 +287,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--memory-pressure", action="store_true", help="run only the memory-pressure workload (KV tiers)"
     )
+    parser.add_argument("--tiers-first", action="store_true", help="memory pressure: run tiers on before off")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -376,7 +377,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "targets": TARGETS,
     }
     print("our engine: memory pressure (KV tiers off and on) ...", file=sys.stderr)
-    results["memory_pressure"] = run_memory_pressure(loaded, quick=args.quick)
+    results["memory_pressure"] = run_memory_pressure(loaded, quick=args.quick, tiers_first=args.tiers_first)
     print_table(results)
     print_memory_pressure(results["memory_pressure"])
     if args.json:
@@ -389,7 +390,7 @@ def _memory_pressure_only(args: argparse.Namespace) -> dict[str, Any]:
     print(f"loading the default model (torch threads: {torch.get_num_threads()}) ...", file=sys.stderr)
     loaded = load_model(None, device="cpu")
     loads = [os.getloadavg()[0]]
-    results = run_memory_pressure(loaded, quick=args.quick)
+    results = run_memory_pressure(loaded, quick=args.quick, tiers_first=args.tiers_first)
     loads.append(os.getloadavg()[0])
     results["load_average_1min"] = loads  # other processes on the machine skew every figure
     print_memory_pressure(results)

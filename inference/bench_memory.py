@@ -157,7 +157,7 @@ def _cold(engine: LLMEngine, ttft: Any) -> float:
     return ttft(engine)
 
 
-def run_memory_pressure(loaded: Any, *, quick: bool = False) -> dict[str, Any]:
+def run_memory_pressure(loaded: Any, *, quick: bool = False, tiers_first: bool = False) -> dict[str, Any]:
     conversations, turns, answer_tokens = (12, 3, 16) if quick else (48, 4, 32)
     tokenizer = loaded[1]
     questions = _questions(conversations, turns)
@@ -171,11 +171,19 @@ def run_memory_pressure(loaded: Any, *, quick: bool = False) -> dict[str, Any]:
         "open_tabs": len(open_tabs),
     }
     with tempfile.TemporaryDirectory(prefix="kv-bench-") as kv_dir:
-        off = LLMEngine(EngineConfig(num_kv_blocks=blocks), loaded=loaded)
-        results["off"] = run_conversations(off, questions, answer_tokens, open_tabs, retain=False)
-        on = LLMEngine(EngineConfig(num_kv_blocks=blocks, kv_disk_dir=f"{kv_dir}/tier"), loaded=loaded)
-        results["on"] = run_conversations(on, questions, answer_tokens, open_tabs, retain=True)
-        on.close()
+
+        def run(config: str) -> None:
+            tiers = {"kv_disk_dir": f"{kv_dir}/tier"} if config == "on" else {}
+            engine = LLMEngine(EngineConfig(num_kv_blocks=blocks, **tiers), loaded=loaded)
+            results[config] = run_conversations(
+                engine, questions, answer_tokens, open_tabs, retain=config == "on"
+            )
+            engine.close()
+
+        # On a shared machine the load drifts: run both orders (--tiers-first) to see its effect.
+        results["order"] = ["on", "off"] if tiers_first else ["off", "on"]
+        for config in results["order"]:
+            run(config)
         results["reload"] = reload_vs_recompute(loaded, 256 if quick else 1024, f"{kv_dir}/reload")
     same = results["on"].pop("outputs") == results["off"].pop("outputs")
     off_r, on_r = results["off"], results["on"]
@@ -209,7 +217,7 @@ def print_memory_pressure(r: dict[str, Any]) -> None:
         (
             "memory pressure",
             f"{r['conversations']} conversations x {r['turns']} turns, pool of {r['pool_blocks']} blocks "
-            f"(a third), {r['open_tabs']} open tabs",
+            f"(a third), {r['open_tabs']} open tabs; order {' then '.join(r['order'])}",
             "",
             "",
         ),
