@@ -31,7 +31,10 @@ run: setup
 	@echo "  Admin:      $(PY) manage.py createsuperuser, then http://$(HOST):$(PORT)/admin/"
 	@echo "  API keys:   $(PY) manage.py create_api_key USERNAME  (OpenAI-compatible API at /v1)"
 	@echo ""
-	ENGINE_PRELOAD=$${ENGINE_PRELOAD:-true} $(VENV)/bin/daphne -b $(HOST) -p $(PORT) chatsite.asgi:application
+	# The KV disk tier lives in the data directory (set ENGINE_KV_DISK_DIR= to turn it off).
+	ENGINE_PRELOAD=$${ENGINE_PRELOAD:-true} \
+	ENGINE_KV_DISK_DIR=$${ENGINE_KV_DISK_DIR-$${VAR_DIR:-var}/kv-cache} ENGINE_KV_DISK_GB=$${ENGINE_KV_DISK_GB:-2} \
+	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) chatsite.asgi:application
 
 test: $(VENV)/.installed
 	scripts/ensure-chromium

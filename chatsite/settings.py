@@ -178,8 +178,15 @@ ENGINE = {
     "max_num_batched_tokens": env_int("ENGINE_MAX_BATCHED_TOKENS", 2048),
     "max_waiting": env_int("ENGINE_MAX_WAITING", 256),
     "enforce_eager": env_bool("ENGINE_ENFORCE_EAGER", False),  # CUDA: no CUDA graphs
+    # KV tiers below the pool: pinned host memory (CUDA) and a disk directory (off when
+    # unset; `make run` sets one under the data directory).
+    "kv_cpu_gb": env_float("ENGINE_KV_CPU_GB", 0.0),
+    "kv_disk_dir": env_str("ENGINE_KV_DISK_DIR", "") or None,
+    "kv_disk_gb": env_float("ENGINE_KV_DISK_GB", 4.0),
 }
 ENGINE_PRELOAD = env_bool("ENGINE_PRELOAD", False)
+# /metrics is open to staff sessions, and to "Authorization: Bearer <token>" when this is set.
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 # How long an answer keeps generating after its last watcher disconnected.
 GENERATION_GRACE_SECONDS = env_float("GENERATION_GRACE_SECONDS", 30.0)
 # How often a streaming answer's partial text is written to the database.

@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from conversations import views
+from conversations import metrics, views
 from conversations.api import views as api_views
 from conversations.api.app import api as openai_api
 from conversations.login_throttle import throttled
@@ -10,6 +10,7 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("healthz", views.healthz, name="healthz"),
     path("livez", views.livez, name="livez"),
+    path("metrics", metrics.metrics, name="metrics"),
     path("accounts/signup/", views.signup, name="signup"),
     path("accounts/login/", throttled(views.LoginView.as_view()), name="login"),
     path("accounts/", include("django.contrib.auth.urls")),

@@ -9,13 +9,15 @@ import importlib.util
 
 from django import forms
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count
 from django.template.response import TemplateResponse
-from django.urls import reverse
+from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
 from conversations.engine import engine_status
+from conversations.metrics import live_stats_json
 from conversations.models import Conversation, Message
 from conversations.models.chat import EngineStatus
 
@@ -220,32 +222,44 @@ class EngineStatusAdmin(admin.ModelAdmin):
     def has_view_permission(self, request, obj=None) -> bool:
         return request.user.is_active and request.user.is_staff
 
+    def get_urls(self):
+        live = path(
+            "live/", self.admin_site.admin_view(self.live_view), name="conversations_enginestatus_live"
+        )
+        return [live, *super().get_urls()]
+
+    def live_view(self, request):
+        """The page's figures as JSON, polled by static/js/engine_status.js."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return live_stats_json(request)
+
     def changelist_view(self, request, extra_context=None):
         status = engine_status()
         stats = status.get("stats") or {}
         rows = [
-            ("State", status.get("state", "")),
-            ("Model", status.get("model", "—")),
-            ("Running requests", stats.get("running", "—")),
-            ("Waiting requests", stats.get("waiting", "—")),
-            ("KV blocks total", stats.get("kv_blocks_total", "—")),
-            ("KV blocks used", stats.get("kv_blocks_used", "—")),
-            ("KV blocks cached", stats.get("kv_blocks_cached", "—")),
-            ("KV blocks free", stats.get("kv_blocks_free", "—")),
-            ("Prefix cache hit rate", _percent(stats.get("prefix_hit_rate"))),
-            ("Prefix hit tokens", stats.get("prefix_hit_tokens", "—")),
-            ("Tokens per second", _number(stats.get("tokens_per_s"))),
+            ("State", status.get("state", ""), "state"),
+            ("Model", status.get("model", "—"), "model"),
+            ("Running requests", stats.get("running", "—"), "running"),
+            ("Waiting requests", stats.get("waiting", "—"), "waiting"),
+            ("Loading KV requests", stats.get("loading", "—"), "loading"),
+            ("KV blocks total", stats.get("kv_blocks_total", "—"), "kv_blocks_total"),
+            ("KV blocks used", stats.get("kv_blocks_used", "—"), "kv_blocks_used"),
+            ("KV blocks cached", stats.get("kv_blocks_cached", "—"), "kv_blocks_cached"),
+            ("KV blocks free", stats.get("kv_blocks_free", "—"), "kv_blocks_free"),
+            ("Prefix cache hit rate", _percent(stats.get("prefix_hit_rate")), "prefix_hit_rate"),
+            ("Prefix hit tokens", stats.get("prefix_hit_tokens", "—"), "prefix_hit_tokens"),
+            ("Tokens per second", _number(stats.get("tokens_per_s")), "tokens_per_s"),
+            ("Preemptions", stats.get("num_preemptions", "—"), "num_preemptions"),
+            ("Swaps", stats.get("num_swaps", "—"), "num_swaps"),
         ]
-        shown = {
-            "running",
-            "waiting",
-            "kv_blocks_total",
-            "kv_blocks_used",
-            "kv_blocks_cached",
-            "kv_blocks_free",
-        }
-        shown |= {"prefix_hit_rate", "prefix_hit_tokens", "tokens_per_s"}
+        shown = {key for _, _, key in rows}
+        # Structured figures (histograms, per-tier and per-outcome tables) have their own
+        # places: the tiers table, /metrics.
+        shown |= {"requests_by_outcome", "ttft", "tpot", "kv_tiers", "extra"}
         extra = [(key.replace("_", " "), value) for key, value in stats.items() if key not in shown]
+        extra += [(key.replace("_", " "), value) for key, value in stats.get("extra", {}).items()]
+        extra += [(f"requests {k}", v) for k, v in stats.get("requests_by_outcome", {}).items()]
         context = {
             **self.admin_site.each_context(request),
             "title": "Engine status",
@@ -253,7 +267,8 @@ class EngineStatusAdmin(admin.ModelAdmin):
             "rows": rows,
             "extra_rows": extra,
             "error": status.get("error"),
-            "refresh_seconds": 5,
+            "live_url": reverse("admin:conversations_enginestatus_live"),
+            "poll_seconds": 2,
         }
         return TemplateResponse(request, "admin/engine_status.html", context)
 

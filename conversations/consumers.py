@@ -41,6 +41,7 @@ from conversations.generation import (
     user_group,
 )
 from conversations.models import Conversation, Message
+from conversations.retention import get_retention
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     async def disconnect(self, code) -> None:
         if getattr(self, "conversation", None) is not None:
             get_manager().unwatch(self.conversation.pk, self)
+            get_retention().switch(self.conversation.pk, None)
             self.conversation = None
         for group in getattr(self, "groups_joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
@@ -108,6 +110,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     def push(self, event: dict) -> None:
         """Called by the generation manager (and by this consumer) without awaiting."""
         self.outbox.put_nowait(event)
+        get_retention().on_event(getattr(self.conversation, "pk", None), event)
 
     async def _send_loop(self) -> None:
         """Sends queued events in order, merging runs of deltas to a slow socket."""
@@ -179,6 +182,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         if self.conversation is not None and self.conversation.pk != conversation.pk:
             manager.unwatch(self.conversation.pk, self)
             await self._leave(conversation_group(self.conversation.pk))
+        get_retention().switch(getattr(self.conversation, "pk", None), conversation.pk)
         self.conversation = conversation
         manager.watch(conversation.pk, self)
         await self._join(conversation_group(conversation.pk))

@@ -154,10 +154,15 @@ def engine_options(owner_id: int, plan: PromptPlan) -> dict[str, Any]:
     """The engine's fair-share owner and prefix-cache salt for one user's answer: blocks
     after the shared system prompt are salted with the user (unless PREFIX_CACHE_SALT is
     off), so another user's time to first token cannot reveal this user's text."""
-    options: dict[str, Any] = {"owner": f"user:{owner_id}"}
-    if settings.PREFIX_CACHE_SALT:
-        options.update(cache_salt=f"user:{owner_id}", cache_salt_from=plan.shared_prefix_tokens)
-    return options
+    return {"owner": f"user:{owner_id}", **cache_salt_options(owner_id, plan.shared_prefix_tokens)}
+
+
+def cache_salt_options(owner_id: int, shared_prefix_tokens: int) -> dict[str, Any]:
+    """The user's prefix-cache salt from the end of the shared system prompt on (also what
+    KV retention must name, so it marks the same blocks)."""
+    if not settings.PREFIX_CACHE_SALT:
+        return {}
+    return {"cache_salt": f"user:{owner_id}", "cache_salt_from": shared_prefix_tokens}
 
 
 # --- Database steps (synchronous, run through database_sync_to_async) ------------

@@ -24,7 +24,7 @@ from typing import Any
 
 from inference.config import EngineConfig
 from inference.engine import LLMEngine
-from inference.errors import EngineOverloadedError
+from inference.errors import EngineOverloadedError, PromptTooLongError
 from inference.outputs import EngineStats, StreamDelta
 from inference.sampling_params import SamplingParams
 from inference.tokenizer import Tokenizer
@@ -51,6 +51,13 @@ class _Abort:
     request_id: str
 
 
+@dataclass
+class _Retain:
+    key: str
+    token_ids: list[int] | None  # None = release
+    options: dict[str, Any] = field(default_factory=dict)  # cache_salt, cache_salt_from
+
+
 class EngineShutDownError(RuntimeError):
     pass
 
@@ -62,7 +69,7 @@ class AsyncEngine:
         self.model_name: str = self.engine.model_name
         self.max_model_len: int = self.engine.max_model_len
         self._cond = threading.Condition()
-        self._commands: deque[_Add | _Abort] = deque()
+        self._commands: deque[_Add | _Abort | _Retain] = deque()
         self._num_pending_adds = 0
         self._sinks: dict[
             str, tuple[asyncio.AbstractEventLoop, asyncio.Queue[Any]]
@@ -88,7 +95,11 @@ class AsyncEngine:
         ``cache_salt_from``: see ``LLMEngine.add_request``."""
         params = params or SamplingParams()
         token_ids = self.engine.encode_prompt(prompt)
-        self.engine.check_prompt(token_ids)
+        try:
+            self.engine.check_prompt(token_ids)
+        except PromptTooLongError:
+            self.engine.metrics.count("rejected")
+            raise
         request_id = request_id or uuid.uuid4().hex
         queue: asyncio.Queue[Any] = asyncio.Queue()
         add = _Add(
@@ -105,6 +116,7 @@ class AsyncEngine:
                 raise EngineShutDownError("the engine is shut down")
             waiting = len(self.engine.scheduler.waiting) + self._num_pending_adds
             if waiting >= self.engine.config.max_waiting:
+                self.engine.metrics.count("rejected")
                 raise EngineOverloadedError(f"{waiting} requests are already waiting")
             self._commands.append(add)
             self._num_pending_adds += 1
@@ -128,6 +140,19 @@ class AsyncEngine:
         """Thread-safe; the request's blocks are freed before the next step runs."""
         with self._cond:
             self._commands.append(_Abort(request_id))
+            self._cond.notify()
+
+    def retain(self, key: str, token_ids: list[int], **options: Any) -> None:
+        """Thread-safe ``LLMEngine.retain`` (same options): applied before the next step."""
+        self._command(_Retain(key, [int(t) for t in token_ids], options))
+
+    def release(self, key: str) -> None:
+        """Thread-safe ``LLMEngine.release``."""
+        self._command(_Retain(key, None))
+
+    def _command(self, command: _Abort | _Retain) -> None:
+        with self._cond:
+            self._commands.append(command)
             self._cond.notify()
 
     def stats(self) -> EngineStats:
@@ -183,10 +208,17 @@ class AsyncEngine:
         outbox = {}
         self._fail_all(EngineShutDownError("the engine shut down"), outbox)
         self._deliver(outbox)
+        engine.close()
 
-    def _apply(self, command: _Add | _Abort, outbox: dict[Any, list[tuple[Any, Any]]]) -> None:
+    def _apply(self, command: _Add | _Abort | _Retain, outbox: dict[Any, list[tuple[Any, Any]]]) -> None:
         if isinstance(command, _Abort):
             self.engine.abort(command.request_id)
+            return
+        if isinstance(command, _Retain):
+            if command.token_ids is None:
+                self.engine.release(command.key)
+            else:
+                self.engine.retain(command.key, command.token_ids, **command.options)
             return
         with self._cond:
             self._num_pending_adds -= 1
@@ -203,7 +235,8 @@ class AsyncEngine:
     def _fail_all(self, exc: BaseException, outbox: dict[Any, list[tuple[Any, Any]]]) -> None:
         for request_id, (loop, queue) in list(self._sinks.items()):
             try:
-                self.engine.abort(request_id)
+                outcome = "abort" if isinstance(exc, EngineShutDownError) else "error"
+                self.engine.abort(request_id, outcome)
             except Exception:  # pragma: no cover - best effort after a failure
                 logger.exception("abort of %s failed", request_id)
             outbox.setdefault(loop, []).append((queue, exc))

@@ -1,6 +1,6 @@
 """Benchmark: our engine against transformers ``generate()`` on the same weights.
 
-    python -m inference.bench [--model DIR] [--json FILE] [--quick] [--threads N]
+    python -m inference.bench [--model DIR] [--json FILE] [--quick] [--threads N] [--memory-pressure]
 
 Workloads (issue 3), on the default model or any supported ``--model``, in one
 process, no Django (an MLA model also runs ``inference.bench_mla``'s comparison):
@@ -12,6 +12,8 @@ process, no Django (an MLA model also runs ``inference.bench_mla``'s comparison)
 - multi-turn: 8 conversations x 6 turns; prefix-cache hit rate over the history
   tokens and time to first token per turn.
 - KV waste: allocated but unfilled token slots / allocated slots, at peak use.
+- memory pressure (issue 14, ``inference.bench_memory``): 48 conversations over a pool
+  holding a third of them, KV tiers off and on; ``--memory-pressure`` runs it alone.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from typing import Any
 
 import torch
 
+from inference.bench_memory import print_memory_pressure, run_memory_pressure
 from inference.bench_mla import compare_without_mla, print_mla_table
 from inference.config import EngineConfig
 from inference.engine import LLMEngine
@@ -307,9 +310,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="requests the sequential HF baseline runs; its rate is extrapolated (0 = all)",
     )
     parser.add_argument("--static-batches", type=int, default=0, help="HF static batches to run (0 = all)")
+    parser.add_argument(
+        "--memory-pressure", action="store_true", help="run only the memory-pressure workload (KV tiers)"
+    )
+    parser.add_argument("--tiers-first", action="store_true", help="memory pressure: run tiers on before off")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.memory_pressure:
+        return _memory_pressure_only(args)
     from transformers import AutoModelForCausalLM
 
     num_requests = 16 if args.quick else 64
@@ -400,9 +409,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print("MLA against the same size without MLA ...", file=sys.stderr)
         short = [min(n, 64) for n in workload.output_lens]  # keeps the extra runs short
         results["mla"] = compare_without_mla(loaded, workload.prompts, short, config)
+    print("our engine: memory pressure (KV tiers off and on) ...", file=sys.stderr)
+    results["memory_pressure"] = run_memory_pressure(loaded, quick=args.quick, tiers_first=args.tiers_first)
     print_table(results)
     if "mla" in results:
         print_mla_table(results["mla"])
+    print_memory_pressure(results["memory_pressure"])
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return results
+
+
+def _memory_pressure_only(args: argparse.Namespace) -> dict[str, Any]:
+    print(f"loading the model (torch threads: {torch.get_num_threads()}) ...", file=sys.stderr)
+    loaded = load_model(args.model, device="cpu")
+    loads = [os.getloadavg()[0]]
+    results = run_memory_pressure(loaded, quick=args.quick, tiers_first=args.tiers_first)
+    loads.append(os.getloadavg()[0])
+    results["load_average_1min"] = loads  # other processes on the machine skew every figure
+    print_memory_pressure(results)
+    print(f"machine load (1-min avg) before / after: {loads[0]:.1f} / {loads[1]:.1f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=2)

@@ -9,6 +9,14 @@
   *cached-free* blocks (an OrderedDict: O(1) append, pop-oldest and removal from
   the middle when a hit revives it). It is evicted only when the pool needs a block
   and no never-hashed block is left.
+- **Retention** (``retain(key, token_ids)`` / ``release(key)``): the full blocks of a
+  marked prefix (an open conversation's history) wait in a second cached-free list
+  that is evicted only when the first is empty; an evicted retained block is written
+  to the next tier with ``force`` (never dropped on the way down).
+- **Lower tiers** (``tiers``, optional): a registered block is written through to them,
+  an evicted one handed down, and ``match_lower`` continues a prefix lookup past the
+  pool's last hit; ``start_loads`` copies those blocks into fresh pool blocks
+  (``inference.kv_tiers``).
 - Forking shares a table (counts + 1). A sequence about to write into a block that
   others also hold (the partly filled tail after a fork) gets a private copy first:
   the block manager allocates the copy and queues ``(src, dst)`` for the runner.
@@ -19,10 +27,14 @@ from __future__ import annotations
 from array import array
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import xxhash
 
 from inference.sequence import Sequence
+
+if TYPE_CHECKING:
+    from inference.kv_tiers import TierStack
 
 
 @dataclass(eq=False, slots=True)
@@ -58,16 +70,45 @@ def salt_hash(salt: str) -> int:
     return xxhash.xxh64_intdigest(b"cache-salt\0" + salt.encode()) or 1
 
 
+def salted_parent(hashes: list[int], i: int, salt: int = 0, salt_block: int = 0) -> int:
+    """What block ``i``'s hash chains from: salted where the salt starts, which salts
+    that block and, through the chain, every block after it."""
+    parent = hashes[i - 1] if i else 0
+    if salt and i == salt_block:
+        parent ^= salt
+    return parent
+
+
+def prefix_hashes(token_ids: list[int], block_size: int, salt: int = 0, salt_block: int = 0) -> list[int]:
+    """The chained hashes of the full blocks of ``token_ids`` (salted as a sequence with
+    ``cache_salt == salt`` and ``cache_salt_block == salt_block`` would be)."""
+    hashes: list[int] = []
+    for i in range(len(token_ids) // block_size):
+        parent = salted_parent(hashes, i, salt, salt_block)
+        hashes.append(chain_hash(parent, token_ids[i * block_size : (i + 1) * block_size]))
+    return hashes
+
+
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True) -> None:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_prefix_caching: bool = True,
+        tiers: TierStack | None = None,
+    ) -> None:
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
+        self.tiers = tiers
         self.blocks = [Block(i) for i in range(num_blocks)]
         # Never-hashed free blocks (a stack: reuse is order-free) are handed out before
         # cached ones, so that a cached prefix survives as long as possible.
         self._empty: list[int] = list(range(num_blocks - 1, -1, -1))
         self._cached_free: OrderedDict[int, None] = OrderedDict()  # oldest first
+        self._retained_free: OrderedDict[int, None] = OrderedDict()  # cached-free and retained
         self._by_hash: dict[int, int] = {}
+        self._retain_counts: dict[int, int] = {}  # block hash -> retaining keys
+        self._retained_keys: dict[str, list[int]] = {}
         self._copies: list[tuple[int, int]] = []
         self.hit_tokens = 0
         self.queried_tokens = 0
@@ -79,13 +120,13 @@ class BlockManager:
 
     @property
     def num_free_blocks(self) -> int:
-        return len(self._empty) + len(self._cached_free)
+        return len(self._empty) + len(self._cached_free) + len(self._retained_free)
 
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
     def stats(self) -> BlockStats:
-        free, cached = len(self._empty), len(self._cached_free)
+        free, cached = len(self._empty), len(self._cached_free) + len(self._retained_free)
         return BlockStats(
             self.num_blocks,
             self.num_blocks - free - cached,
@@ -106,12 +147,7 @@ class BlockManager:
 
     @staticmethod
     def _parent_hash(seq: Sequence, i: int) -> int:
-        """What block ``i``'s hash chains from: salted where the salt starts, which salts
-        that block and, through the chain, every block after it."""
-        parent = seq.block_hashes[i - 1] if i else 0
-        if seq.cache_salt and i == seq.cache_salt_block:
-            parent ^= seq.cache_salt
-        return parent
+        return salted_parent(seq.block_hashes, i, seq.cache_salt, seq.cache_salt_block)
 
     def match_prefix(self, seq: Sequence) -> list[int]:
         """Cached blocks that can serve ``seq``'s leading tokens; read-only.
@@ -146,10 +182,22 @@ class BlockManager:
         seq.num_registered_blocks = len(hits)
         seq.num_computed_tokens = len(hits) * self.block_size
 
-    def record_lookup(self, num_tokens: int, num_hit_tokens: int) -> None:
-        """Count a prompt's first admission in the hit-rate statistics."""
+    def record_lookup(self, num_tokens: int, num_hit_tokens: int, num_loaded_tokens: int = 0) -> None:
+        """Count a prompt's first admission in the hit-rate statistics (``num_loaded_tokens``
+        of the hits came from lower tiers just before; the rest were in the pool)."""
         self.queried_tokens += num_tokens
         self.hit_tokens += num_hit_tokens
+        if self.tiers is not None:
+            self.tiers.counters.hit_tokens["pool"] += max(0, num_hit_tokens - num_loaded_tokens)
+
+    def registered_blocks(self, seq: Sequence) -> list[tuple[int, int, tuple[int, ...], int]]:
+        """(hash, parent hash, tokens, block id) of ``seq``'s blocks in the prefix cache."""
+        out = []
+        for block_id in seq.block_table[: seq.num_registered_blocks]:
+            block = self.blocks[block_id]
+            if block.hash is not None:
+                out.append((block.hash, block.parent_hash, block.token_ids, block_id))
+        return out
 
     def register_full_blocks(self, seq: Sequence) -> None:
         """After a step: publish blocks that became full (and computed) to the cache."""
@@ -165,16 +213,107 @@ class BlockManager:
                 block.hash, block.parent_hash = hashes[i], self._parent_hash(seq, i)
                 block.token_ids = tuple(seq.token_ids[i * bs : (i + 1) * bs])
                 self._by_hash[block.hash] = block.block_id
+                if self.tiers is not None:
+                    self.tiers.block_cached(block.hash, block.parent_hash, block.token_ids, block.block_id)
         seq.num_registered_blocks = full
 
     def reset_prefix_cache(self) -> int:
         """Forget every cached-free prefix (benchmarks start cold). Returns how many."""
-        n = len(self._cached_free)
-        while self._cached_free:
-            block_id, _ = self._cached_free.popitem(last=False)
-            self._evict(self.blocks[block_id])
-            self._empty.append(block_id)
+        n = len(self._cached_free) + len(self._retained_free)
+        for free_list in (self._cached_free, self._retained_free):
+            while free_list:
+                block_id, _ = free_list.popitem(last=False)
+                self._evict(self.blocks[block_id])
+                self._empty.append(block_id)
         return n
+
+    # ---- retention ------------------------------------------------------------------
+    def retain(self, key: str, token_ids: list[int], salt: int = 0, salt_block: int = 0) -> int:
+        """Mark the full blocks of ``token_ids`` as likely to be needed again (an open
+        conversation's history); replaces what ``key`` retained before. ``salt`` /
+        ``salt_block`` are the requests' cache salt, so the same blocks are named.
+        Returns the number of blocks marked."""
+        self.release(key)
+        hashes = prefix_hashes(token_ids, self.block_size, salt, salt_block)
+        self._retained_keys[key] = hashes
+        for h in hashes:
+            self._retain_counts[h] = self._retain_counts.get(h, 0) + 1
+            block_id = self._by_hash.get(h)
+            if block_id is not None and block_id in self._cached_free:
+                del self._cached_free[block_id]
+                self._retained_free[block_id] = None
+        return len(hashes)
+
+    def release(self, key: str) -> None:
+        for h in self._retained_keys.pop(key, []):
+            count = self._retain_counts[h] - 1
+            if count:
+                self._retain_counts[h] = count
+                continue
+            del self._retain_counts[h]
+            block_id = self._by_hash.get(h)
+            if block_id is not None and block_id in self._retained_free:
+                del self._retained_free[block_id]
+                self._cached_free[block_id] = None  # most recently used end
+
+    def is_retained(self, block_hash: int) -> bool:
+        return block_hash in self._retain_counts
+
+    # ---- lower tiers ----------------------------------------------------------------
+    def match_lower(self, seq: Sequence, start: int) -> list[str]:
+        """The tiers holding ``seq``'s blocks ``start, start + 1, ...`` (the hash chain
+        continued below the pool), up to the first block no tier has; same rule as
+        ``match_prefix`` about the last token."""
+        if self.tiers is None or not self.enable_prefix_caching:
+            return []
+        bs = self.block_size
+        found: list[str] = []
+        hashes = self._hashes(seq, (seq.num_tokens - 1) // bs)
+        for i in range(start, len(hashes)):
+            if hashes[i] in self._by_hash:
+                break  # in the pool after all (a later admission will revive it)
+            tier = self.tiers.find(
+                hashes[i], self._parent_hash(seq, i), tuple(seq.token_ids[i * bs : (i + 1) * bs])
+            )
+            if tier is None:
+                break
+            found.append(tier)
+        return found
+
+    def start_loads(self, seq: Sequence, tiers: list[str]) -> None:
+        """Fresh pool blocks for the next ``len(tiers)`` blocks of ``seq`` (admitted with
+        its pool hits), each filled from its tier; ``complete_loads`` finishes them."""
+        assert self.tiers is not None and len(seq.block_table) * self.block_size == seq.num_computed_tokens
+        bs, start = self.block_size, len(seq.block_table)
+        for i, tier in enumerate(tiers, start):
+            block_id = self._allocate()
+            seq.block_table.append(block_id)
+            parent = self._parent_hash(seq, i)
+            tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
+            seq.pending_loads.append(
+                self.tiers.start_load(tier, seq.block_hashes[i], parent, tokens, block_id)
+            )
+
+    def loads_done(self, seq: Sequence) -> bool:
+        return all(load.done() for load in seq.pending_loads)
+
+    def complete_loads(self, seq: Sequence, count_hits: bool = True) -> int:
+        """Copy the finished reads into the pool and count the served blocks as computed
+        (registered in the prefix cache); stops at the first block that could not be
+        served, whose tokens are then recomputed. Returns the tokens served."""
+        assert self.tiers is not None
+        served = 0
+        for load in seq.pending_loads:
+            if not self.tiers.finish_load(load):
+                break
+            if count_hits:  # a first admission's prefix hit (not a swap-in)
+                self.tiers.counters.hit_tokens[load.tier] += self.block_size
+            self.tiers.counters.loaded_blocks += 1
+            served += self.block_size
+        seq.pending_loads = []
+        seq.num_computed_tokens += served
+        self.register_full_blocks(seq)
+        return served
 
     # ---- allocation -----------------------------------------------------------------
     def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
@@ -230,16 +369,27 @@ class BlockManager:
     # ---- internals ------------------------------------------------------------------
     def _take(self, block_id: int) -> None:
         block = self.blocks[block_id]
-        if block.ref_count == 0:
-            del self._cached_free[block_id]  # a hit revives a cached-free block
+        if block.ref_count == 0:  # a hit revives a cached-free block
+            if block_id in self._cached_free:
+                del self._cached_free[block_id]
+            else:
+                del self._retained_free[block_id]
         block.ref_count += 1
 
     def _allocate(self) -> int:
         if self._empty:
             block_id = self._empty.pop()
         else:
-            block_id, _ = self._cached_free.popitem(last=False)  # least recently freed
-            self._evict(self.blocks[block_id])
+            # Least recently freed first; retained prefixes only when nothing else is left.
+            retained = not self._cached_free
+            free_list = self._retained_free if retained else self._cached_free
+            block_id, _ = free_list.popitem(last=False)
+            block = self.blocks[block_id]
+            if self.tiers is not None:
+                self.tiers.block_evicted(
+                    block.hash, block.parent_hash, block.token_ids, block_id, retained=retained
+                )  # type: ignore[arg-type]
+            self._evict(block)
         self.blocks[block_id].ref_count = 1
         return block_id
 
@@ -253,6 +403,10 @@ class BlockManager:
         block.ref_count -= 1
         if block.ref_count == 0:
             if block.hash is not None:
-                self._cached_free[block_id] = None  # most recently freed: evicted last
+                # Most recently freed: evicted last (in its list).
+                if block.hash in self._retain_counts:
+                    self._retained_free[block_id] = None
+                else:
+                    self._cached_free[block_id] = None
             else:
                 self._empty.append(block_id)

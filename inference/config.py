@@ -32,6 +32,11 @@ class EngineConfig:
     seed: int = 0  # for requests without their own seed
     # CUDA: True skips capturing decode steps in CUDA graphs (vLLM's name); no effect on CPU.
     enforce_eager: bool = False
+    # KV tiers below the pool (inference.kv_tiers): pinned host memory under a CUDA pool,
+    # and a disk directory (any device; None = off) bounded to kv_disk_gb.
+    kv_cpu_gb: float = 0.0
+    kv_disk_dir: str | None = None
+    kv_disk_gb: float = 4.0
 
     def __post_init__(self) -> None:
         checks = {
@@ -45,6 +50,8 @@ class EngineConfig:
             "max_waiting": self.max_waiting >= 0,
             # A bool, not a truthy string: "false" from a config file must not mean True.
             "enforce_eager": isinstance(self.enforce_eager, bool),
+            "kv_cpu_gb": self.kv_cpu_gb >= 0,
+            "kv_disk_gb": self.kv_disk_gb >= 0,
         }
         for name, ok in checks.items():
             if not ok:

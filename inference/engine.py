@@ -19,7 +19,9 @@ from inference.beam_search import beam_step, rank_beams
 from inference.block_manager import BlockManager, salt_hash
 from inference.config import EngineConfig, num_kv_blocks
 from inference.cuda_graphs import MAX_GRAPH_BATCH
-from inference.errors import EngineOverloadedError
+from inference.engine_metrics import EngineMetrics
+from inference.errors import EngineOverloadedError, PromptTooLongError
+from inference.kv_tiers import build_tiers, tier_stats
 from inference.model_config import ModelConfig
 from inference.model_loader import load_model
 from inference.model_runner import ModelRunner
@@ -86,6 +88,18 @@ class LLMEngine:
             max_model_len=self.max_model_len,
             enforce_eager=config.enforce_eager,
         )
+        # Tiers below the pool need the pool itself, so they join the block manager now.
+        self.tiers = build_tiers(
+            self.runner.kv_cache,
+            bs,
+            model=self.model,
+            kv_cpu_gb=config.kv_cpu_gb,
+            kv_disk_dir=config.kv_disk_dir,
+            kv_disk_gb=config.kv_disk_gb,
+            is_retained=self.block_manager.is_retained,
+        )
+        self.block_manager.tiers = self.tiers
+        self.metrics = EngineMetrics()
         self.sampler = Sampler(self.device, config.seed)
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
         self.requests: dict[str, Request] = {}
@@ -94,6 +108,7 @@ class LLMEngine:
         self.num_steps = 0
         self.total_generated_tokens = 0
         self.total_prompt_tokens = 0
+        self.total_computed_tokens = 0  # tokens the model ran (prefill + decode), recomputation included
         self._recent: deque[tuple[float, float, int]] = deque()  # (step start, end, tokens generated)
         self.peak_kv_blocks_used = 0
         self.kv_waste_at_peak = 0.0
@@ -136,9 +151,13 @@ class LLMEngine:
         request_id = request_id or uuid.uuid4().hex
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already running")
-        self.check_prompt(token_ids)
-        if len(self.scheduler.waiting) >= self.config.max_waiting:
-            raise EngineOverloadedError(f"{len(self.scheduler.waiting)} requests are already waiting")
+        try:
+            self.check_prompt(token_ids)
+            if len(self.scheduler.waiting) >= self.config.max_waiting:
+                raise EngineOverloadedError(f"{len(self.scheduler.waiting)} requests are already waiting")
+        except (PromptTooLongError, EngineOverloadedError):
+            self.metrics.count("rejected")
+            raise
         request = Request(
             request_id, token_ids, params, prompt=prompt if isinstance(prompt, str) else None, owner=owner
         )
@@ -183,11 +202,13 @@ class LLMEngine:
         request.seqs.append(child)
         return child
 
-    def abort(self, request_id: str) -> bool:
-        """Stop a request now and free its blocks; its final deltas come with the next step."""
+    def abort(self, request_id: str, outcome: str = "abort") -> bool:
+        """Stop a request now and free its blocks; its final deltas come with the next step.
+        ``outcome`` names it in the metrics ("error" when the engine failed it)."""
         request = self.requests.pop(request_id, None)
         if request is None:
             return False
+        self.metrics.count(outcome)
         if request.params.use_beam_search:
             live = sorted(request.seqs, key=lambda s: -s.cumulative_logprob)
             self.scheduler.abort(request)
@@ -204,6 +225,27 @@ class LLMEngine:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_unfinished() or bool(self._pending)
 
+    # ---- retention and tiers ----------------------------------------------------------
+    def retain(
+        self, key: str, token_ids: list[int], *, cache_salt: str | None = None, cache_salt_from: int = 0
+    ) -> int:
+        """Keep the KV blocks of ``token_ids`` (e.g. an open conversation's history) in
+        memory longest: evicted last, and to the next tier, never dropped. ``key``
+        replaces its earlier prefix. ``cache_salt`` / ``cache_salt_from`` must be those the
+        conversation's requests pass to ``add_request``. Returns the number of full blocks marked."""
+        salt = salt_hash(cache_salt) if cache_salt else 0
+        salt_block = max(0, cache_salt_from) // self.block_manager.block_size
+        return self.block_manager.retain(key, [int(t) for t in token_ids], salt, salt_block if salt else 0)
+
+    def release(self, key: str) -> None:
+        """Undo ``retain(key, ...)`` (the conversation's last tab closed)."""
+        self.block_manager.release(key)
+
+    def close(self) -> None:
+        """Finish queued KV writes and stop the tiers' I/O threads."""
+        if self.tiers is not None:
+            self.tiers.close()
+
     # ---- one step -------------------------------------------------------------------
     def step(self) -> list[StreamDelta]:
         deltas, self._pending = self._pending, []
@@ -213,9 +255,15 @@ class LLMEngine:
             logger.warning("request %s cannot grow inside the KV pool; finishing it", request.request_id)
             deltas += self._finish_out_of_memory(request)
         if not batch.seqs:
+            if self.scheduler.loading:
+                self.scheduler.wait_for_loads(0.01)  # only reads pending: do not spin
             return deltas
         self._track_kv_usage(batch)
+        if self.tiers is not None:
+            self.tiers.before_forward()
         logits, sampled = self.runner.execute(batch)
+        if self.tiers is not None:
+            self.tiers.observe_prefill(time.monotonic() - started, batch.num_tokens)
         self.scheduler.finish_step(batch)
         generated = 0
         if logits is not None:
@@ -223,6 +271,7 @@ class LLMEngine:
             new, generated = self._process_samples(seqs, logits)
             deltas += new
         self.num_steps += 1
+        self.total_computed_tokens += batch.num_tokens
         self.total_generated_tokens += generated
         self._recent.append((started, time.monotonic(), generated))
         return deltas
@@ -275,11 +324,14 @@ class LLMEngine:
         for request, request_rows in groups.items():
             if request.first_token_time is None:
                 request.first_token_time = now
+                self.metrics.ttft.observe(now - request.arrival_time)
+                self.metrics.cached_tokens += request.num_cached_tokens
             if request.params.use_beam_search:
                 beams = [seqs[r] for r in request_rows]
                 generated += len(beams)
                 if beam_step(self, request, logits[request_rows], beams):
                     deltas += self._beam_deltas(request)
+                    self._count_finished(request)
                 continue
             touched = list(request.seqs)
             for seq in touched:
@@ -289,7 +341,15 @@ class LLMEngine:
             if request.is_finished:
                 self.requests.pop(request.request_id, None)
                 request.finish_time = now
+                self._count_finished(request)
         return deltas, generated
+
+    def _count_finished(self, request: Request) -> None:
+        outputs = request.outputs_in_order()
+        self.metrics.count((outputs[0].finish_reason if outputs else None) or "stop")
+        decoded = max((s.num_output_tokens for s in outputs), default=0) - 1
+        if decoded > 0 and request.first_token_time is not None and request.finish_time is not None:
+            self.metrics.tpot.observe((request.finish_time - request.first_token_time) / decoded)
 
     # ---- stop rules -----------------------------------------------------------------
     def _append_token(self, seq: Sequence, token: int) -> None:
@@ -391,6 +451,7 @@ class LLMEngine:
 
     def _finish_out_of_memory(self, request: Request) -> list[StreamDelta]:
         self.requests.pop(request.request_id, None)
+        self.metrics.count("length")
         if request.params.use_beam_search:
             for seq in request.seqs:
                 seq.finish_reason = "length"
@@ -470,6 +531,13 @@ class LLMEngine:
             total_prompt_tokens=self.total_prompt_tokens,
             num_preemptions=self.scheduler.num_preemptions,
             num_steps=self.num_steps,
+            loading=len(self.scheduler.loading),
+            num_swaps=self.scheduler.num_swaps,
+            cached_tokens=self.metrics.cached_tokens,
+            requests_by_outcome=dict(self.metrics.outcomes),
+            ttft=self.metrics.ttft.as_dict(),
+            tpot=self.metrics.tpot.as_dict(),
+            kv_tiers=tier_stats(blocks, self.tiers),
             extra=self._extra_stats(),
         )
 

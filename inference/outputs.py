@@ -81,6 +81,14 @@ class EngineStats:
     total_prompt_tokens: int = 0
     num_preemptions: int = 0
     num_steps: int = 0
+    loading: int = 0  # requests waiting for KV blocks read from a lower tier
+    num_swaps: int = 0  # preemptions that swapped blocks out instead of recomputing
+    cached_tokens: int = 0  # prompt tokens served from any KV tier (first admissions)
+    requests_by_outcome: dict[str, int] = field(default_factory=dict)  # stop/length/abort/error/rejected
+    ttft: dict[str, Any] = field(default_factory=dict)  # histogram: buckets, counts, sum, count (seconds)
+    tpot: dict[str, Any] = field(default_factory=dict)  # time per output token, same shape
+    # Per tier ("pool", "host", "disk"): blocks, capacity_blocks, hit_tokens, bytes_written/read, ...
+    kv_tiers: dict[str, dict[str, float]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:

@@ -15,10 +15,23 @@ every other seat, not all of them, and a chat message waits for a free seat rath
 than behind the whole flood. Unowned requests count as one owner; with no owners
 at all this is plain arrival order.
 
-When the pool cannot hold the next tokens, the newest running request is
-preempted: its blocks are freed (their cached prefixes stay revivable) and it
-goes back to the front of the queue to be recomputed. Nothing new is admitted
-in a step that preempted.
+When the pool cannot hold the next tokens, a running request is preempted: its
+blocks are freed (their cached prefixes stay revivable) and it goes back to the
+front of the queue. Nothing new is admitted in a step that preempted.
+
+- **Victim.** The running request preempted the fewest times so far, the newest
+  among those, and never one already given tokens in this step. A request that
+  comes back after a preemption is thus not the next victim again while others
+  have been preempted less (no thrashing).
+- **Swap or recompute** (with lower KV tiers): the victim's full blocks are swapped
+  out (written down where no tier has them yet, read back at re-admission) when the
+  cost model says moving their bytes is faster than recomputing their tokens
+  (``TierStack.prefer_swap``); otherwise it is recomputed.
+- **Loading KV.** A waiting request whose prefix continues in a lower tier gets fresh
+  pool blocks for it and waits in ``loading`` (state ``LOADING_KV``, holding a seat)
+  while the reads run; the other requests keep stepping. When the reads are done it
+  joins the running requests with those blocks computed, and its prefill covers only
+  what no tier had.
 """
 
 from __future__ import annotations
@@ -60,7 +73,9 @@ class Scheduler:
         self.max_model_len = max_model_len
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []  # oldest admission first
+        self.loading: list[Request] = []  # reading KV blocks from a lower tier
         self.num_preemptions = 0
+        self.num_swaps = 0
 
     # ---- requests -------------------------------------------------------------------
     @property
@@ -84,7 +99,7 @@ class Scheduler:
         self.waiting.append(request)
 
     def has_unfinished(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.loading)
 
     def finish_seq(self, request: Request, seq: Sequence) -> None:
         """A sequence is done: its blocks go back at once."""
@@ -109,6 +124,8 @@ class Scheduler:
         """Take a request out of the queues (its sequences are already freed)."""
         if request.status is RequestStatus.RUNNING:
             self.running.remove(request)
+        elif request.status is RequestStatus.LOADING_KV:
+            self.loading.remove(request)
         elif request.status is RequestStatus.WAITING and request in self.waiting:
             self.waiting.remove(request)
         request.status = RequestStatus.FINISHED
@@ -117,25 +134,35 @@ class Scheduler:
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch()
         budget = self.max_num_batched_tokens
+        self._finish_loading()
+        scheduled: set[int] = set()  # ids of requests given tokens in this step
         for request in list(self.running):
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this loop
             plan = self._plan(request, budget)
             if not plan:
                 continue
-            if not self._allocate_or_preempt(request, plan, batch):
-                break  # ``request`` preempted itself: everything after it is gone too
+            if not self._allocate_or_preempt(request, plan, batch, scheduled):
+                continue  # ``request`` preempted itself
+            scheduled.add(id(request))
             self._add_to_batch(batch, plan)
             budget -= sum(n for _, n in plan)
 
         if not batch.preempted:
-            seats = self.max_num_seqs - sum(r.num_seats for r in self.running)
+            seats = self.max_num_seqs - sum(r.num_seats for r in self.running + self.loading)
             while self.waiting and budget > 0:
                 request = self._next_waiting()
                 if request.num_seats > seats:
                     break
+                loading = self._start_loading(request)
+                if loading is None:
+                    break  # its blocks are below the pool: wait for room to load them
+                if loading:
+                    self.waiting.remove(request)
+                    seats -= request.num_seats
+                    continue
                 plan = self._admit(request, budget)
-                if plan is None and not self.running:
+                if plan is None and not self.running and not self.loading:
                     # The whole pool is free and it still does not fit (a recomputed
                     # group of long beams): it never will.
                     self.waiting.remove(request)
@@ -160,7 +187,7 @@ class Scheduler:
         if head.num_preemptions or all(r.owner is None for r in self.waiting):
             return head
         running: dict[str | None, int] = {}
-        for r in self.running:
+        for r in self.running + self.loading:
             running[r.owner] = running.get(r.owner, 0) + r.num_seats
         best: Request | None = None
         best_key: tuple[int, int] | None = None
@@ -208,11 +235,11 @@ class Scheduler:
         return plan
 
     def _allocate_or_preempt(
-        self, request: Request, plan: list[tuple[Sequence, int]], batch: ScheduledBatch
+        self, request: Request, plan: list[tuple[Sequence, int]], batch: ScheduledBatch, scheduled: set[int]
     ) -> bool:
         bm = self.block_manager
         while sum(bm.blocks_needed(s, n) for s, n in plan) > bm.num_free_blocks:
-            victim = self.running[-1]
+            victim = self._choose_victim(scheduled)
             self._preempt(victim, batch)
             if victim is request:
                 return False
@@ -221,12 +248,21 @@ class Scheduler:
             assert ok, "blocks_needed promised enough free blocks"
         return True
 
+    def _choose_victim(self, scheduled: set[int]) -> Request:
+        """Fewest preemptions first, newest first among equals; requests already given
+        tokens in this step are kept (the one being planned is always a candidate)."""
+        candidates = [(i, r) for i, r in enumerate(self.running) if id(r) not in scheduled]
+        _, victim = min(candidates, key=lambda ir: (ir[1].num_preemptions, -ir[0]))
+        return victim
+
     def _preempt(self, request: Request, batch: ScheduledBatch) -> None:
         self.running.remove(request)
+        request.kv_loaded = False
+        request.skip_lower_tiers = not self._swap_out(request)
         for seq in request.seqs:
             self.block_manager.free(seq)
             seq.reset_for_recompute()
-        if not self.running:
+        if not self.running and not self.loading:
             # It was alone and still did not fit: it never will.
             request.status = RequestStatus.FINISHED
             batch.out_of_memory.append(request)
@@ -236,6 +272,74 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.appendleft(request)
         batch.preempted.append(request)
+
+    # ---- lower KV tiers -------------------------------------------------------------
+    def _swap_out(self, request: Request) -> bool:
+        """Swap (True) or recompute (False) a preempted request, by the tiers' cost model.
+        Swapping writes down its full blocks that no tier holds yet; they come back
+        through ``_start_loading`` at re-admission."""
+        tiers = self.block_manager.tiers
+        if tiers is None or not tiers.enabled or len(request.seqs) != 1:
+            return False
+        blocks = self.block_manager.registered_blocks(request.seqs[0])
+        missing = [b for b in blocks if tiers.find(b[0], b[1], b[2]) is None]
+        if not tiers.prefer_swap(len(blocks), len(missing), request.seqs[0].num_computed_tokens):
+            return False
+        tiers.swap_out(missing)
+        self.num_swaps += 1
+        return True
+
+    def _start_loading(self, request: Request) -> bool | None:
+        """Admit ``request`` into the loading state if its prefix continues in a lower
+        tier and reading is cheaper than recomputing. False: nothing to load, admit it
+        normally; None: there is, but the pool has no room for it now (admitting it
+        normally would recompute what a tier holds), so it waits like a request the
+        pool cannot take."""
+        bm = self.block_manager
+        tiers = bm.tiers
+        if tiers is None or request.kv_loaded or request.skip_lower_tiers or len(request.seqs) != 1:
+            return False
+        seq = request.seqs[0]
+        hits = bm.match_prefix(seq)
+        lower = bm.match_lower(seq, len(hits))
+        if not lower or not tiers.worth_loading(lower):
+            return False
+        if bm.num_revived(hits) + len(lower) > bm.num_free_blocks:
+            return None if self.running or self.loading else False
+        bm.admit(seq, hits)
+        bm.start_loads(seq, lower)
+        request.status = RequestStatus.LOADING_KV
+        self.loading.append(request)
+        return True
+
+    def _finish_loading(self) -> None:
+        """Requests whose reads are done start running, holding their blocks (the loaded
+        ones now registered in the prefix cache); their prefill continues from there.
+        A block that could not be served is simply recomputed by that prefill."""
+        bm = self.block_manager
+        for request in [r for r in self.loading if bm.loads_done(r.seqs[0])]:
+            seq = request.seqs[0]
+            first = request.num_preemptions == 0
+            served = bm.complete_loads(seq, count_hits=first)
+            self.loading.remove(request)
+            request.kv_loaded = True
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            if first:
+                request.num_loaded_tokens = served
+                request.num_cached_tokens = seq.num_computed_tokens
+                bm.record_lookup(seq.num_tokens, seq.num_computed_tokens, served)
+
+    def wait_for_loads(self, timeout: float) -> None:
+        """Nothing else to run: block briefly on the oldest pending read, not spin."""
+        for request in self.loading:
+            for load in request.seqs[0].pending_loads:
+                if load.future is not None and not load.future.done():
+                    try:
+                        load.future.result(timeout)
+                    except Exception:  # noqa: BLE001 - a failed read is handled by complete_loads
+                        pass
+                    return
 
     def _admit(self, request: Request, budget: int) -> list[tuple[Sequence, int]] | None:
         """Give a waiting request its cached prefix and the blocks for its first chunk,
@@ -250,7 +354,7 @@ class Scheduler:
             if request.num_preemptions == 0 and not request.forked:
                 seq = request.seqs[0]
                 request.num_cached_tokens = seq.num_computed_tokens
-                bm.record_lookup(seq.num_tokens, seq.num_computed_tokens)
+                bm.record_lookup(seq.num_tokens, seq.num_computed_tokens, request.num_loaded_tokens)
             return plan
         for seq in request.seqs:
             bm.free(seq)

@@ -17,6 +17,7 @@ _seq_ids = itertools.count()
 
 class RequestStatus(enum.Enum):
     WAITING = "waiting"
+    LOADING_KV = "loading_kv"  # admitted, waiting for blocks read from a lower KV tier
     RUNNING = "running"
     FINISHED = "finished"
 
@@ -48,6 +49,7 @@ class Sequence:
     # sequences with the same salt; the blocks before stay shared by everyone.
     cache_salt: int = 0
     cache_salt_block: int = 0
+    pending_loads: list[Any] = field(default_factory=list)  # kv_tiers.Load, while loading KV
     # Sampling and output state.
     generator: torch.Generator | None = None
     cumulative_logprob: float = 0.0
@@ -82,6 +84,7 @@ class Sequence:
         self.num_computed_tokens = 0
         self.block_table = []
         self.num_registered_blocks = 0
+        self.pending_loads = []
 
 
 @dataclass(eq=False)
@@ -104,6 +107,11 @@ class Request:
     forked: bool = False  # n > 1 / beams: the single prefill sequence has been split
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache at first admission
     num_preemptions: int = 0
+    # KV tiers: blocks were loaded for the current admission (one round per admission);
+    # a preempted request whose cost model chose recompute does not load its blocks back.
+    kv_loaded: bool = False
+    skip_lower_tiers: bool = False
+    num_loaded_tokens: int = 0  # prompt tokens served from lower tiers at first admission
     first_token_time: float | None = None
     finish_time: float | None = None
     beam_hyps: list[Sequence] = field(default_factory=list)  # beam search: finished hypotheses, best first

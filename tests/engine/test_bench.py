@@ -50,3 +50,22 @@ def test_workload_flops_counts_linear_layers_head_and_attention() -> None:
     flops = workload_flops(mc, Workload([[1, 2]], [2]))  # 3 tokens fed, 2 sampled
     linear = 2 * (4 * 4 + 2 * 4 * 2 + 4 * 4 + 3 * 4 * 8)
     assert flops == 3 * linear + 2 * 2 * 4 * 10 + 2 * 2 * 4 * (1 + 2 + 3)
+
+
+def test_memory_pressure_workload_counts_recomputation_and_tier_hits(tiny: TinyModel, tmp_path) -> None:
+    from inference.bench_memory import _questions, pool_blocks_for_a_third, run_conversations
+
+    questions = _questions(6, 2, words=(20, 30))
+    blocks = pool_blocks_for_a_third(tiny.tokenizer, questions, 4, 16)
+    first_turns = sum(
+        len(tiny.tokenizer.encode_chat([{"role": "user", "content": q[0]}])) // 16 for q in questions
+    )
+    assert first_turns <= 3 * blocks  # a third of what the final histories need
+    off = run_conversations(tiny.engine(num_kv_blocks=blocks), questions, 4, {0}, retain=False)
+    on = run_conversations(
+        tiny.engine(num_kv_blocks=blocks, kv_disk_dir=str(tmp_path)), questions, 4, {0}, retain=True
+    )
+    assert off.pop("outputs") == on.pop("outputs")  # the tiers never change an answer
+    assert len(on["ttft_ms_by_turn"]) == 2 and on["output_tokens"] == 6 * 2 * 4
+    assert on["recomputed_tokens"] <= off["recomputed_tokens"]
+    assert on["next_turn_hit_rate_open"] >= 0.9 and "disk" in on["hit_tokens_by_tier"]

@@ -1,0 +1,153 @@
+"""/metrics in Prometheus text (staff session or bearer token), the admin's live engine
+page (JSON polled by a static module, no inline script), and conversation-aware KV
+retention: an open conversation's history is retained in the engine and released when
+its last tab closes, and the retained ids are exactly the next turn's leading ids."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.contrib.auth import get_user_model
+from prometheus_client.parser import text_string_to_metric_families
+
+from conversations.engine import aget_engine
+from conversations.generation import _load_prompt_inputs, build_prompt, cache_salt_options
+from conversations.retention import retention_key
+from inference.block_manager import prefix_hashes, salt_hash
+from tests.chat.conftest import Socket
+
+
+@pytest.fixture
+def staff_client(client, db):
+    admin = get_user_model().objects.create_superuser(
+        "root", "root@example.com", "a-long-unusual-passphrase-42"
+    )
+    client.force_login(admin)
+    return client
+
+
+def families(text: str) -> dict:
+    return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+@pytest.mark.django_db
+def test_metrics_need_a_staff_session_or_the_token(client, make_user, settings):
+    assert client.get("/metrics").status_code == 401
+    client.force_login(make_user("alice"))
+    assert client.get("/metrics").status_code == 401  # signed in, not staff
+    settings.METRICS_TOKEN = "s3cret-token"
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer wrong").status_code == 401
+    response = client.get("/metrics", HTTP_AUTHORIZATION="Bearer s3cret-token")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/plain")
+    assert "chatsite_engine_loaded" in families(response.content.decode())
+    settings.METRICS_TOKEN = ""
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer ").status_code == 401
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("tiny_engine")
+def test_metrics_export_the_engine_figures_per_tier(staff_client):
+    from conversations.engine import get_engine
+    from inference import SamplingParams
+
+    engine = get_engine()
+
+    async def one() -> None:
+        async for _ in engine.stream([5, 6, 7, 8] * 10, SamplingParams(temperature=0, max_tokens=3)):
+            pass
+
+    asyncio.run(one())
+    engine._stats = engine.engine.stats()  # the snapshot after the last step
+    found = families(staff_client.get("/metrics").content.decode())
+    outcomes = {
+        s.labels["outcome"]: s.value
+        for s in found["chatsite_engine_requests"].samples
+        if s.name.endswith("_total")
+    }
+    assert outcomes["length"] >= 1 and set(outcomes) == {"stop", "length", "abort", "error", "rejected"}
+    ttft = found["chatsite_engine_time_to_first_token_seconds"]
+    assert any(s.name.endswith("_count") and s.value >= 1 for s in ttft.samples)
+    assert "chatsite_engine_time_per_output_token_seconds" in found
+    kinds = {s.labels["kind"] for s in found["chatsite_engine_tokens"].samples}
+    assert kinds == {"prompt", "cached", "generated"}
+    states = {s.labels["state"] for s in found["chatsite_engine_requests_in_state"].samples}
+    assert states == {"running", "waiting", "loading"}
+    blocks = {(s.labels["tier"], s.labels["state"]) for s in found["chatsite_engine_kv_blocks"].samples}
+    assert {("pool", "used"), ("pool", "cached"), ("pool", "free")} <= blocks
+    for name in ("preemptions", "swaps", "aborts", "kv_prefix_hit_tokens", "kv_bytes"):
+        assert f"chatsite_engine_{name}" in found
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("tiny_engine")
+def test_the_engine_page_updates_in_place_from_a_static_module(staff_client):
+    from conversations.engine import get_engine
+
+    get_engine()
+    page = staff_client.get("/admin/conversations/enginestatus/").content.decode()
+    assert 'type="module"' in page and "js/engine_status.js" in page
+    assert 'http-equiv="refresh"' not in page and "<script>" not in page  # no reload, no inline script
+    assert (
+        'data-plot="tokens_per_s"' in page and 'data-plot="kv_use"' in page and 'data-plot="hit_rate"' in page
+    )
+    live = staff_client.get("/admin/conversations/enginestatus/live/").json()
+    assert live["state"] == "ready" and "pool" in live["tiers"]
+    assert {"tokens_per_s", "hit_rate", "queried_tokens", "hit_tokens"} <= set(live)
+    assert 0 <= live["tiers"]["pool"]["use"] <= 1
+
+
+@pytest.mark.django_db
+def test_the_live_figures_need_staff(client, make_user):
+    client.force_login(make_user("bob"))
+    assert client.get("/admin/conversations/enginestatus/live/").status_code in (302, 403)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("tiny_engine")
+async def test_an_open_conversation_is_retained_until_its_last_tab_closes(make_user, make_conversation):
+    alice = await sync_to_async(make_user)("alice")
+    conversation = await sync_to_async(make_conversation)(alice, temperature=0.0, max_tokens=12)
+    engine = await aget_engine()
+    bm = engine.engine.block_manager
+    key = retention_key(conversation.pk)
+
+    async def until(condition) -> None:
+        for _ in range(200):
+            if condition():
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError("retention did not change")
+
+    first = await Socket.open(alice)
+    await first.send(type="open", conversation_id=conversation.pk)
+    await first.until("thread")
+    await first.send(
+        type="send", conversation_id=conversation.pk, content="Tell me about lighthouses, please."
+    )
+    thread, _ = await first.until("thread")
+    await first.finished(thread["messages"][-1]["id"])
+    await until(lambda: key in bm._retained_keys)
+    second = await Socket.open(alice)
+    await second.send(type="open", conversation_id=conversation.pk)
+    await second.until("thread")
+
+    # The retained blocks are exactly the leading full blocks of the next turn's prompt.
+    retained = list(bm._retained_keys[key])
+    assert retained
+    await first.send(type="send", conversation_id=conversation.pk, content="And their keepers?")
+    thread, _ = await first.until("thread")
+    answer, _ = await first.finished(thread["messages"][-1]["id"])
+    _, history = await _load_prompt_inputs(answer["id"])
+    plan = build_prompt(engine.tokenizer, conversation.system_prompt, history, engine.max_model_len, 12)
+    # Named as the chat's requests name them: salted per user after the system prompt.
+    salt = cache_salt_options(alice.pk, plan.shared_prefix_tokens)
+    salted = (salt_hash(salt["cache_salt"]), salt["cache_salt_from"] // bm.block_size) if salt else ()
+    assert prefix_hashes(plan.token_ids, bm.block_size, *salted)[: len(retained)] == retained
+    assert answer["cached_tokens"] >= len(retained) * bm.block_size
+    await first.close()
+    await asyncio.sleep(0.2)
+    assert key in bm._retained_keys  # the second tab still shows it
+    await second.close()
+    await until(lambda: key not in bm._retained_keys)

@@ -1,0 +1,453 @@
+"""The KV tiers without a model: the disk tier's files, LRU and failure modes, the host
+tier's bookkeeping on CPU tensors, retention in the block manager, the cost model, the
+preemption victim, and a Hypothesis state machine over interleaved admit / compute /
+evict / write / read / retain / release / abort / corrupt keeping the invariants across
+the pool and both tiers."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from inference.block_manager import BlockManager, prefix_hashes
+from inference.kv_disk import _HEADER, FINGERPRINT_FILE, DiskTier
+from inference.kv_host import HostTier
+from inference.kv_tiers import TierStack
+from inference.sampling_params import SamplingParams
+from inference.scheduler import Scheduler
+from inference.sequence import Request, RequestStatus, Sequence
+
+BS = 4
+SHAPE = (2, 3, 5)  # any trailing shape: the tiers never look inside a block
+
+
+def block_value(block_hash: int) -> torch.Tensor:
+    """What "the model" computes for a block: a function of its chained hash (exact in fp64)."""
+    return torch.full(SHAPE, float(block_hash % 2**50), dtype=torch.float64)
+
+
+def make_disk(path: Path, blocks: int = 64, **kw) -> DiskTier:
+    nbytes = int(torch.tensor(SHAPE).prod()) * 8
+    capacity = blocks * (_HEADER.size + 8 * BS + nbytes)  # header + BS token ids + payload
+    return DiskTier(path, capacity, SHAPE, torch.float64, {"weights": "w", "block_size": BS}, **kw)
+
+
+def compute(bm: BlockManager, pool: torch.Tensor, seq: Sequence) -> None:
+    """Pretend the model ran ``seq`` to its end: write each full block's value, register."""
+    n = seq.num_tokens - seq.num_computed_tokens
+    assert bm.allocate_slots(seq, n)
+    seq.num_computed_tokens += n
+    hashes = prefix_hashes(seq.token_ids, BS)
+    for i, h in enumerate(hashes):
+        pool[seq.block_table[i]] = block_value(h)
+    bm.register_full_blocks(seq)
+
+
+# ---- disk tier ---------------------------------------------------------------------------------
+
+
+def test_disk_tier_round_trips_a_block_and_checks_tokens(tmp_path: Path) -> None:
+    disk = make_disk(tmp_path)
+    data = torch.randn(SHAPE, dtype=torch.float64)
+    assert disk.write(7, 3, (1, 2, 3, 4), data)
+    disk.flush()
+    assert disk.lookup(7, 3, (1, 2, 3, 4))
+    assert not disk.lookup(7, 3, (1, 2, 3, 5))  # a hash collision is a miss
+    assert not disk.lookup(7, 4, (1, 2, 3, 4))
+    assert torch.equal(disk.read_async(7, 3, (1, 2, 3, 4)).result(), data)
+    disk.close()
+
+
+def test_disk_tier_is_bounded_and_evicts_unretained_before_retained(tmp_path: Path) -> None:
+    retained = {1}
+    disk = make_disk(tmp_path, blocks=3, is_retained=lambda h: h in retained)
+    for h in range(1, 6):
+        disk.write(h, 0, (h,) * BS, block_value(h))
+        disk.flush()
+    assert disk.used_bytes <= disk.capacity_bytes
+    assert disk.contains(1) and disk.contains(4) and disk.contains(5)  # 1 is retained, though oldest
+    assert sorted(p.name for p in tmp_path.glob("*.kv")) == sorted(f"{h:016x}.kv" for h in (1, 4, 5))
+    disk.close()
+
+
+def test_a_full_queue_drops_writes_but_forced_writes_always_land(tmp_path: Path) -> None:
+    disk = make_disk(tmp_path, queue_blocks=1)
+    # Stall the writer so the queue fills: hold the lock its next write needs.
+    with disk._lock:
+        results = [disk.write(h, 0, (h,), block_value(h)) for h in range(10, 20)]
+        assert disk.write(99, 0, (99,), block_value(99), force=True)
+    assert results.count(False) >= 7 and disk.writes_dropped == results.count(False)
+    disk.flush()
+    assert disk.lookup(99, 0, (99,))
+    disk.close()
+
+
+def test_warm_restart_finds_blocks_and_a_new_fingerprint_empties_the_tier(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    disk = make_disk(tmp_path)
+    disk.write(5, 0, (1, 2, 3, 4), block_value(5))
+    disk.close()
+    again = make_disk(tmp_path)
+    assert again.lookup(5, 0, (1, 2, 3, 4))
+    assert torch.equal(again.read(5, 0, (1, 2, 3, 4)), block_value(5))
+    again.close()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="inference.kv_disk"):
+        other = DiskTier(tmp_path, 10**6, SHAPE, torch.float64, {"weights": "w", "block_size": 8})
+    assert len(other) == 0 and not list(tmp_path.glob("*.kv"))
+    warnings = [r.message for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "fingerprint changed" in warnings[0]
+    assert '"block_size": 8' in (tmp_path / FINGERPRINT_FILE).read_text()
+    other.close()
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_a_corrupt_or_truncated_block_file_is_never_served(tmp_path: Path, damage: str) -> None:
+    disk = make_disk(tmp_path)
+    disk.write(5, 0, (1, 2, 3, 4), block_value(5))
+    disk.close()
+    path = tmp_path / f"{5:016x}.kv"
+    raw = bytearray(path.read_bytes())
+    if damage == "flip":
+        raw[-3] ^= 0x40
+    else:
+        raw = raw[:-9]
+    path.write_bytes(bytes(raw))
+    again = make_disk(tmp_path)
+    assert again.read_async(5, 0, (1, 2, 3, 4)).result() is None
+    assert again.corrupt_blocks == 1 and not path.exists() and not again.lookup(5, 0, (1, 2, 3, 4))
+    again.close()
+
+
+def test_size_zero_or_an_unwritable_directory_turns_the_tier_off_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with caplog.at_level(logging.WARNING, logger="inference.kv_disk"):
+        zero = DiskTier(tmp_path / "kv", 0, SHAPE, torch.float64, {})
+        unwritable = DiskTier(blocker / "kv", 10**6, SHAPE, torch.float64, {})
+    assert not zero.enabled and not unwritable.enabled
+    assert len(caplog.records) == 2 and all("off" in r.message for r in caplog.records)
+    assert not zero.write(1, 0, (1,), block_value(1)) and not zero.lookup(1, 0, (1,))
+
+
+def test_a_full_disk_during_writes_turns_the_tier_off_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    disk = make_disk(tmp_path)
+
+    def no_space(job) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(disk, "_write_file", no_space)
+    with caplog.at_level(logging.WARNING, logger="inference.kv_disk"):
+        disk.write(1, 0, (1,), block_value(1))
+        disk.flush()
+        disk.write(2, 0, (2,), block_value(2))
+        disk.flush()
+    assert not disk.enabled
+    assert len(caplog.records) == 1 and "disk is full" in caplog.records[0].message
+    disk.close()
+
+
+# ---- host tier (pinned on CUDA; plain CPU tensors here) -----------------------------------------
+
+
+def test_host_tier_stores_loads_and_hands_its_lru_victims_down() -> None:
+    pool = torch.zeros(4, *SHAPE, dtype=torch.float64)
+    handed_down: list[int] = []
+    nbytes = pool[0].numel() * 8
+    host = HostTier(pool, 2 * nbytes, is_retained=lambda h: h == 1)
+    host.on_evict = lambda h, parent, tokens, data: handed_down.append(h) or None
+    for block_id, h in enumerate((1, 2, 3)):
+        pool[block_id] = block_value(h)
+        host.store(h, 0, (h,), block_id)
+    assert host.num_slots == 2 and handed_down == [2]  # 1 is retained, so 2 went first
+    assert host.lookup(1, 0, (1,)) and not host.lookup(1, 0, (9,))
+    host.load(3, 3)
+    host.before_forward()
+    assert torch.equal(pool[3], block_value(3))
+    assert host.stats()["bytes_read"] == nbytes and host.stats()["bytes_written"] == 3 * nbytes
+
+
+# ---- retention, cost model, victim ---------------------------------------------------------------
+
+
+def test_retained_blocks_are_evicted_last_and_forced_to_the_disk(tmp_path: Path) -> None:
+    pool = torch.zeros(6, *SHAPE, dtype=torch.float64)
+    disk = make_disk(tmp_path, queue_blocks=1)
+    bm = BlockManager(6, BS, tiers=TierStack(pool, BS, disk=disk))
+    kept, other = list(range(1, 10)), list(range(50, 59))  # two full blocks each (+1 token)
+    bm.retain("conv", kept)
+    for tokens in (kept, other):
+        seq = Sequence(tokens, len(tokens))
+        bm.admit(seq, bm.match_prefix(seq))
+        compute(bm, pool, seq)
+        bm.free(seq)
+    disk.flush()
+    for h in prefix_hashes(kept, BS):
+        disk._forget(h, corrupt=False)  # as if its write-through had been dropped
+    newcomer = Sequence(list(range(100, 124)), 24)  # needs all 6 blocks: everything goes
+    bm.admit(newcomer, [])
+    assert bm.allocate_slots(newcomer, 24)
+    disk.flush()
+    for h in prefix_hashes(kept, BS):
+        assert disk.contains(h)  # retained: written on eviction even though dropped before
+    bm.free(newcomer)
+    bm.release("conv")
+    assert not bm.is_retained(prefix_hashes(kept, BS)[0])
+    disk.close()
+
+
+def test_eviction_takes_unretained_cached_blocks_before_retained_ones() -> None:
+    pool = torch.zeros(6, *SHAPE, dtype=torch.float64)
+    bm = BlockManager(6, BS)
+    a, b = list(range(1, 10)), list(range(20, 29))
+    bm.retain("a", a)
+    for tokens in (a, b):
+        seq = Sequence(tokens, len(tokens))
+        bm.admit(seq, bm.match_prefix(seq))
+        compute(bm, pool, seq)
+        bm.free(seq)
+    seq = Sequence(list(range(40, 53)), 13)
+    bm.admit(seq, [])
+    assert bm.allocate_slots(seq, 13)  # 4 blocks: two empty + b's two cached, not a's
+    again = Sequence(a, len(a))
+    assert len(bm.match_prefix(again)) == 2
+    assert bm.match_prefix(Sequence(b, len(b))) == []
+
+
+def test_cost_model_loads_and_swaps_only_when_moving_beats_recomputing(tmp_path: Path) -> None:
+    pool = torch.zeros(4, 1024, dtype=torch.float32)  # 4 KiB blocks
+    stack = TierStack(pool, 16, disk=make_disk(tmp_path))
+    assert stack.worth_loading(["disk"])  # nothing measured yet: recompute is priced as unknown
+    stack.observe_prefill(1.0, 1000)  # 1 ms per token: a block recomputes in 16 ms
+    assert stack.worth_loading(["disk"] * 4)  # 4 KiB at 0.5 GB/s is 8 us
+    stack.prefill_s_per_token = 1e-9  # absurdly fast recompute
+    assert not stack.worth_loading(["disk"])
+    assert not stack.prefer_swap(num_blocks=4, num_to_write=4, num_tokens=64)
+    stack.prefill_s_per_token = 1e-3
+    assert stack.prefer_swap(num_blocks=4, num_to_write=4, num_tokens=64)
+    assert not stack.prefer_swap(num_blocks=0, num_to_write=0, num_tokens=3)
+    stack.close()
+
+
+def test_a_request_preempted_once_is_not_the_next_victim_again() -> None:
+    bm = BlockManager(64, BS)
+    scheduler = Scheduler(bm, max_num_batched_tokens=64, max_num_seqs=8, max_model_len=64)
+    requests = []
+    for i in range(3):
+        request = Request(f"r{i}", [1, 2, 3], SamplingParams())
+        request.seqs.append(Sequence([1, 2, 3], 3, request=request))
+        request.status = RequestStatus.RUNNING
+        scheduler.running.append(request)
+        requests.append(request)
+    assert scheduler._choose_victim(set()) is requests[2]  # the newest
+    requests[2].num_preemptions = 1
+    assert scheduler._choose_victim(set()) is requests[1]  # not the one just preempted
+    assert scheduler._choose_victim({id(requests[1])}) is requests[0]  # never one already scheduled
+
+
+# ---- interleavings ----------------------------------------------------------------------------------
+
+
+BASES = ([1, 2, 3, 1, 2, 3, 1, 2, 3, 1, 2, 3], [3, 3, 2, 2, 1, 1, 3, 3, 2, 2, 1, 1], [2] * 12)
+# A shared conversation start cut anywhere, plus a few new tokens: prefixes recur.
+TOKENS = st.builds(
+    lambda base, cut, tail: base[:cut] + tail,
+    st.sampled_from(BASES),
+    st.integers(0, 12),
+    st.lists(st.integers(1, 3), max_size=4),
+).filter(lambda tokens: len(tokens) >= 2)
+
+
+class TierMachine(RuleBasedStateMachine):
+    """Sequences over a 3-token alphabet (so prefixes are shared) through a 10-block pool,
+    a 3-slot host tier and a 24-block disk tier with a 6-write queue, under random
+    admissions (prefill, or lower-tier loads first), aborts, pool pressure, retention and
+    file damage."""
+
+    use_host = False
+
+    @initialize(tmp=st.just(None))
+    def setup(self, tmp) -> None:
+        import tempfile
+
+        self.dir = Path(tempfile.mkdtemp(prefix="kv-tiers-"))
+        self.pool = torch.zeros(10, *SHAPE, dtype=torch.float64)
+        self.disk = make_disk(self.dir, blocks=24, queue_blocks=6)
+        nbytes = self.pool[0].numel() * 8
+        self.bm = BlockManager(10, BS)
+        host = HostTier(self.pool, 3 * nbytes, is_retained=self.bm.is_retained) if self.use_host else None
+        self.disk.is_retained = self.bm.is_retained
+        self.bm.tiers = TierStack(self.pool, BS, host=host, disk=self.disk)
+        self.running: list[Sequence] = []
+        self.loading: list[Sequence] = []
+        self.keys: set[str] = set()
+        self.seen: list[list[int]] = []
+
+    def teardown(self) -> None:
+        if hasattr(self, "disk"):
+            self.disk.close()
+            for path in self.dir.iterdir():
+                path.unlink()
+            self.dir.rmdir()
+
+    @precondition(lambda self: self.seen)
+    @rule(i=st.integers(0, 100), pressure=st.integers(0, 10), flush=st.booleans())
+    def next_turn(self, i: int, pressure: int, flush: bool) -> None:
+        """A conversation comes back (an earlier prompt, one token longer) after other
+        traffic pushed up to ``pressure`` blocks out of the pool."""
+        if flush:
+            self.disk.flush()
+        self.evict(pressure)
+        self.admit(self.seen[i % len(self.seen)] + [1])
+        if self.loading and flush:
+            self.finish_loading(len(self.loading) - 1)
+
+    @rule(tokens=TOKENS)
+    def admit(self, tokens: list[int]) -> None:
+        self.seen.append(tokens)
+        bm = self.bm
+        if len(self.running) >= 2:  # the oldest finishes: the pool keeps turning over
+            bm.free(self.running.pop(0))
+        seq = Sequence(tokens, len(tokens))
+        hits = bm.match_prefix(seq)
+        lower = bm.match_lower(seq, len(hits))
+        if bm.num_revived(hits) + bm.blocks_for(len(tokens)) - len(hits) > bm.num_free_blocks:
+            return
+        bm.admit(seq, hits)
+        if lower:
+            bm.start_loads(seq, lower)
+            self.loading.append(seq)
+        else:
+            compute(bm, self.pool, seq)  # its prefill
+            self.running.append(seq)
+
+    @precondition(lambda self: self.loading)
+    @rule(i=st.integers(0, 100))
+    def finish_loading(self, i: int) -> None:
+        seq = self.loading.pop(i % len(self.loading))
+        for load in seq.pending_loads:
+            if load.future is not None:
+                load.future.result()
+        before = seq.num_computed_tokens
+        served = self.bm.complete_loads(seq)
+        hashes = prefix_hashes(seq.token_ids, BS)
+        for j in range(before // BS, (before + served) // BS):
+            # Served from a tier: exactly what was computed for these tokens.
+            assert torch.equal(self.pool[seq.block_table[j]], block_value(hashes[j]))
+        if self.bm.blocks_needed(seq, seq.num_tokens - seq.num_computed_tokens) <= self.bm.num_free_blocks:
+            compute(self.bm, self.pool, seq)  # the prefill of what no tier had
+        self.running.append(seq)
+
+    @rule(blocks=st.integers(1, 10))
+    def evict(self, blocks: int) -> None:
+        """Pool pressure: a sequence takes up to ``blocks`` free blocks (evicting cached
+        ones, least recently used first) and leaves before they are computed."""
+        blocks = min(blocks, self.bm.num_free_blocks)
+        if blocks:
+            seq = Sequence([7] * (blocks * BS), blocks * BS)
+            self.bm.admit(seq, [])
+            assert self.bm.allocate_slots(seq, blocks * BS)
+            self.bm.free(seq)
+
+    @precondition(lambda self: self.running or self.loading)
+    @rule(i=st.integers(0, 100), loading=st.booleans())
+    def abort(self, i: int, loading: bool) -> None:
+        group = self.loading if (loading and self.loading) or not self.running else self.running
+        seq = group.pop(i % len(group))
+        self.bm.free(seq)
+        seq.pending_loads = []
+
+    @rule(key=st.sampled_from(["a", "b", "c"]), tokens=TOKENS)
+    def retain(self, key: str, tokens: list[int]) -> None:
+        self.bm.retain(key, tokens)
+        self.keys.add(key)
+
+    @precondition(lambda self: self.keys)
+    @rule(key=st.sampled_from(["a", "b", "c"]))
+    def release(self, key: str) -> None:
+        self.bm.release(key)
+        self.keys.discard(key)
+
+    @rule()
+    def flush_writes(self) -> None:
+        self.disk.flush()
+
+    @rule(i=st.integers(0, 100))
+    def damage_a_file(self, i: int) -> None:
+        files = sorted(self.dir.glob("*.kv"))
+        if files:
+            path = files[i % len(files)]
+            raw = bytearray(path.read_bytes())
+            raw[-1] ^= 0xFF
+            path.write_bytes(bytes(raw))
+
+    @invariant()
+    def ref_counts_balance_and_nothing_leaks(self) -> None:
+        if not hasattr(self, "bm"):
+            return
+        bm = self.bm
+        held = Counter(b for s in self.running + self.loading for b in s.block_table)
+        for block in bm.blocks:
+            assert block.ref_count == held.get(block.block_id, 0)
+        free = set(bm._empty) | set(bm._cached_free) | set(bm._retained_free)
+        assert len(free) == len(bm._empty) + len(bm._cached_free) + len(bm._retained_free)
+        assert free == {b.block_id for b in bm.blocks if b.ref_count == 0}
+        assert bm.num_free_blocks + len(held) == bm.num_blocks
+        for block_id in bm._retained_free:
+            assert bm.is_retained(bm.blocks[block_id].hash)
+        for block_id in bm._cached_free:
+            assert not bm.is_retained(bm.blocks[block_id].hash)
+
+    @invariant()
+    def cached_blocks_hold_what_their_hash_says(self) -> None:
+        if not hasattr(self, "bm"):
+            return
+        for h, block_id in self.bm._by_hash.items():
+            block = self.bm.blocks[block_id]
+            assert block.hash == h
+            assert torch.equal(self.pool[block_id], block_value(h))
+
+    @invariant()
+    def disk_index_matches_its_bound(self) -> None:
+        if not hasattr(self, "disk"):
+            return
+        with self.disk._lock:
+            assert self.disk.used_bytes == sum(e.size for e in self.disk._index.values())
+            assert self.disk.used_bytes <= self.disk.capacity_bytes
+
+
+class TierMachineWithHost(TierMachine):
+    use_host = True
+
+
+_settings = settings(
+    max_examples=50, stateful_step_count=40, deadline=None, suppress_health_check=list(HealthCheck)
+)
+TestTierInterleavings = TierMachine.TestCase
+TestTierInterleavings.settings = _settings
+TestTierInterleavingsWithHost = TierMachineWithHost.TestCase
+TestTierInterleavingsWithHost.settings = _settings
+
+
+def test_files_written_match_the_index_after_flush(tmp_path: Path) -> None:
+    disk = make_disk(tmp_path, blocks=5)
+    for h in range(1, 9):
+        disk.write(h, 0, (h,), block_value(h))
+    disk.flush()
+    names = {p.name for p in tmp_path.glob("*.kv")}
+    assert names == {f"{h:016x}.kv" for h in disk._index} and len(names) <= 5
+    assert not list(tmp_path.glob("*.tmp")) and os.path.exists(tmp_path / FINGERPRINT_FILE)
+    disk.close()
