@@ -11,6 +11,11 @@ Workloads (issue 3), all on the default model, in one process, no Django:
 - multi-turn: 8 conversations x 6 turns; prefix-cache hit rate over the history
   tokens and time to first token per turn.
 - KV waste: allocated but unfilled token slots / allocated slots, at peak use.
+- single stream (issue 15): one request's decode tokens/s against the bandwidth bound
+  of the weight bytes it reads per token; resident memory after load split into
+  weights, KV pool and the rest; and, unless ``--no-fp32-baseline``, the same
+  single-stream and 64-request figures for the de-quantized fp32 weights (the path
+  before quantized weights) in the same run, as ratios.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any
 
 import torch
 
+from inference.bench_single_stream import memory_breakdown, resident_bytes, single_stream_decode, weight_bytes
 from inference.config import EngineConfig
 from inference.engine import LLMEngine
 from inference.model_files import default_model_path
@@ -48,7 +54,10 @@ TARGETS = {
     "multi_turn_hit_rate": 0.90,
     "ttft_turn6_over_turn1": 1.5,
     "kv_waste_at_peak": 0.04,
+    "single_stream_fraction_of_bandwidth_bound": 0.70,
+    "throughput_quantized_over_fp32": 1.0,
 }
+MEMORY_TARGET_BYTES = 600e6  # resident memory less the KV pool, default model
 
 
 @dataclass
@@ -281,6 +290,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         help="requests the sequential HF baseline runs; its rate is extrapolated (0 = all)",
     )
     parser.add_argument("--static-batches", type=int, default=0, help="HF static batches to run (0 = all)")
+    parser.add_argument(
+        "--no-fp32-baseline", action="store_true", help="skip the de-quantized fp32 comparison runs"
+    )
+    parser.add_argument("--decode-tokens", type=int, default=128, help="single-stream decode length")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -288,13 +301,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     num_requests = 16 if args.quick else 64
     print(f"loading the default model (torch threads: {torch.get_num_threads()}) ...", file=sys.stderr)
+    rss_before_model = resident_bytes()
     loaded = load_model(None, device="cpu")
     model, tokenizer, mc = loaded
+    config = EngineConfig()
+    engine = LLMEngine(config, loaded=loaded)
+    memory = memory_breakdown(engine, rss_before_model)  # before anything else is loaded
     hf = AutoModelForCausalLM.from_pretrained(
         ensure_gguf_converted(default_model_path()), dtype=torch.float32
     ).eval()
-    config = EngineConfig()
-    engine = LLMEngine(config, loaded=loaded)
     pad_id = tokenizer.hf.pad_token_id if tokenizer.hf.pad_token_id is not None else 0
 
     workload = make_throughput_workload(tokenizer, num_requests)
@@ -310,9 +325,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print("measuring machine limits ...", file=sys.stderr)
     flops = measure_matmul_flops(mc.hidden_size, mc.intermediate_size, config.max_num_batched_tokens)
     bandwidth = measure_bandwidth()
+    print("our engine: single stream ...", file=sys.stderr)
+    stream_prompt = chat_prompt(tokenizer, random.Random(2), 60)
+    single = single_stream_decode(engine, stream_prompt, args.decode_tokens)
     print("our engine: throughput ...", file=sys.stderr)
     ours = run_ours_throughput(engine, workload)
     loads.append(os.getloadavg()[0])
+    fp32: dict[str, Any] | None = None
+    if not args.no_fp32_baseline:
+        print("fp32 baseline (de-quantized weights): single stream, throughput ...", file=sys.stderr)
+        fp32_loaded = load_model(None, device="cpu", quantized=False)
+        fp32_engine = LLMEngine(config, loaded=fp32_loaded)
+        run_ours_throughput(fp32_engine, Workload(workload.prompts[:2], [4, 4]))
+        fp32 = {
+            "weight_bytes": weight_bytes(fp32_loaded[0]),
+            "single_stream": single_stream_decode(fp32_engine, stream_prompt, args.decode_tokens),
+            "throughput": run_ours_throughput(fp32_engine, workload),
+        }
+        del fp32_engine, fp32_loaded
+        loads.append(os.getloadavg()[0])
     print("our engine: multi-turn ...", file=sys.stderr)
     multi = run_multi_turn(engine, conversations=4 if args.quick else 8, turns=6, answer_tokens=48)
     loads.append(os.getloadavg()[0])
@@ -333,7 +364,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     sequential = run_hf_sequential(hf, workload, indices, pad_id)
 
     loads.append(os.getloadavg()[0])
-    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    read_per_token = weight_bytes(model)
     needed = workload_flops(mc, workload)
     compute_bound_tps = workload.output_tokens / (needed / flops)
     results = {
@@ -353,9 +384,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "bandwidth_bytes_per_s": bandwidth,
             "workload_flops": needed,
             "compute_bound_tokens_per_s": compute_bound_tps,
-            "weight_bytes": weight_bytes,
-            "memory_bound_decode_tokens_per_s_batch1": bandwidth / weight_bytes,
+            "weight_bytes": read_per_token,
+            "memory_bound_decode_tokens_per_s_batch1": bandwidth / read_per_token,
         },
+        "single_stream": single,
+        "memory": memory,
+        "fp32_baseline": fp32,
         "multi_turn": multi,
         "ratios": {
             "ours_vs_hf_static": ours["tokens_per_s"] / static["tokens_per_s"],
@@ -364,6 +398,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "multi_turn_hit_rate": multi["hit_rate"],
             "ttft_turn6_over_turn1": multi["ttft_turn_last_over_first"],
             "kv_waste_at_peak": ours["kv_waste_at_peak"],
+            "single_stream_fraction_of_bandwidth_bound": single["tokens_per_s"] * read_per_token / bandwidth,
+            "throughput_quantized_over_fp32": (
+                ours["tokens_per_s"] / fp32["throughput"]["tokens_per_s"] if fp32 else None
+            ),
+            "single_stream_quantized_over_fp32": (
+                single["tokens_per_s"] / fp32["single_stream"]["tokens_per_s"] if fp32 else None
+            ),
         },
         "targets": TARGETS,
     }
@@ -379,6 +420,8 @@ def print_table(r: dict[str, Any]) -> None:
     seq, static, m = r["hf_sequential"], r["hf_static_batches"], r["machine"]
 
     def ok(name: str, lower_is_better: bool = False) -> str:
+        if ratios[name] is None:
+            return "not measured"
         good = ratios[name] <= t[name] if lower_is_better else ratios[name] >= t[name]
         return "yes" if good else "NO"
 
@@ -465,6 +508,7 @@ def print_table(r: dict[str, Any]) -> None:
             f"< {t['kv_waste_at_peak']:.0%}",
             ok("kv_waste_at_peak", True),
         ),
+        *single_stream_rows(r),
     ]
     widths = [max(len(str(row[i])) for row in rows) for i in range(4)]
     print()
@@ -474,3 +518,55 @@ def print_table(r: dict[str, Any]) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def single_stream_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    ratios, t, m, mem = r["ratios"], TARGETS, r["machine"], r["memory"]
+    single, fp32 = r["single_stream"], r["fp32_baseline"]
+    share = ratios["single_stream_fraction_of_bandwidth_bound"]
+    less_kv = mem["rss"] - mem["kv_pool_allocated"]
+    rows = [
+        (
+            "single stream decode: tokens/s",
+            f"{single['tokens_per_s']:.1f}",
+            "",
+            f"{single['tokens']} greedy tokens after a {single['prompt_tokens']}-token prompt",
+        ),
+        (
+            "  share of the bandwidth bound",
+            f"{share:.0%}",
+            f">= {t['single_stream_fraction_of_bandwidth_bound']:.0%}",
+            f"{'yes' if share >= t['single_stream_fraction_of_bandwidth_bound'] else 'NO'}: "
+            f"{m['weight_bytes'] / 1e6:.0f} MB read per token",
+        ),
+        (
+            "memory after load (RSS)",
+            f"{mem['rss'] / 1e6:.0f} MB",
+            "",
+            f"weights {mem['weights'] / 1e6:.0f} MB, KV pool {mem['kv_pool_allocated'] / 1e6:.0f} MB allocated, "
+            f"rest {mem['rest'] / 1e6:.0f} MB",
+        ),
+        (
+            "  RSS less the KV pool",
+            f"{less_kv / 1e6:.0f} MB",
+            f"< {MEMORY_TARGET_BYTES / 1e6:.0f} MB",
+            "yes" if less_kv < MEMORY_TARGET_BYTES else "NO",
+        ),
+    ]
+    if fp32:
+        rows += [
+            (
+                "fp32 weights (same run): single stream",
+                f"{fp32['single_stream']['tokens_per_s']:.1f} tok/s",
+                "",
+                f"quantized / fp32 = {ratios['single_stream_quantized_over_fp32']:.2f}x, "
+                f"{fp32['weight_bytes'] / 1e6:.0f} MB of weights",
+            ),
+            (
+                "fp32 weights (same run): 64-request throughput",
+                f"{fp32['throughput']['tokens_per_s']:.1f} tok/s",
+                f">= {t['throughput_quantized_over_fp32']:.1f}x",
+                f"quantized / fp32 = {ratios['throughput_quantized_over_fp32']:.2f}x",
+            ),
+        ]
+    return rows

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from kernels.paged_decode import paged_decode_attention
 from kernels.paged_prefill import paged_prefill_attention
+from kernels.quant_matmul import quant_matmul
 from kernels.rmsnorm import fused_add_rms_norm
 from kernels.rotary import rotary_embedding_
 from kernels.store_kv import store_kv
@@ -17,6 +18,7 @@ __all__ = [
     "fused_add_rms_norm",
     "paged_decode_attention",
     "paged_prefill_attention",
+    "quant_matmul",
     "rotary_embedding_",
     "store_kv",
 ]

@@ -50,3 +50,16 @@ def test_workload_flops_counts_linear_layers_head_and_attention() -> None:
     flops = workload_flops(mc, Workload([[1, 2]], [2]))  # 3 tokens fed, 2 sampled
     linear = 2 * (4 * 4 + 2 * 4 * 2 + 4 * 4 + 3 * 4 * 8)
     assert flops == 3 * linear + 2 * 2 * 4 * 10 + 2 * 2 * 4 * (1 + 2 + 3)
+
+
+def test_single_stream_and_memory_breakdown(tiny: TinyModel) -> None:
+    from inference.bench_single_stream import memory_breakdown, single_stream_decode, weight_bytes
+
+    engine = tiny.engine()
+    result = single_stream_decode(engine, [5, 6, 7, 8], 6)
+    assert result["tokens_per_s"] > 0 and result["tokens"] == 6
+    memory = memory_breakdown(engine, 0)
+    pool = engine.runner.kv_cache
+    assert memory["kv_pool_allocated"] == pool.numel() * pool.element_size()
+    assert memory["weights"] == weight_bytes(engine.model) > 0
+    assert memory["rss"] >= memory["weights"] and memory["rest"] >= 0
