@@ -74,20 +74,35 @@ static inline __attribute__((always_inline)) group_params params(int fmt, const 
     return p;
 }
 
+/* 8 bytes widened to 8 int32 lanes. GCC lowers __builtin_convertvector from 8-byte
+ * vectors element by element, so on AVX2 the widening load is spelled out. */
+#ifdef __AVX2__
+#include <immintrin.h>
+static inline v8i widen_u8(const uint8_t *p) {
+    return (v8i)_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
+static inline v8i widen_s8(const int8_t *p) {
+    return (v8i)_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+}
+#else
+static inline v8i widen_u8(const uint8_t *p) { return __builtin_convertvector(*(const v8u8 *)p, v8i); }
+static inline v8i widen_s8(const int8_t *p) { return __builtin_convertvector(*(const v8s8 *)p, v8i); }
+#endif
+
 /* The 16 de-quantized weights of k step `k` of group `g`. */
 static inline __attribute__((always_inline)) void dequant_step(int fmt, const uint8_t *g,
                                                                const group_params *p, int k,
                                                                v8f *w0, v8f *w1) {
     if (fmt == FMT_Q4) {
-        const v8i b = __builtin_convertvector(*(const v8u8 *)(g + 128 + k * 8), v8i);
+        const v8i b = widen_u8(g + 128 + k * 8);
         const v8f lo = __builtin_convertvector(b & 15, v8f);
         const v8f hi = __builtin_convertvector(b >> 4, v8f);
         *w0 = p->s0 * lo + p->o0;
         *w1 = p->s1 * hi + p->o1;
     } else {
         const int8_t *q = (const int8_t *)(g + 64) + k * 16;
-        *w0 = p->s0 * __builtin_convertvector(__builtin_convertvector(*(const v8s8 *)q, v8i), v8f);
-        *w1 = p->s1 * __builtin_convertvector(__builtin_convertvector(*(const v8s8 *)(q + 8), v8i), v8f);
+        *w0 = p->s0 * __builtin_convertvector(widen_s8(q), v8f);
+        *w1 = p->s1 * __builtin_convertvector(widen_s8(q + 8), v8f);
     }
 }
 
