@@ -245,6 +245,20 @@ static void rows_f32(const float *x, int64_t xs, const float *panel, int64_t K,
 #undef F32_TILE
 }
 
+/* The calling thread's fp32 panel buffer (K x 16 floats), kept between calls: an
+ * allocation per call cost more than the product at decode batch sizes. */
+static float *panel_buffer(int64_t K) {
+    static __thread float *buf = NULL;
+    static __thread size_t capacity = 0;
+    const size_t need = (size_t)K * PANEL * sizeof(float);
+    if (need > capacity) {
+        free(buf);
+        buf = aligned_alloc(64, need);
+        capacity = buf ? need : 0;
+    }
+    return buf;
+}
+
 /* x [M, K] (row stride xs); wq: ceil(N / 16) panels in format fmt for N weight rows;
  * bias [N] or NULL (not with silu_pairs); y [M, N] at row stride ys, or [M, N / 2] with
  * silu_pairs (then N must be a multiple of 16). Returns 0, 1 for a bad shape or format,
@@ -267,7 +281,7 @@ int quant_linear_f32(const float *x, int64_t xs, const uint8_t *wq, int fmt, con
     int failed = 0;
 #pragma omp parallel num_threads(num_threads) reduction(| : failed)
     {
-        float *buf = buffered ? aligned_alloc(64, (size_t)K * PANEL * sizeof(float)) : NULL;
+        float *buf = buffered ? panel_buffer(K) : NULL;
         if (buffered && !buf) failed = 1;
         for (int64_t m0 = 0; m0 < M; m0 += block) {
             const int64_t rows = M - m0 < block ? M - m0 : block;
@@ -294,7 +308,6 @@ int quant_linear_f32(const float *x, int64_t xs, const uint8_t *wq, int fmt, con
                 }
             }
         }
-        free(buf);
     }
     return failed ? 2 : 0;
 }
