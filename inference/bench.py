@@ -14,6 +14,11 @@ process, no Django (an MLA model also runs ``inference.bench_mla``'s comparison)
 - KV waste: allocated but unfilled token slots / allocated slots, at peak use.
 - memory pressure (issue 14, ``inference.bench_memory``): 48 conversations over a pool
   holding a third of them, KV tiers off and on; ``--memory-pressure`` runs it alone.
+- single stream (issue 15): one request's decode tokens/s against the bandwidth bound
+  of the weight bytes it reads per token; resident memory after load split into
+  weights, KV pool and the rest; and, unless ``--no-fp32-baseline``, the same
+  single-stream and 64-request figures for the de-quantized fp32 weights (the path
+  before quantized weights) in the same run, as ratios.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import torch
 
 from inference.bench_memory import print_memory_pressure, run_memory_pressure
 from inference.bench_mla import compare_without_mla, print_mla_table
+from inference.bench_single_stream import memory_breakdown, resident_bytes, single_stream_decode, weight_bytes
 from inference.config import EngineConfig
 from inference.engine import LLMEngine
 from inference.model_files import default_model_path
@@ -54,7 +60,10 @@ TARGETS = {
     "multi_turn_hit_rate": 0.90,
     "ttft_turn6_over_turn1": 1.5,
     "kv_waste_at_peak": 0.04,
+    "single_stream_fraction_of_bandwidth_bound": 0.70,
+    "throughput_quantized_over_fp32": 1.0,
 }
+MEMORY_TARGET_BYTES = 600e6  # resident memory less the KV pool, default model
 
 
 @dataclass
@@ -314,6 +323,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--memory-pressure", action="store_true", help="run only the memory-pressure workload (KV tiers)"
     )
     parser.add_argument("--tiers-first", action="store_true", help="memory pressure: run tiers on before off")
+    parser.add_argument(
+        "--no-fp32-baseline", action="store_true", help="skip the de-quantized fp32 comparison runs"
+    )
+    parser.add_argument("--decode-tokens", type=int, default=128, help="single-stream decode length")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -326,13 +339,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"loading {args.model or 'the default model'} (torch threads: {torch.get_num_threads()}) ...",
         file=sys.stderr,
     )
+    rss_before_model = resident_bytes()
     loaded = load_model(args.model, device="cpu")
     model, tokenizer, mc = loaded
+    config = EngineConfig(model=args.model)
+    engine = LLMEngine(config, loaded=loaded)
+    memory = memory_breakdown(engine, rss_before_model)  # before anything else is loaded
     source = Path(args.model).expanduser() if args.model else default_model_path()
     hf_dir = ensure_gguf_converted(source) if source.suffix == ".gguf" else source
     hf = AutoModelForCausalLM.from_pretrained(hf_dir, dtype=torch.float32).eval()
-    config = EngineConfig(model=args.model)
-    engine = LLMEngine(config, loaded=loaded)
     pad_id = tokenizer.hf.pad_token_id if tokenizer.hf.pad_token_id is not None else 0
 
     workload = make_throughput_workload(tokenizer, num_requests)
@@ -348,9 +363,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print("measuring machine limits ...", file=sys.stderr)
     flops = measure_matmul_flops(mc.hidden_size, mc.intermediate_size, config.max_num_batched_tokens)
     bandwidth = measure_bandwidth()
+    print("our engine: single stream ...", file=sys.stderr)
+    stream_prompt = chat_prompt(tokenizer, random.Random(2), 60)
+    single = single_stream_decode(engine, stream_prompt, args.decode_tokens)
     print("our engine: throughput ...", file=sys.stderr)
     ours = run_ours_throughput(engine, workload)
     loads.append(os.getloadavg()[0])
+    fp32: dict[str, Any] | None = None
+    if not args.no_fp32_baseline and source.suffix == ".gguf":
+        print("fp32 baseline (de-quantized weights): single stream, throughput ...", file=sys.stderr)
+        fp32_loaded = load_model(args.model, device="cpu", quantized=False)
+        fp32_engine = LLMEngine(config, loaded=fp32_loaded)
+        run_ours_throughput(fp32_engine, Workload(workload.prompts[:2], [4, 4]))
+        fp32 = {
+            "weight_bytes": weight_bytes(fp32_loaded[0]),
+            "single_stream": single_stream_decode(fp32_engine, stream_prompt, args.decode_tokens),
+            "throughput": run_ours_throughput(fp32_engine, workload),
+        }
+        del fp32_engine, fp32_loaded
+        loads.append(os.getloadavg()[0])
     print("our engine: multi-turn ...", file=sys.stderr)
     multi = run_multi_turn(engine, conversations=4 if args.quick else 8, turns=6, answer_tokens=48)
     loads.append(os.getloadavg()[0])
@@ -371,7 +402,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     sequential = run_hf_sequential(hf, workload, indices, pad_id)
 
     loads.append(os.getloadavg()[0])
-    weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    read_per_token = weight_bytes(model)
     needed = workload_flops(mc, workload)
     compute_bound_tps = workload.output_tokens / (needed / flops)
     results = {
@@ -391,9 +422,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "bandwidth_bytes_per_s": bandwidth,
             "workload_flops": needed,
             "compute_bound_tokens_per_s": compute_bound_tps,
-            "weight_bytes": weight_bytes,
-            "memory_bound_decode_tokens_per_s_batch1": bandwidth / weight_bytes,
+            "weight_bytes": read_per_token,
+            "memory_bound_decode_tokens_per_s_batch1": bandwidth / read_per_token,
         },
+        "single_stream": single,
+        "memory": memory,
+        "fp32_baseline": fp32,
         "multi_turn": multi,
         "ratios": {
             "ours_vs_hf_static": ours["tokens_per_s"] / static["tokens_per_s"],
@@ -402,6 +436,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "multi_turn_hit_rate": multi["hit_rate"],
             "ttft_turn6_over_turn1": multi["ttft_turn_last_over_first"],
             "kv_waste_at_peak": ours["kv_waste_at_peak"],
+            "single_stream_fraction_of_bandwidth_bound": single["tokens_per_s"] * read_per_token / bandwidth,
+            "throughput_quantized_over_fp32": (
+                ours["tokens_per_s"] / fp32["throughput"]["tokens_per_s"] if fp32 else None
+            ),
+            "single_stream_quantized_over_fp32": (
+                single["tokens_per_s"] / fp32["single_stream"]["tokens_per_s"] if fp32 else None
+            ),
         },
         "targets": TARGETS,
     }
@@ -441,6 +482,8 @@ def print_table(r: dict[str, Any]) -> None:
     seq, static, m = r["hf_sequential"], r["hf_static_batches"], r["machine"]
 
     def ok(name: str, lower_is_better: bool = False) -> str:
+        if ratios[name] is None:
+            return "not measured"
         good = ratios[name] <= t[name] if lower_is_better else ratios[name] >= t[name]
         return "yes" if good else "NO"
 
@@ -527,6 +570,7 @@ def print_table(r: dict[str, Any]) -> None:
             f"< {t['kv_waste_at_peak']:.0%}",
             ok("kv_waste_at_peak", True),
         ),
+        *single_stream_rows(r),
     ]
     widths = [max(len(str(row[i])) for row in rows) for i in range(4)]
     print()
@@ -536,3 +580,55 @@ def print_table(r: dict[str, Any]) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def single_stream_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    ratios, t, m, mem = r["ratios"], TARGETS, r["machine"], r["memory"]
+    single, fp32 = r["single_stream"], r["fp32_baseline"]
+    share = ratios["single_stream_fraction_of_bandwidth_bound"]
+    less_kv = mem["rss"] - mem["kv_pool_allocated"]
+    rows = [
+        (
+            "single stream decode: tokens/s",
+            f"{single['tokens_per_s']:.1f}",
+            "",
+            f"{single['tokens']} greedy tokens after a {single['prompt_tokens']}-token prompt",
+        ),
+        (
+            "  share of the bandwidth bound",
+            f"{share:.0%}",
+            f">= {t['single_stream_fraction_of_bandwidth_bound']:.0%}",
+            f"{'yes' if share >= t['single_stream_fraction_of_bandwidth_bound'] else 'NO'}: "
+            f"{m['weight_bytes'] / 1e6:.0f} MB read per token",
+        ),
+        (
+            "memory after load (RSS)",
+            f"{mem['rss'] / 1e6:.0f} MB",
+            "",
+            f"weights {mem['weights'] / 1e6:.0f} MB, KV pool {mem['kv_pool_allocated'] / 1e6:.0f} MB allocated, "
+            f"rest {mem['rest'] / 1e6:.0f} MB",
+        ),
+        (
+            "  RSS less the KV pool",
+            f"{less_kv / 1e6:.0f} MB",
+            f"< {MEMORY_TARGET_BYTES / 1e6:.0f} MB",
+            "yes" if less_kv < MEMORY_TARGET_BYTES else "NO",
+        ),
+    ]
+    if fp32:
+        rows += [
+            (
+                "fp32 weights (same run): single stream",
+                f"{fp32['single_stream']['tokens_per_s']:.1f} tok/s",
+                "",
+                f"quantized / fp32 = {ratios['single_stream_quantized_over_fp32']:.2f}x, "
+                f"{fp32['weight_bytes'] / 1e6:.0f} MB of weights",
+            ),
+            (
+                "fp32 weights (same run): 64-request throughput",
+                f"{fp32['throughput']['tokens_per_s']:.1f} tok/s",
+                f">= {t['throughput_quantized_over_fp32']:.1f}x",
+                f"quantized / fp32 = {ratios['throughput_quantized_over_fp32']:.2f}x",
+            ),
+        ]
+    return rows

@@ -5,7 +5,9 @@ Two sources:
 - a GGUF file, read and de-quantised through transformers' GGUF support. That
   takes ~10 s for SmolLM2, so the first load writes the de-quantised weights,
   config and tokenizer as an ordinary HF directory under the weights cache, and
-  later loads read that directory instead (about a second).
+  later loads read that directory instead (about a second). On the CPU in fp32 the
+  engine instead keeps the GGUF's quantized blocks (``inference.gguf_weights``,
+  ``kernels.cpu_quant``) and takes only the config and tokenizer from the cache.
 
 transformers is used for configs, tokenizers and GGUF parsing only; inference
 always runs on ``inference.models``.
@@ -13,6 +15,7 @@ always runs on ``inference.models``.
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import hashlib
 import json
@@ -28,10 +31,12 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from inference.gguf_weights import load_index, read_gguf_weights
 from inference.model_config import ModelConfig
 from inference.model_files import default_model_path
 from inference.models import build_model
 from inference.tokenizer import Tokenizer
+from kernels import cpu_quant
 
 logger = logging.getLogger(__name__)
 
@@ -72,10 +77,16 @@ def weights_cache_root(weights_cache_dir: str | os.PathLike[str] | None = None) 
     return Path.home() / ".cache" / "chatsite-weights"
 
 
+# Part of the cache key: bump it whenever what the cache directory holds changes.
+# 2: a tensor index of the GGUF (``inference.gguf_weights``) next to the weights.
+CACHE_FORMAT = 2
+
+
 def gguf_cache_dir(gguf_path: Path, weights_cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """``<root>/<stem>-<size>-<hash of mtime>``: a replaced file gets a fresh entry."""
+    """``<root>/<stem>-<size>-<hash of mtime and cache format>``: a replaced file, or a
+    new cache format, gets a fresh entry."""
     stat = gguf_path.stat()
-    stamp = hashlib.sha256(f"{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    stamp = hashlib.sha256(f"{stat.st_mtime_ns}|{CACHE_FORMAT}".encode()).hexdigest()[:12]
     return weights_cache_root(weights_cache_dir) / f"{gguf_path.stem}-{stat.st_size}-{stamp}"
 
 
@@ -84,20 +95,31 @@ def load_model(
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
     weights_cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    quantized: bool | None = None,
 ) -> tuple[nn.Module, Tokenizer, ModelConfig]:
     """Load ``path`` (HF dir or ``.gguf``; None = the default SmolLM2 GGUF) into our model.
 
     Returns ``(model, tokenizer, model_config)``; the model is in eval mode on
     ``device`` in ``dtype``. Raises ``UnsupportedModelError`` for other architectures
     before reading any weights.
+
+    ``quantized`` (GGUF only; None = wherever possible): keep the GGUF's block-quantized
+    tensors as they are for the CPU kernels (``kernels.cpu_quant``), reading them from
+    the GGUF itself; the cache then supplies only the config and tokenizer. Needs the
+    CPU, fp32 and gcc; otherwise the cache's de-quantized weights are loaded.
     """
     started = time.perf_counter()
     source = Path(path).expanduser() if path is not None else default_model_path()
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
+    gguf_source: Path | None = None
     if source.is_file() and source.suffix == ".gguf":
         model_dir = ensure_gguf_converted(source, weights_cache_dir)
         name = source.stem
+        if quantized is None:
+            quantized = torch_device.type == "cpu" and torch_dtype == torch.float32 and cpu_quant.available()
+        gguf_source = source if quantized else None
     elif source.is_dir():
         model_dir, name = source, source.name
     else:
@@ -106,11 +128,17 @@ def load_model(
     hf_config = _load_hf_config(model_dir)
     model_config = ModelConfig.from_hf(hf_config, name=name)
     tokenizer = load_tokenizer(model_dir, model_config)
-    state_dict = load_state_dict(model_dir)
     with torch.device("meta"):  # no allocation or random init: weights are assigned next
         model = build_model(model_config)
+    if gguf_source is not None:
+        index = load_index(gguf_source, model_dir, [*model.state_dict(), "lm_head.weight"])
+        state_dict = read_gguf_weights(gguf_source, index, hf_config)
+    else:
+        state_dict = load_state_dict(model_dir)
     model.load_weights(state_dict, device=torch_device, dtype=torch_dtype)
     model.eval()
+    del state_dict
+    release_free_heap()
     logger.info(
         "loaded %s (%s) on %s/%s in %.1fs",
         name,
@@ -120,6 +148,15 @@ def load_model(
         time.perf_counter() - started,
     )
     return model, tokenizer, model_config
+
+
+def release_free_heap() -> None:
+    """Hand the heap memory that loading freed (parsed blocks, numpy temporaries) back
+    to the OS: glibc keeps it otherwise, ~160 MB of resident memory for SmolLM2."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _load_hf_config(model_dir: Path) -> Any:

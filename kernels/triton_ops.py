@@ -10,6 +10,7 @@ from __future__ import annotations
 from kernels.mla_decode import mla_decode_attention
 from kernels.paged_decode import paged_decode_attention
 from kernels.paged_prefill import paged_prefill_attention
+from kernels.quant_matmul import quant_matmul
 from kernels.rmsnorm import fused_add_rms_norm
 from kernels.rotary import rotary_embedding_
 from kernels.store_kv import store_kv
@@ -19,6 +20,7 @@ __all__ = [
     "mla_decode_attention",
     "paged_decode_attention",
     "paged_prefill_attention",
+    "quant_matmul",
     "rotary_embedding_",
     "store_kv",
 ]

@@ -19,7 +19,8 @@ from inference.attention import paged_attention
 from inference.attention_context import AttentionContext
 from inference.kv_spec import KVSpec
 from inference.model_config import ModelConfig
-from kernels import cpu_layer_ops, cpu_linear
+from kernels import cpu_layer_ops, cpu_linear, cpu_quant
+from kernels.cpu_quant import PackedQuant, QuantRows
 
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
@@ -73,21 +74,67 @@ def _weight_key(weight: torch.Tensor) -> tuple[int, int]:
     return weight.data_ptr(), -1 if weight.is_inference() else weight._version
 
 
-def _packable(weight: torch.Tensor) -> bool:
-    return weight.device.type == "cpu" and weight.dtype == torch.float32 and cpu_linear.available()
+def _packable(weight: torch.Tensor | None) -> bool:
+    return (
+        weight is not None
+        and weight.device.type == "cpu"
+        and weight.dtype == torch.float32
+        and cpu_linear.available()
+    )
+
+
+def quant_linear(
+    x: torch.Tensor, packed: PackedQuant, bias: torch.Tensor | None, silu_pairs: bool = False
+) -> torch.Tensor:
+    """``kernels.cpu_quant.linear``; de-quantizes first for inputs it does not take
+    (only reached off the engine's CPU fp32 path)."""
+    if x.device.type == "cpu" and x.dtype == torch.float32 and cpu_quant.available():
+        return cpu_quant.linear(x, packed, bias, silu_pairs=silu_pairs)
+    out = F.linear(x, packed.dequantize().to(x.device, x.dtype), bias)
+    if silu_pairs:  # rows interleaved 8 gate, 8 up
+        pairs = out.unflatten(-1, (-1, 2, 8))
+        out = (F.silu(pairs[..., 0, :]) * pairs[..., 1, :]).flatten(-2)
+    return out
+
+
+def linear_released(
+    x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """A product over a packed weight whose fp32 original was dropped; without the C
+    kernel (turned off after packing) the weight is read back out of the panels."""
+    if cpu_linear.available():
+        return cpu_linear.linear_packed(x, packed, out_features, bias)
+    return F.linear(x, packed.transpose(1, 2).reshape(-1, packed.shape[1])[:out_features], bias)
+
+
+def gate_up_released(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:
+    if cpu_linear.available():
+        return cpu_linear.gate_up_silu(x, packed, out_features)
+    half = cpu_linear.GATE_UP_PANEL
+    gate = packed[:, :, :half].transpose(1, 2).reshape(-1, packed.shape[1])[:out_features]
+    up = packed[:, :, half:].transpose(1, 2).reshape(-1, packed.shape[1])[:out_features]
+    return F.silu(F.linear(x, gate)) * F.linear(x, up)
 
 
 class Linear(nn.Linear):
     """``nn.Linear`` (same parameters and names) whose fp32 CPU products go through
     ``kernels.cpu_linear``: decode steps multiply each weight by only a few rows, where
     BLAS streams the weights at a fraction of memory speed. The packed copy the kernel
-    reads is made on first use and again whenever the weight changes (CPU fp32 linear
-    weights are held twice: the cost of the speed)."""
+    reads is made on first use and again whenever the weight changes; ``release_weight``
+    (at engine start) then drops the original, so a weight is held once.
+
+    A GGUF weight of a quantized type is held only as ``quant`` (panels of blocks,
+    ``kernels.cpu_quant``); ``weight`` is None then."""
 
     _packed: torch.Tensor | None = None
     _packed_key: tuple[int, int] | None = None
+    quant: PackedQuant | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.quant is not None:
+            return quant_linear(x, self.quant, self.bias)
+        if self.weight is None:  # released: the packed panels are the only copy
+            return linear_released(x, self._packed, self.out_features, self.bias)
         if cpu_linear.supports(x, self.weight, self.bias):
             return cpu_linear.linear_packed(x, self.packed_weight(), self.out_features, self.bias)
         return F.linear(x, self.weight, self.bias)
@@ -97,10 +144,22 @@ class Linear(nn.Linear):
             self.packed_weight()
 
     def packed_weight(self) -> torch.Tensor:
+        if self.weight is None:
+            return self._packed
         key = _weight_key(self.weight)
         if self._packed is None or self._packed_key != key:
             self._packed, self._packed_key = cpu_linear.pack_weight(self.weight), key
         return self._packed
+
+    def release_weight(self) -> None:
+        """Drop the fp32 weight once the packed copy exists (it serves every product)."""
+        if self.weight is not None and self._packed is not None:
+            self.weight = None
+
+    def set_quantized(self, packed: PackedQuant | None) -> None:
+        """Hold ``packed`` as the weight (None: the weight is served by a fused product
+        of the parent module) and drop the fp32 parameter."""
+        self.quant, self.weight = packed, None
 
 
 class RMSNorm(nn.Module):
@@ -136,6 +195,7 @@ class RMSNorm(nn.Module):
 class Attention(nn.Module):
     _packed: tuple[torch.Tensor, torch.Tensor | None] | None = None
     _packed_key: tuple[tuple[int, int], ...] | None = None
+    _qkv_quant: PackedQuant | None = None  # q, k and v rows of one quantized format
 
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
@@ -162,15 +222,10 @@ class Attention(nn.Module):
         tokens, d = hidden.shape[0], self.head_dim
         hq, hkv = self.num_heads, self.num_kv_heads
         k_cache, v_cache = kv_cache[:, 0, self.layer_idx], kv_cache[:, 1, self.layer_idx]
-        if (
-            cpu_linear.supports(hidden, self.q_proj.weight, self.q_proj.bias)
-            and cpu_layer_ops.is_cpu_f32(kv_cache)
-            and cpu_layer_ops.available()
-        ):
+        qkv = self.fused_qkv(hidden)
+        if qkv is not None and cpu_layer_ops.is_cpu_f32(kv_cache) and cpu_layer_ops.available():
             # Decode steps are dominated by per-op overhead at these sizes: one packed
             # q/k/v product, then one call rotates q and k in place and stores k and v.
-            packed, bias = self.packed_qkv()
-            qkv = cpu_linear.linear_packed(hidden, packed, (hq + 2 * hkv) * d, bias)
             cpu_layer_ops.rotary_store(qkv, hq, hkv, cos_sin, ctx.slot_mapping, k_cache, v_cache)
             q = qkv[:, : hq * d].view(tokens, hq, d)
             k = qkv[:, hq * d : (hq + hkv) * d].view(tokens, hkv, d)
@@ -178,19 +233,56 @@ class Attention(nn.Module):
             out = paged_attention(q, k, v, k_cache, v_cache, ctx, self.scale, kv_stored=True)
         else:
             cos, sin = cos_sin[:, None, : d // 2], cos_sin[:, None, d // 2 :]  # broadcast over heads
-            q = apply_rotary(self.q_proj(hidden).view(tokens, hq, d), cos, sin)
-            k = apply_rotary(self.k_proj(hidden).view(tokens, hkv, d), cos, sin)
-            v = self.v_proj(hidden).view(tokens, hkv, d)
-            out = paged_attention(q, k, v, k_cache, v_cache, ctx, self.scale)
+            if qkv is not None:
+                q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+            else:
+                q, k, v = self.q_proj(hidden), self.k_proj(hidden), self.v_proj(hidden)
+            q = apply_rotary(q.reshape(tokens, hq, d), cos, sin)
+            k = apply_rotary(k.reshape(tokens, hkv, d), cos, sin)
+            out = paged_attention(q, k, v.reshape(tokens, hkv, d), k_cache, v_cache, ctx, self.scale)
         return self.o_proj(out.reshape(tokens, hq * d))
 
+    def fused_qkv(self, hidden: torch.Tensor) -> torch.Tensor | None:
+        """``[T, (Hq + 2 Hkv) D]`` from one product over the packed q/k/v weights, or
+        None where the separate projections serve instead."""
+        out_features = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
+        biases = [p.bias for p in (self.q_proj, self.k_proj, self.v_proj) if p.bias is not None]
+        if self._qkv_quant is not None:
+            return quant_linear(hidden, self._qkv_quant, torch.cat(biases) if biases else None)
+        if self.q_proj.weight is None and self._packed is not None:  # released after packing
+            packed, bias = self._packed
+            return linear_released(hidden, packed, out_features, bias)
+        if cpu_linear.supports(hidden, self.q_proj.weight, self.q_proj.bias):
+            packed, bias = self.packed_qkv()
+            return cpu_linear.linear_packed(hidden, packed, out_features, bias)
+        return None
+
+    def release_weights(self) -> None:
+        if self._packed is not None:
+            for p in (self.q_proj, self.k_proj, self.v_proj):
+                p.weight = None
+        self.o_proj.release_weight()
+
+    def set_quantized(self, rows: dict[str, QuantRows]) -> None:
+        """``rows``: this layer's quantized projections by name (q_proj, ...)."""
+        qkv = [rows.get(n) for n in ("q_proj", "k_proj", "v_proj")]
+        if all(r is not None for r in qkv) and len({r.fmt for r in qkv}) == 1:  # type: ignore[union-attr]
+            self._qkv_quant = cpu_quant.pack(cpu_quant.cat_rows(qkv))  # type: ignore[arg-type]
+            for p in (self.q_proj, self.k_proj, self.v_proj):
+                p.set_quantized(None)
+            rows = {n: r for n, r in rows.items() if n == "o_proj"}
+        for name, r in rows.items():
+            getattr(self, name).set_quantized(cpu_quant.pack(r))
+
     def prepare_packed(self) -> None:
-        if _packable(self.q_proj.weight):
+        if _packable(self.q_proj.weight) and _packable(self.k_proj.weight) and _packable(self.v_proj.weight):
             self.packed_qkv()
         self.o_proj.prepare_packed()
 
     def packed_qkv(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         projections = (self.q_proj, self.k_proj, self.v_proj)
+        if any(p.weight is None for p in projections):
+            return self._packed  # type: ignore[return-value]
         key = tuple(_weight_key(p.weight) for p in projections) + tuple(
             _weight_key(p.bias) for p in projections if p.bias is not None
         )
@@ -208,6 +300,7 @@ class MLP(nn.Module):
 
     _packed: torch.Tensor | None = None
     _packed_key: tuple[tuple[int, int], tuple[int, int]] | None = None
+    _gate_up_quant: PackedQuant | None = None  # gate and up rows interleaved 8 by 8
 
     def __init__(self, config: ModelConfig, intermediate_size: int | None = None) -> None:
         super().__init__()
@@ -219,18 +312,41 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_proj, self.up_proj
-        if gate.bias is None and up.bias is None and cpu_linear.supports(x, gate.weight, None):
+        if self._gate_up_quant is not None:
+            hidden = quant_linear(x, self._gate_up_quant, None, silu_pairs=True)
+        elif gate.weight is None and self._packed is not None:  # released after packing
+            hidden = gate_up_released(x, self._packed, gate.out_features)
+        elif gate.bias is None and up.bias is None and cpu_linear.supports(x, gate.weight, None):
             hidden = cpu_linear.gate_up_silu(x, self.packed_gate_up(), gate.out_features)
         else:
             hidden = F.silu(gate(x)) * up(x)
         return self.down_proj(hidden)
 
     def prepare_packed(self) -> None:
-        if self.gate_proj.bias is None and self.up_proj.bias is None and _packable(self.gate_proj.weight):
+        gate, up = self.gate_proj, self.up_proj
+        if gate.bias is None and up.bias is None and _packable(gate.weight) and _packable(up.weight):
             self.packed_gate_up()
         self.down_proj.prepare_packed()
 
+    def release_weights(self) -> None:
+        if self._packed is not None:
+            self.gate_proj.weight = self.up_proj.weight = None
+        self.down_proj.release_weight()
+
+    def set_quantized(self, rows: dict[str, QuantRows]) -> None:
+        gate, up = rows.get("gate_proj"), rows.get("up_proj")
+        fusable = self.gate_proj.bias is None and self.up_proj.bias is None
+        if gate is not None and up is not None and gate.fmt == up.fmt and gate.shape[0] % 8 == 0 and fusable:
+            self._gate_up_quant = cpu_quant.pack(cpu_quant.interleave_gate_up(gate, up))
+            self.gate_proj.set_quantized(None)
+            self.up_proj.set_quantized(None)
+            rows = {n: r for n, r in rows.items() if n == "down_proj"}
+        for name, r in rows.items():
+            getattr(self, name).set_quantized(cpu_quant.pack(r))
+
     def packed_gate_up(self) -> torch.Tensor:
+        if self.gate_proj.weight is None or self.up_proj.weight is None:
+            return self._packed  # type: ignore[return-value]
         key = (_weight_key(self.gate_proj.weight), _weight_key(self.up_proj.weight))
         if self._packed is None or self._packed_key != key:
             self._packed = cpu_linear.pack_gate_up(self.gate_proj.weight, self.up_proj.weight)
@@ -266,10 +382,28 @@ class DecoderLayer(nn.Module):
         return self.mlp(hidden), residual
 
 
+class Embedding(nn.Embedding):
+    """``nn.Embedding`` that can also look rows up in a quantized weight (``quant``) or
+    in the fp32 panels of the tied LM head (``panels``) once its own weight is dropped;
+    either way only the rows asked for are read."""
+
+    quant: PackedQuant | None = None
+    panels: torch.Tensor | None = None  # the tied LM head's packed weight [ceil(V / 16), H, 16]
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.quant is not None:
+            return cpu_quant.embedding(ids, self.quant)
+        if self.weight is None and self.panels is not None:
+            flat = ids.reshape(-1).long()
+            rows = self.panels[flat // cpu_linear.PANEL, :, flat % cpu_linear.PANEL]
+            return rows.view(*ids.shape, self.embedding_dim)
+        return super().forward(ids)
+
+
 class LlamaModel(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
@@ -304,7 +438,7 @@ class LlamaForCausalLM(nn.Module):
     @property
     def cos_sin_cache(self) -> torch.Tensor:
         """``[max_pos, head_dim]`` fp32 on the model's device (for the Triton rotary kernel)."""
-        device = self.model.embed_tokens.weight.device
+        device = self.model.norm.weight.device
         if self._cos_sin_cache.device != device:
             self._cos_sin_cache = self._cos_sin_cache.to(device)
         return self._cos_sin_cache
@@ -328,12 +462,24 @@ class LlamaForCausalLM(nn.Module):
 
     def prepare_cpu_kernels(self) -> None:
         """Make the packed weight copies the CPU kernels read now (about 0.5 s for
-        SmolLM2-135M) rather than in the first request's forward pass. Nothing
-        happens off the CPU, outside fp32, or when the kernels are unavailable."""
+        SmolLM2-135M) rather than in the first request's forward pass, then drop the
+        fp32 originals they replace, so each weight is held once (a tied embedding then
+        reads its rows from the LM head's panels). Nothing happens off the CPU, outside
+        fp32, or when the kernels are unavailable; quantized weights were packed at load."""
         for layer in self.model.layers:
             layer.self_attn.prepare_packed()
             layer.mlp.prepare_packed()
+            layer.self_attn.release_weights()
+            layer.mlp.release_weights()
         self.lm_head.prepare_packed()
+        embed = self.model.embed_tokens
+        if (
+            self.config.tie_word_embeddings
+            and self.lm_head.quant is None
+            and self.lm_head._packed is not None
+        ):
+            embed.panels, embed.weight = self.lm_head.packed_weight(), None
+        self.lm_head.release_weight()
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -352,6 +498,25 @@ class LlamaForCausalLM(nn.Module):
         ``lm_head.weight`` may be absent when embeddings are tied; rotary buffers that
         old checkpoints saved are ignored. Anything else missing or extra is an error."""
         params = dict(self.named_parameters())  # a tied lm_head is deduplicated away here
+        quantize = (
+            (device is None or torch.device(device).type == "cpu")
+            and dtype in (None, torch.float32)
+            and cpu_quant.available()
+        )
+        quantized: dict[str, QuantRows] = {}
+        plain: dict[str, torch.Tensor] = {}
+        for name, tensor in state_dict.items():
+            if isinstance(tensor, QuantRows) and quantize and (name in params or name == "lm_head.weight"):
+                quantized[name] = tensor
+            elif isinstance(tensor, QuantRows):  # no quantized kernel here: de-quantize (exact)
+                plain[name] = tensor.dequantize()
+            else:
+                plain[name] = tensor
+        for name, rows in quantized.items():
+            expected = params["model.embed_tokens.weight" if name == "lm_head.weight" else name].shape
+            if rows.shape != tuple(expected):
+                raise ValueError(f"{name}: checkpoint shape {rows.shape} != {tuple(expected)}")
+        state_dict = {**plain, **{name: torch.empty(0, device="meta") for name in quantized}}
         missing = [name for name in params if name not in state_dict]
         if missing:
             raise KeyError(f"checkpoint lacks {len(missing)} weights, e.g. {missing[:3]}")
@@ -364,6 +529,8 @@ class LlamaForCausalLM(nn.Module):
             raise KeyError(f"checkpoint has weights this model lacks, e.g. {unexpected[:3]}")
         for name, param in params.items():
             tensor = state_dict[name]
+            if name in quantized:
+                continue
             if tensor.shape != param.shape:
                 raise ValueError(f"{name}: checkpoint shape {tuple(tensor.shape)} != {tuple(param.shape)}")
             tensor = tensor.to(device=device or param.device, dtype=dtype or param.dtype)
@@ -371,3 +538,26 @@ class LlamaForCausalLM(nn.Module):
             setattr(self.get_submodule(module_name), attr, nn.Parameter(tensor, requires_grad=False))
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+        if quantized:
+            self._install_quantized(quantized)
+            left = [n for n, p in self.named_parameters() if p.device.type == "meta"]
+            if left:
+                raise ValueError(f"quantized weights with no quantized path: {left[:3]}")
+
+    def _install_quantized(self, rows: dict[str, QuantRows]) -> None:
+        """Pack the quantized weights (fusing q/k/v and gate/up where their formats
+        match) and drop the fp32 parameters they replace."""
+        for i, layer in enumerate(self.model.layers):
+            for part in ("self_attn", "mlp"):
+                prefix = f"model.layers.{i}.{part}."
+                mine = {n[len(prefix) : -len(".weight")]: r for n, r in rows.items() if n.startswith(prefix)}
+                if mine:
+                    getattr(layer, part).set_quantized(mine)
+        embed = rows.get("model.embed_tokens.weight")
+        if embed is not None:
+            packed = cpu_quant.pack(embed)
+            self.model.embed_tokens.quant, self.model.embed_tokens.weight = packed, None
+            if self.config.tie_word_embeddings:
+                self.lm_head.set_quantized(packed)  # one copy serves both
+        if "lm_head.weight" in rows and not self.config.tie_word_embeddings:
+            self.lm_head.set_quantized(cpu_quant.pack(rows["lm_head.weight"]))

@@ -69,3 +69,16 @@ def test_memory_pressure_workload_counts_recomputation_and_tier_hits(tiny: TinyM
     assert len(on["ttft_ms_by_turn"]) == 2 and on["output_tokens"] == 6 * 2 * 4
     assert on["recomputed_tokens"] <= off["recomputed_tokens"]
     assert on["next_turn_hit_rate_open"] >= 0.9 and "disk" in on["hit_tokens_by_tier"]
+
+
+def test_single_stream_and_memory_breakdown(tiny: TinyModel) -> None:
+    from inference.bench_single_stream import memory_breakdown, single_stream_decode, weight_bytes
+
+    engine = tiny.engine()
+    result = single_stream_decode(engine, [5, 6, 7, 8], 6)
+    assert result["tokens_per_s"] > 0 and result["tokens"] == 6
+    memory = memory_breakdown(engine, 0)
+    pool = engine.runner.kv_cache
+    assert memory["kv_pool_allocated"] == pool.numel() * pool.element_size()
+    assert memory["weights"] == weight_bytes(engine.model) > 0
+    assert memory["rss"] >= memory["weights"] and memory["rest"] >= 0
