@@ -134,6 +134,13 @@ ENGINE_PRELOAD = env_bool("ENGINE_PRELOAD", False)
 GENERATION_GRACE_SECONDS = env_float("GENERATION_GRACE_SECONDS", 30.0)
 # How often a streaming answer's partial text is written to the database.
 PARTIAL_SAVE_SECONDS = env_float("PARTIAL_SAVE_SECONDS", 2.0)
+# Answers one user may have being written at once, over the whole site.
+MAX_LIVE_PER_USER = env_int("MAX_LIVE_PER_USER", 4)
+# Several processes (REDIS_URL set): the Redis key prefix of the process registry (processes
+# with the same prefix act as one site), and how much busier than the least-loaded process
+# (running + waiting requests) a conversation's last process may be and still get its next turn.
+CLUSTER_PREFIX = env_str("CLUSTER_PREFIX", "chatsite")
+AFFINITY_MAX_EXTRA_LOAD = env_int("AFFINITY_MAX_EXTRA_LOAD", 8)
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 1_000_000)
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, 2_621_440)
 
