@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('conversations', '0001_initial'),
+        ("conversations", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='message',
-            name='owner_process',
-            field=models.CharField(blank=True, db_index=True, default='', max_length=64),
+            model_name="message",
+            name="owner_process",
+            field=models.CharField(blank=True, db_index=True, default="", max_length=64),
         ),
     ]

@@ -27,7 +27,9 @@ async def bob(make_user):
     return await sync_to_async(make_user)("bob")
 
 
-def _with_exchange(owner, question: str = "Hi", answer: str = "Hello") -> tuple[Conversation, Message, Message]:
+def _with_exchange(
+    owner, question: str = "Hi", answer: str = "Hello"
+) -> tuple[Conversation, Message, Message]:
     conversation = Conversation.objects.create(owner=owner, **LONG)
     user = Message.objects.create(conversation=conversation, role="user", content=question)
     reply = Message.objects.create(conversation=conversation, parent=user, role="assistant", content=answer)
@@ -83,7 +85,9 @@ async def test_two_tabs_sending_into_one_idle_conversation_at_once_start_exactly
     assert await Message.objects.filter(conversation=conversation, status="streaming").acount() == 1
 
     (winner, answer_id), loser = (
-        ((first, outcomes[0][1]), second) if outcomes[0][0] == "started" else ((second, outcomes[1][1]), first)
+        ((first, outcomes[0][1]), second)
+        if outcomes[0][0] == "started"
+        else ((second, outcomes[1][1]), first)
     )
     await loser.send(type="ping")  # the refused tab's socket stays open
     await loser.until("pong")
