@@ -184,25 +184,26 @@ def lock_conversation(conversation: Conversation) -> Conversation:
     return conversation
 
 
-def live_answers(live_processes: set[str] | None = None):
-    """Streaming answers that still count as live: owned by a live process (any owner when
-    ``live_processes`` is None), or without an owner and touched recently."""
+def live_answers(live_processes: set[str]):
+    """Streaming answers that still count as live: owned by a live process, or without a
+    recorded owner and touched recently."""
     cutoff = timezone.now() - timedelta(seconds=LEGACY_STALE_SECONDS)
-    owned = Q(owner_process__gt="")
-    if live_processes is not None:
-        owned &= Q(owner_process__in=live_processes)
+    owned = Q(owner_process__in=live_processes)
     return Message.objects.filter(status=Message.Status.STREAMING).filter(
         owned | Q(owner_process="", updated_at__gte=cutoff)
     )
 
 
 def lock_for_answer(conversation: Conversation, live_processes: set[str] | None) -> Conversation:
-    """Lock the owner's user row, then the conversation's, and check the site-wide limits.
+    """Lock the owner's user row, then the conversation's, and check the site-wide limits
+    counting the answers of ``live_processes`` (the chat consumer always passes them).
 
     The user lock serialises every answer-starting edit of one user (from any process), so
     the count cannot race; on SQLite the IMMEDIATE transaction already serialises writers."""
     get_user_model().objects.select_for_update().filter(pk=conversation.owner_id).first()
     lock_conversation(conversation)
+    if live_processes is None:  # not going to be generated (fixtures, imports): no limits
+        return conversation
     live = live_answers(live_processes)
     if live.filter(conversation_id=conversation.pk).exists():
         raise Busy("An answer is still being written here: wait for it or stop it first.")

@@ -133,17 +133,22 @@ async def bench_affinity(a, b, user, cookie: str, rounds: int, words: int) -> di
     from asgiref.sync import sync_to_async
 
     same, hit, cold = [], [], []
+
+    async def fresh_turn(site, conversation_id: int, text: str) -> float:
+        # A fresh tab per turn: an older tab would still hold the previous turns' events.
+        ws = await tab(site, cookie, conversation_id)
+        try:
+            return await turn(ws, text)
+        finally:
+            await ws.close()
+
     for r in range(rounds):
         conversation = await sync_to_async(make_history)(user, words, seed=r)
-        on_a, on_b = await tab(a, cookie, conversation.pk), await tab(b, cookie, conversation.pk)
-        await turn(on_a, "Turn one: summarise the above.")  # warms A's cache
-        same.append(await turn(on_a, "Turn two: and then?"))
-        hit.append(await turn(on_b, "Turn three: and after that?"))
+        await fresh_turn(a, conversation.pk, "Turn one: summarise the above.")  # warms A's cache
+        same.append(await fresh_turn(a, conversation.pk, "Turn two: and then?"))
+        hit.append(await fresh_turn(b, conversation.pk, "Turn three: and after that?"))
         copy = await sync_to_async(copy_thread)(user, conversation)
-        on_b_copy = await tab(b, cookie, copy.pk)
-        cold.append(await turn(on_b_copy, "Turn three: and after that?"))
-        for ws in (on_a, on_b, on_b_copy):
-            await ws.close()
+        cold.append(await fresh_turn(b, copy.pk, "Turn three: and after that?"))
         print(
             f"  round {r}: same {same[-1] * 1000:.0f} ms, hit {hit[-1] * 1000:.0f} ms, cold {cold[-1] * 1000:.0f} ms"
         )
