@@ -219,13 +219,19 @@ async def test_a_stop_sent_from_b_ends_the_answer_generated_on_a(cluster, user, 
     await on_a.send(type="send", content="Keep going")
     answer_id = await on_a.answer_id()
     await on_b.until("delta", message_id=answer_id)
+    # A tab opened on B mid-answer gets the saved text, the owner's snapshot, then deltas.
+    late = await Tab.open(b, cookie, conversation)
+    await late.until("delta", message_id=answer_id)
     await on_b.send(type="stop", message_id=answer_id)
     final = await on_b.finished(answer_id, timeout=5)
     assert final["status"] == "interrupted" and 0 < final["completion_tokens"] < LONG["max_tokens"]
     saved = await Message.objects.aget(pk=answer_id)
     assert saved.status == Message.Status.INTERRUPTED and saved.content == final["content"]
+    assert (await late.finished(answer_id))["content"] == final["content"]
+    assert late.text[answer_id] == on_b.text[answer_id] == final["content"]
     await on_a.close()
     await on_b.close()
+    await late.close()
 
 
 async def test_the_live_answer_limits_hold_under_simultaneous_sends_from_both_processes(
