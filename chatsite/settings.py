@@ -141,6 +141,10 @@ MAX_LIVE_PER_USER = env_int("MAX_LIVE_PER_USER", 4)
 # (running + waiting requests) a conversation's last process may be and still get its next turn.
 CLUSTER_PREFIX = env_str("CLUSTER_PREFIX", "chatsite")
 AFFINITY_MAX_EXTRA_LOAD = env_int("AFFINITY_MAX_EXTRA_LOAD", 8)
+# Whether this process advertises itself, listens for forwarded answers and fails over dead
+# processes' answers (conversations.process_loop). Off only in a process that is no server
+# of the site, such as the test runner's (its in-process consumers still relay and route).
+CLUSTER_ADVERTISE = env_bool("CLUSTER_ADVERTISE", True)
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 1_000_000)
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, 2_621_440)
 

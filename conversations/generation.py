@@ -604,7 +604,7 @@ def get_manager() -> GenerationManager:
     manager = _managers.get(loop)
     if manager is None:
         manager = _managers[loop] = GenerationManager(loop)
-        if cluster.enabled():
+        if cluster.enabled() and settings.CLUSTER_ADVERTISE:
             from conversations.process_loop import start_process_loop
 
             start_process_loop(manager)

@@ -46,6 +46,14 @@ def start_process_loop(manager: GenerationManager) -> None:
     ]
 
 
+def _raise_if_cancelled() -> None:
+    """Redis clients can turn a cancellation into a connection error: never retry then, or
+    the loop (a test's, or a server's at shutdown) would wait forever for this task."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 def _info(manager: GenerationManager, channel: str) -> ProcessInfo:
     info = ProcessInfo(PROCESS_ID, channel=channel, live=len(manager.generations))
     engine = current_engine()
@@ -69,6 +77,7 @@ async def _listen(manager: GenerationManager) -> None:
         except asyncio.CancelledError:
             raise
         except Exception:
+            _raise_if_cancelled()
             log.warning("receiving on the process channel failed", exc_info=True)
             await asyncio.sleep(1.0)
             continue
@@ -119,6 +128,7 @@ async def _housekeeping(manager: GenerationManager, channel: str) -> None:
         except asyncio.CancelledError:
             raise
         except Exception:
+            _raise_if_cancelled()
             log.warning("cluster housekeeping failed", exc_info=True)
         await asyncio.sleep(cluster.ADVERTISE_SECONDS)
 
