@@ -23,6 +23,7 @@ from tests.conftest import session_cookie_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
+    pytest.mark.smoke,  # so the SQLite smoke run reports why it skips them
     pytest.mark.skipif(
         not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")),
         reason="needs DATABASE_URL and REDIS_URL: several processes share PostgreSQL and Redis",

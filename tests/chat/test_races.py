@@ -72,6 +72,7 @@ async def started_or_refused(socket: Socket) -> tuple[str, object]:
             return "started", event["messages"][-1]["id"]
 
 
+@pytest.mark.smoke
 async def test_two_tabs_sending_into_one_idle_conversation_at_once_start_exactly_one_answer(alice):
     conversation = await sync_to_async(Conversation.objects.create)(owner=alice, **LONG)
     first, second = await opened(alice, conversation), await opened(alice, conversation)
@@ -119,6 +120,7 @@ async def test_a_message_outside_the_open_conversation_gets_an_error_and_changes
     await socket.close()
 
 
+@pytest.mark.smoke
 async def test_a_parent_id_must_be_an_answer_in_that_conversation(alice, bob):
     mine, question, answer = await with_exchange(alice)
     other, _, other_answer = await with_exchange(alice, "Elsewhere", "There")
