@@ -251,6 +251,8 @@ class GenerationManager:
         self.loop = loop
         self.generations: dict[int, Generation] = {}
         self.watchers: dict[int, set[Watcher]] = defaultdict(set)
+        self.background: set[asyncio.Task] = set()
+        self.process_tasks: list[asyncio.Task] = []  # conversations.process_loop, if started
 
     # Watchers ----------------------------------------------------------------------
     def watch(self, conversation_id: int, watcher: Watcher) -> None:
@@ -277,7 +279,9 @@ class GenerationManager:
             if gen.grace_handle is None:
                 self._schedule_grace(gen)
         else:
-            self.loop.create_task(self._check_remote_watchers(gen))
+            task = self.loop.create_task(self._check_remote_watchers(gen))
+            self.background.add(task)  # held until done: the loop keeps only weak references
+            task.add_done_callback(self.background.discard)
 
     async def _check_remote_watchers(self, gen: Generation) -> None:
         try:

@@ -70,7 +70,10 @@ async def _listen(manager: GenerationManager) -> None:
     # The default prefix: channels_redis reads every process-local channel of a layer
     # through one Redis list, so a channel with another prefix would starve the consumers'.
     channel = await layer.new_channel()
-    manager.loop.create_task(_housekeeping(manager, channel), name="cluster-housekeeping")
+    # Keep a reference: the loop holds tasks only weakly, and one nobody holds can vanish.
+    manager.process_tasks.append(
+        manager.loop.create_task(_housekeeping(manager, channel), name="cluster-housekeeping")
+    )
     while True:
         try:
             message = await layer.receive(channel)
