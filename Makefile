@@ -9,7 +9,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 PYTEST_ARGS ?=
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run cluster test lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,11 @@ run: setup
 	ENGINE_PRELOAD=$${ENGINE_PRELOAD:-true} \
 	ENGINE_KV_DISK_DIR=$${ENGINE_KV_DISK_DIR-$${VAR_DIR:-var}/kv-cache} ENGINE_KV_DISK_GB=$${ENGINE_KV_DISK_GB:-2} \
 	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) chatsite.asgi:application
+
+# N processes on consecutive ports from PORT, plus a Celery worker (needs DATABASE_URL, REDIS_URL).
+N ?= 2
+cluster: $(VENV)/.installed
+	$(PY) scripts/run_cluster.py $(N) --port $(PORT) --host $(HOST)
 
 test: $(VENV)/.installed
 	scripts/ensure-chromium

@@ -18,12 +18,24 @@ django_asgi_app = get_asgi_application()
 
 from conversations.routing import websocket_urlpatterns  # noqa: E402
 
-application = ProtocolTypeRouter(
+router = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+
+
+async def application(scope, receive, send):
+    # The first request of any kind starts this loop's generation manager, so that with
+    # several processes this one advertises itself (and fails over dead ones' answers)
+    # before its first websocket arrives. Daphne has no startup hook to do it earlier.
+    if scope["type"] != "lifespan":
+        from conversations.generation import get_manager
+
+        get_manager()
+    return await router(scope, receive, send)
+
 
 if settings.ENGINE_PRELOAD:
     from conversations.engine import preload_engine

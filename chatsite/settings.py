@@ -191,6 +191,17 @@ METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 GENERATION_GRACE_SECONDS = env_float("GENERATION_GRACE_SECONDS", 30.0)
 # How often a streaming answer's partial text is written to the database.
 PARTIAL_SAVE_SECONDS = env_float("PARTIAL_SAVE_SECONDS", 2.0)
+# Answers one user may have being written at once, over the whole site.
+MAX_LIVE_PER_USER = env_int("MAX_LIVE_PER_USER", 4)
+# Several processes (REDIS_URL set): the Redis key prefix of the process registry (processes
+# with the same prefix act as one site), and how much busier than the least-loaded process
+# (running + waiting requests) a conversation's last process may be and still get its next turn.
+CLUSTER_PREFIX = env_str("CLUSTER_PREFIX", "chatsite")
+AFFINITY_MAX_EXTRA_LOAD = env_int("AFFINITY_MAX_EXTRA_LOAD", 8)
+# Whether this process advertises itself, listens for forwarded answers and fails over dead
+# processes' answers (conversations.process_loop). Off only in a process that is no server
+# of the site, such as the test runner's (its in-process consumers still relay and route).
+CLUSTER_ADVERTISE = env_bool("CLUSTER_ADVERTISE", True)
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 1_000_000)
 # Requests per API key per minute (a key's own limit, set in the admin, wins).
 API_RATE_LIMIT_PER_MINUTE = env_int("API_RATE_LIMIT_PER_MINUTE", 60)

@@ -51,6 +51,11 @@ async def aget_engine() -> AsyncEngine:
     return await sync_to_async(get_engine, thread_sensitive=False)()
 
 
+def current_engine() -> AsyncEngine | None:
+    """The engine if it is loaded, without loading it."""
+    return _engine
+
+
 def preload_engine() -> threading.Thread:
     def load() -> None:
         try:

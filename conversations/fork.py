@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.db import transaction
 
 from conversations.models import Conversation, Message
-from conversations.tree import Tree, TreeError, select_leaf
+from conversations.tree import Busy, NotInConversation, Tree, select_leaf
 
 COPIED_FIELDS = (
     "role",
@@ -33,18 +33,18 @@ SETTINGS = ("system_prompt", "temperature", "top_p", "top_k", "max_tokens")
 def fork_at(owner, message_id) -> Conversation:
     """A new conversation of ``owner`` holding the path to ``message_id`` (one of theirs).
 
-    Raises :class:`TreeError` for a message that is not theirs or does not exist."""
+    Raises :class:`NotInConversation` for a message that is not theirs or does not exist."""
     try:
         source = Message.objects.select_related("conversation").get(
             pk=int(message_id), conversation__owner=owner, conversation__deleted_at__isnull=True
         )
     except (Message.DoesNotExist, TypeError, ValueError):
-        raise TreeError(f"no message {message_id!r} among your conversations") from None
+        raise NotInConversation(f"no message {message_id!r} among your conversations") from None
     original = source.conversation
     tree = Tree.load(original)
     path = tree.path_to(tree.get(source.pk))
     if any(m.status == Message.Status.STREAMING for m in path):
-        raise TreeError("this answer is still being written: wait for it to finish first")
+        raise Busy("this answer is still being written: wait for it to finish first")
     stored = dict(Message.objects.filter(pk__in=[m.pk for m in path]).values_list("pk", "token_ids"))
     conversation = Conversation.objects.create(
         owner=owner,

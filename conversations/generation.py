@@ -16,9 +16,15 @@ conversation:
   (and touches the row now and then even without new text), so a crash loses at most
   that much; a ``streaming`` message whose row has not been touched for
   :func:`stale_after` seconds and that no live generation owns is shown as interrupted.
-- **Coarse events** (an answer started, progressed, finished; the tree changed; the
-  conversation list changed) go through the channel layer's groups, never one message
-  per token, so tabs connected to *other* processes refresh from the database.
+- **Other processes.** With several processes (``conversations.cluster``) each live answer
+  has one owner, recorded in ``Message.owner_process``. The owner's relay task sends the
+  new text to the conversation's group at most ``RELAY_HZ`` times a second, each with its
+  character offset, so tabs in other processes show the same text (and ask the owner for
+  a snapshot should they miss a piece); when no text was sent for
+  ``STREAM_HEARTBEAT_SECONDS`` it sends a ``heartbeat`` instead, to local tabs too. The
+  grace period runs only while no tab in any process shows the conversation.
+- **Coarse events** (an answer started or finished; the tree changed; the conversation
+  list changed) go through the channel layer's groups as well.
 """
 
 from __future__ import annotations
@@ -38,17 +44,21 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
 
+from conversations import cluster
+from conversations.cluster import PROCESS_ID
 from conversations.engine import aget_engine
 from conversations.models import Conversation, Message
 from conversations.reasoning import Reasoning
 
 log = logging.getLogger(__name__)
 
-# Tells this process's group events from other processes' (in-process watchers already
-# get the tokens directly and skip the coarse copies).
-PROCESS_ID = uuid.uuid4().hex
 STOP_FALLBACK_SECONDS = 5.0
+# A streaming row is touched at least this often even without new text.
 HEARTBEAT_SECONDS = 10.0
+# Tabs hear of a streaming answer at least this often (a delta, or else a heartbeat).
+STREAM_HEARTBEAT_SECONDS = 5.0
+# Group messages per second per answer at most (text is coalesced in between).
+RELAY_HZ = 20.0
 
 
 def conversation_group(conversation_id: int) -> str:
@@ -209,18 +219,25 @@ def _store_user_segment(message_id: int, ids: list[int]) -> None:
     Message.objects.filter(pk=message_id, token_ids__isnull=True).update(token_ids=ids)
 
 
-def mark_orphans_interrupted(messages: list[Message], live_ids: set[int]) -> None:
-    """Synchronous: ``streaming`` messages no generation owns and nobody saved lately were
-    left by a process that died; store and show them as interrupted."""
+def mark_orphans_interrupted(
+    messages: list[Message], live_ids: set[int], liveness: cluster.Liveness | None = None
+) -> None:
+    """Synchronous: ``streaming`` messages left by a process that died are stored and shown
+    as interrupted: those whose owner is dead, and those of this process (or of no recorded
+    owner) that no generation here runs and nobody saved lately."""
     cutoff = timezone.now() - timedelta(seconds=stale_after())
-    orphans = [
-        m
-        for m in messages
-        if m.status == Message.Status.STREAMING
-        and m.pk not in live_ids
-        and m.updated_at
-        and m.updated_at < cutoff
-    ]
+    liveness = liveness or cluster.Liveness({PROCESS_ID})
+
+    def orphaned(m: Message) -> bool:
+        if m.status != Message.Status.STREAMING or m.pk in live_ids:
+            return False
+        if liveness.is_dead(m.owner_process):
+            return True
+        if m.owner_process and m.owner_process != PROCESS_ID:
+            return False
+        return bool(m.updated_at and m.updated_at < cutoff)
+
+    orphans = [m for m in messages if orphaned(m)]
     if not orphans:
         return
     Message.objects.filter(pk__in=[m.pk for m in orphans], status=Message.Status.STREAMING).update(
@@ -251,6 +268,9 @@ class Generation:
     grace_handle: asyncio.TimerHandle | None = None
     engine: Any = None
     saver: asyncio.Task | None = None
+    relay: asyncio.Task | None = None
+    relayed: int = 0  # characters of text sent to the group so far
+    wake: asyncio.Event = field(default_factory=asyncio.Event)  # new text for the relay
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -259,6 +279,8 @@ class GenerationManager:
         self.loop = loop
         self.generations: dict[int, Generation] = {}
         self.watchers: dict[int, set[Watcher]] = defaultdict(set)
+        self.background: set[asyncio.Task] = set()
+        self.process_tasks: list[asyncio.Task] = []  # conversations.process_loop, if started
 
     # Watchers ----------------------------------------------------------------------
     def watch(self, conversation_id: int, watcher: Watcher) -> None:
@@ -274,7 +296,33 @@ class GenerationManager:
         if not watchers:
             del self.watchers[conversation_id]
             for gen in self.live_in(conversation_id):
+                self.check_grace(gen)
+
+    def check_grace(self, gen: Generation) -> None:
+        """With no tab here, run the grace period unless a tab in another process shows the
+        conversation (asked of Redis; the process loop repeats this every few seconds)."""
+        if self.watcher_count(gen.conversation_id):
+            self._cancel_grace(gen)
+        elif not cluster.enabled():
+            if gen.grace_handle is None:
                 self._schedule_grace(gen)
+        else:
+            task = self.loop.create_task(self._check_remote_watchers(gen))
+            self.background.add(task)  # held until done: the loop keeps only weak references
+            task.add_done_callback(self.background.discard)
+
+    async def _check_remote_watchers(self, gen: Generation) -> None:
+        try:
+            elsewhere = await cluster.watched_elsewhere(gen.conversation_id)
+        except Exception:
+            log.warning("cannot read the watchers of %s", gen.conversation_id, exc_info=True)
+            elsewhere = False
+        if gen.message_id not in self.generations or self.watcher_count(gen.conversation_id):
+            return
+        if elsewhere:
+            self._cancel_grace(gen)
+        elif gen.grace_handle is None:
+            self._schedule_grace(gen)
 
     def watcher_count(self, conversation_id: int) -> int:
         return len(self.watchers.get(conversation_id, ()))
@@ -314,8 +362,9 @@ class GenerationManager:
         )
         self.generations[message_id] = gen
         gen.task = self.loop.create_task(self._run(gen), name=gen.request_id)
+        gen.relay = self.loop.create_task(self._relay(gen), name=f"{gen.request_id}-relay")
         if not self.watcher_count(conversation_id):
-            self._schedule_grace(gen)
+            self.check_grace(gen)
         return gen
 
     def stop(self, message_id: int, reason: str = "user") -> bool:
@@ -447,6 +496,7 @@ class GenerationManager:
                 reasoning = gen.reasoning.add(delta)
                 if delta.text or reasoning:
                     gen.text += delta.text
+                    gen.wake.set()
                     self._emit(
                         gen.conversation_id,
                         {
@@ -500,16 +550,64 @@ class GenerationManager:
         finally:
             self.generations.pop(gen.message_id, None)
             self._cancel_grace(gen)
+            if gen.relay is not None:
+                gen.relay.cancel()
+        if cluster.enabled() and len(gen.text) > gen.relayed:
+            # The last piece, so that relayed deltas add up to the final text everywhere.
+            offset, gen.relayed = gen.relayed, len(gen.text)
+            await broadcast(
+                conversation_group(gen.conversation_id),
+                "delta",
+                message_id=gen.message_id,
+                offset=offset,
+                text=gen.text[offset:],
+            )
         message = {"id": gen.message_id, "prompt_tokens": gen.prompt_tokens, "context_dropped": gen.dropped}
+        message.update(fields)
         self._emit(
             gen.conversation_id,
-            {"type": "finished", "conversation_id": gen.conversation_id, "message": {**message, **fields}},
+            {"type": "finished", "conversation_id": gen.conversation_id, "message": message},
         )
-        await broadcast(conversation_group(gen.conversation_id), "finished", message_id=gen.message_id)
+        await broadcast(
+            conversation_group(gen.conversation_id), "finished", message_id=gen.message_id, message=message
+        )
         # Imported here: conversations.titles builds on this module.
         from conversations.titles import answer_finished
 
         answer_finished(gen.conversation_id, gen.message_id, status)
+
+    async def _relay(self, gen: Generation) -> None:
+        """New text to the tabs of other processes, coalesced to at most RELAY_HZ group
+        messages a second; a heartbeat to every tab when nothing was sent for a while."""
+        last_signal = time.monotonic()
+        try:
+            while not gen.done.is_set():
+                quiet = time.monotonic() - last_signal
+                try:
+                    await asyncio.wait_for(
+                        gen.wake.wait(), timeout=max(0.0, STREAM_HEARTBEAT_SECONDS - quiet)
+                    )
+                except TimeoutError:
+                    pass
+                gen.wake.clear()
+                group = conversation_group(gen.conversation_id)
+                if len(gen.text) > gen.relayed:
+                    if cluster.enabled():
+                        offset, text = gen.relayed, gen.text[gen.relayed :]
+                        gen.relayed += len(text)
+                        await broadcast(group, "delta", message_id=gen.message_id, offset=offset, text=text)
+                    else:
+                        gen.relayed = len(gen.text)
+                    last_signal = time.monotonic()
+                    await asyncio.sleep(1 / RELAY_HZ)
+                elif time.monotonic() - last_signal >= STREAM_HEARTBEAT_SECONDS:
+                    last_signal = time.monotonic()
+                    event = {"type": "heartbeat", "conversation_id": gen.conversation_id}
+                    self._emit(gen.conversation_id, {**event, "message_id": gen.message_id})
+                    if cluster.enabled():
+                        await broadcast(group, "heartbeat", message_id=gen.message_id, length=gen.relayed)
+        except asyncio.CancelledError:
+            pass
 
     async def _saver(self, gen: Generation) -> None:
         """Writes the text so far every PARTIAL_SAVE_SECONDS until the answer is done."""
@@ -540,10 +638,6 @@ class GenerationManager:
                 self.stop(gen.message_id, "deleted")
                 return
             saved_len, last_save = count, time.monotonic()
-            if grown:
-                await broadcast(
-                    conversation_group(gen.conversation_id), "progress", message_id=gen.message_id
-                )
 
 
 _managers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GenerationManager] = (
@@ -557,4 +651,8 @@ def get_manager() -> GenerationManager:
     manager = _managers.get(loop)
     if manager is None:
         manager = _managers[loop] = GenerationManager(loop)
+        if cluster.enabled() and settings.CLUSTER_ADVERTISE:
+            from conversations.process_loop import start_process_loop
+
+            start_process_loop(manager)
     return manager

@@ -10,6 +10,13 @@ through them from any message reaches the leaf last shown in that branch. Every
 operation that changes what is shown goes through :func:`select_leaf`, which keeps
 those pointers consistent with ``Conversation.current_leaf``.
 
+Every change runs in one transaction that first locks the conversation's row
+(``select_for_update``), so edits from several processes apply one after the other on a
+fresh tree. Operations that start an answer also lock the owner's user row (always user
+first, then conversation) and check the site-wide limits under those locks: one live
+answer per conversation and ``MAX_LIVE_PER_USER`` per user, counted in the database
+whichever process generates them.
+
 All functions here are synchronous (call them through ``database_sync_to_async``).
 """
 
@@ -18,8 +25,12 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import timedelta
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from conversations.models import Conversation, Message
@@ -29,7 +40,25 @@ TITLE_LENGTH = 60
 
 
 class TreeError(ValueError):
-    """An operation that does not fit the tree (an unknown message, a wrong role)."""
+    """An operation that does not fit the tree (a wrong role, an empty message)."""
+
+    code = "invalid"
+
+
+class NotInConversation(TreeError):
+    """The message (or conversation) named is not in this user's open conversation."""
+
+    code = "not_found"
+
+
+class Busy(TreeError):
+    """A site-wide limit on live answers would be exceeded."""
+
+    code = "busy"
+
+
+# A streaming row untouched this long with no known owner was left by a process that died.
+LEGACY_STALE_SECONDS = 60.0
 
 
 @dataclass
@@ -54,7 +83,7 @@ class Tree:
         try:
             return self.by_id[int(message_id)]  # type: ignore[arg-type]
         except (KeyError, TypeError, ValueError):
-            raise TreeError(f"no message {message_id!r} in this conversation") from None
+            raise NotInConversation(f"no message {message_id!r} in this conversation") from None
 
     def roots(self) -> list[Message]:
         return self.children.get(None, [])
@@ -144,6 +173,45 @@ def select_leaf(tree: Tree, leaf: Message | None) -> None:
     )
 
 
+def lock_conversation(conversation: Conversation) -> Conversation:
+    """Lock the conversation's row for this transaction and refresh ``conversation`` from it
+    (another process may have moved its current leaf)."""
+    fresh = Conversation.objects.select_for_update().filter(pk=conversation.pk).first()
+    if fresh is None:
+        raise NotInConversation("this conversation no longer exists")
+    for name in ("title", "current_leaf_id", "active_root_id", "updated_at"):
+        setattr(conversation, name, getattr(fresh, name))
+    return conversation
+
+
+def live_answers(live_processes: set[str]):
+    """Streaming answers that still count as live: owned by a live process, or without a
+    recorded owner and touched recently."""
+    cutoff = timezone.now() - timedelta(seconds=LEGACY_STALE_SECONDS)
+    owned = Q(owner_process__in=live_processes)
+    return Message.objects.filter(status=Message.Status.STREAMING).filter(
+        owned | Q(owner_process="", updated_at__gte=cutoff)
+    )
+
+
+def lock_for_answer(conversation: Conversation, live_processes: set[str] | None) -> Conversation:
+    """Lock the owner's user row, then the conversation's, and check the site-wide limits
+    counting the answers of ``live_processes`` (the chat consumer always passes them).
+
+    The user lock serialises every answer-starting edit of one user (from any process), so
+    the count cannot race; on SQLite the IMMEDIATE transaction already serialises writers."""
+    get_user_model().objects.select_for_update().filter(pk=conversation.owner_id).first()
+    lock_conversation(conversation)
+    if live_processes is None:  # not going to be generated (fixtures, imports): no limits
+        return conversation
+    live = live_answers(live_processes)
+    if live.filter(conversation_id=conversation.pk).exists():
+        raise Busy("An answer is still being written here: wait for it or stop it first.")
+    if live.filter(conversation__owner_id=conversation.owner_id).count() >= settings.MAX_LIVE_PER_USER:
+        raise Busy("You have too many answers being written at once; wait for one to finish.")
+    return conversation
+
+
 def _touch(conversation: Conversation) -> None:
     conversation.updated_at = timezone.now()
     Conversation.objects.filter(pk=conversation.pk).update(updated_at=conversation.updated_at)
@@ -174,24 +242,36 @@ def _new_message(tree: Tree, parent: Message | None, role: str, content: str = "
     return message
 
 
-def _new_answer(tree: Tree, parent: Message) -> Message:
-    return _new_message(tree, parent, Message.Role.ASSISTANT, status=Message.Status.STREAMING)
+def _new_answer(tree: Tree, parent: Message, owner_process: str) -> Message:
+    return _new_message(
+        tree, parent, Message.Role.ASSISTANT, status=Message.Status.STREAMING, owner_process=owner_process
+    )
 
 
 @transaction.atomic
 def send_message(
-    conversation: Conversation, content: str, parent_id: int | None = None
+    conversation: Conversation,
+    content: str,
+    parent_id: int | None = None,
+    *,
+    owner_process: str = "",
+    live_processes: set[str] | None = None,
 ) -> tuple[Tree, Message]:
-    """Add a user message under the current leaf (or ``parent_id``) and an empty answer under it.
+    """Add a user message under the current leaf (or ``parent_id``, an answer in this
+    conversation) and an empty answer under it, generated by ``owner_process``.
 
-    Returns the tree and the new answer (status streaming), which is now the current leaf."""
+    Returns the tree and the new answer (status streaming), which is now the current leaf.
+    Raises ``Busy`` when a live answer limit would be exceeded (nothing is saved then)."""
     content = content.strip()
     if not content:
         raise TreeError("the message is empty")
+    lock_for_answer(conversation, live_processes)
     tree = Tree.load(conversation)
     parent = tree.get(parent_id) if parent_id is not None else tree.leaf()
+    if parent_id is not None and parent.role != Message.Role.ASSISTANT:
+        raise TreeError("a new message can only follow an answer")
     user = _new_message(tree, parent, Message.Role.USER, content)
-    answer = _new_answer(tree, user)
+    answer = _new_answer(tree, user, owner_process)
     select_leaf(tree, answer)
     if conversation.title == DEFAULT_TITLE and parent is None:
         conversation.title = make_title(content)
@@ -201,29 +281,44 @@ def send_message(
 
 
 @transaction.atomic
-def edit_message(conversation: Conversation, message_id: int, content: str) -> tuple[Tree, Message]:
+def edit_message(
+    conversation: Conversation,
+    message_id: int,
+    content: str,
+    *,
+    owner_process: str = "",
+    live_processes: set[str] | None = None,
+) -> tuple[Tree, Message]:
     """A sibling of user message ``message_id`` with ``content``, and a fresh answer under it.
 
     The old message and its branch stay; the new branch is selected."""
     content = content.strip()
     if not content:
         raise TreeError("the message is empty")
+    lock_for_answer(conversation, live_processes)
     tree = Tree.load(conversation)
     original = tree.get(message_id)
     if original.role != Message.Role.USER:
         raise TreeError("only your own messages can be edited")
     parent = tree.by_id.get(original.parent_id) if original.parent_id else None
     user = _new_message(tree, parent, Message.Role.USER, content)
-    answer = _new_answer(tree, user)
+    answer = _new_answer(tree, user, owner_process)
     select_leaf(tree, answer)
     _touch(conversation)
     return tree, answer
 
 
 @transaction.atomic
-def regenerate(conversation: Conversation, message_id: int) -> tuple[Tree, Message]:
+def regenerate(
+    conversation: Conversation,
+    message_id: int,
+    *,
+    owner_process: str = "",
+    live_processes: set[str] | None = None,
+) -> tuple[Tree, Message]:
     """A new answer: a sibling of assistant message ``message_id``, or a child of user message
     ``message_id`` (a question left without an answer)."""
+    lock_for_answer(conversation, live_processes)
     tree = Tree.load(conversation)
     message = tree.get(message_id)
     if message.role == Message.Role.ASSISTANT:
@@ -234,7 +329,7 @@ def regenerate(conversation: Conversation, message_id: int) -> tuple[Tree, Messa
         parent = message
     else:
         raise TreeError("system messages cannot be regenerated")
-    answer = _new_answer(tree, parent)
+    answer = _new_answer(tree, parent, owner_process)
     select_leaf(tree, answer)
     _touch(conversation)
     return tree, answer
@@ -243,6 +338,7 @@ def regenerate(conversation: Conversation, message_id: int) -> tuple[Tree, Messa
 @transaction.atomic
 def switch_branch(conversation: Conversation, message_id: int) -> Tree:
     """Show the branch through ``message_id``, down to the leaf last selected in it."""
+    lock_conversation(conversation)
     tree = Tree.load(conversation)
     message = tree.get(message_id)
     select_leaf(tree, tree.descend(message))
@@ -252,6 +348,7 @@ def switch_branch(conversation: Conversation, message_id: int) -> Tree:
 @transaction.atomic
 def select_message(conversation: Conversation, message_id: int) -> Tree:
     """Make ``message_id`` itself the current leaf."""
+    lock_conversation(conversation)
     tree = Tree.load(conversation)
     select_leaf(tree, tree.get(message_id))
     return tree
@@ -263,6 +360,7 @@ def delete_subtree(conversation: Conversation, message_id: int) -> tuple[Tree, l
     nearest remaining sibling's branch instead (or stop at the parent).
 
     Returns the updated tree and the deleted ids."""
+    lock_conversation(conversation)
     tree = Tree.load(conversation)
     message = tree.get(message_id)
     doomed = tree.subtree_ids(message)

@@ -24,6 +24,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from conversations import tree as tree_ops
+from conversations.cluster import PROCESS_ID, Liveness
+from conversations.cluster import enabled as cluster_enabled
 from conversations.engine import engine_status
 from conversations.forms import SignUpForm
 from conversations.generation import broadcast, conversation_group, mark_orphans_interrupted, user_group
@@ -125,6 +127,8 @@ async def healthz(request: HttpRequest) -> JsonResponse:
         "database": {"ready": db_ok, "detail": db_detail},
         "channel_layer": {"ready": layer_ok, "detail": layer_detail},
         "engine": engine,
+        # Which process answered (several may serve the site; see conversations.cluster).
+        "process": {"id": PROCESS_ID, "cluster": cluster_enabled()},
     }
     return JsonResponse(body, status=200 if ok else 503)
 
@@ -197,7 +201,9 @@ def conversation_create(request: HttpRequest) -> JsonResponse:
 def conversation_detail(request: HttpRequest, pk: int) -> JsonResponse:
     conversation = _own_conversation(request, pk)
     tree = tree_ops.Tree.load(conversation)
-    mark_orphans_interrupted(list(tree.by_id.values()), set())
+    # With several processes, the owners' liveness is the failover loop's business.
+    liveness = Liveness({PROCESS_ID}, known=set()) if cluster_enabled() else None
+    mark_orphans_interrupted(list(tree.by_id.values()), set(), liveness)
     return JsonResponse(tree_ops.thread_dict(tree))
 
 

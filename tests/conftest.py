@@ -11,6 +11,14 @@ from django.test import Client
 ORIGIN = (b"origin", b"http://127.0.0.1")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _no_cluster_loop_in_the_test_runner():
+    """The test runner is no server of the site: its in-process consumers must not advertise
+    it to real server processes (a test's event loop dies with each test), nor fail over
+    their answers. Daphne processes started by tests read the environment and do."""
+    settings.CLUSTER_ADVERTISE = False
+
+
 @pytest.fixture
 def make_user(db):
     def make(username: str = "alice", password: str = "a-long-unusual-passphrase-42"):

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +46,9 @@ def database_env() -> dict[str, str]:
     return {"SQLITE_PATH": str(db["NAME"])}
 
 
-def start_live_site(model_dir: Path, log_dir: Path, **extra_env: str) -> LiveSite:
+def launch_live_site(model_dir: Path, log_dir: Path, **extra_env: str) -> LiveSite:
+    """Start Daphne; :func:`wait_until_ready` waits for its engine. By default each site
+    gets its own process-registry prefix, so it is a site of its own on a shared Redis."""
     port = free_port()
     # No model-written titles unless a test asks: they would rename conversations mid-test.
     # Test clients reuse one key for many calls; the rate limit has its own tests.
@@ -54,6 +57,7 @@ def start_live_site(model_dir: Path, log_dir: Path, **extra_env: str) -> LiveSit
         "API_RATE_LIMIT_PER_MINUTE": "100000",
         **os.environ,
         **database_env(),
+        "CLUSTER_PREFIX": f"test-{uuid.uuid4().hex[:8]}",
         **extra_env,
     }
     env.update(ENGINE_MODEL=str(model_dir), ENGINE_PRELOAD="true", DJANGO_SETTINGS_MODULE="chatsite.settings")
@@ -67,7 +71,15 @@ def start_live_site(model_dir: Path, log_dir: Path, **extra_env: str) -> LiveSit
         stdout=log_path.open("w"),
         stderr=subprocess.STDOUT,
     )
-    site = LiveSite(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
+    return LiveSite(url=f"http://127.0.0.1:{port}", process=process, log_path=log_path)
+
+
+def start_live_site(model_dir: Path, log_dir: Path, **extra_env: str) -> LiveSite:
+    return wait_until_ready(launch_live_site(model_dir, log_dir, **extra_env))
+
+
+def wait_until_ready(site: LiveSite) -> LiveSite:
+    process = site.process
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         if process.poll() is not None:

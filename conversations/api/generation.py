@@ -37,6 +37,7 @@ class ChoiceState:
     num_deltas: int = 0
     chars_before: int = 0  # characters of text before the latest delta
     reasoning: list[str] = field(default_factory=list)  # chat: <think> text, apart from the answer
+    num_chars: int = 0  # characters of text so far (kept, not summed per delta)
     # (token id, {top id: logprob}) per generated token, when logprobs were asked for.
     logprobs: list[tuple[int, dict[int, float]]] = field(default_factory=list)
 
@@ -172,7 +173,8 @@ class Generation:
                 prompt.num_prompt_tokens = delta.num_prompt_tokens
                 prompt.num_cached_tokens = delta.num_cached_tokens
                 choice = self.choices[p * self.n + delta.index]
-                choice.chars_before = sum(map(len, choice.text))
+                choice.chars_before = choice.num_chars
+                choice.num_chars += len(delta.text)
                 choice.num_deltas += 1
                 choice.text.append(delta.text)
                 if delta.reasoning:

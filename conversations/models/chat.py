@@ -104,6 +104,10 @@ class Message(models.Model):
     # Earlier messages left out of this answer's prompt to fit the context window.
     context_dropped = models.IntegerField(default=0)
     model_name = models.CharField(max_length=200, blank=True, default="")
+    # The server process that generates (or last generated) this answer: a live answer has
+    # exactly one owner, the process a stop or a snapshot request is sent to, and the next
+    # turn prefers it because the conversation's KV blocks are warm in its engine.
+    owner_process = models.CharField(max_length=64, blank=True, default="", db_index=True)
     time_to_first_token_ms = models.FloatField(null=True, blank=True)
     tokens_per_s = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

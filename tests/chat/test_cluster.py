@@ -1,0 +1,336 @@
+"""Two real Daphne processes on one PostgreSQL and one Redis act as one site.
+
+Each process runs its own engine on the tiny random model. The tabs are real websocket
+clients. Only the multi-process set-up can show these behaviours, so without
+DATABASE_URL and REDIS_URL (the SQLite smoke run) the module is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+import uuid
+
+import httpx
+import pytest
+from asgiref.sync import sync_to_async
+
+from conversations.models import Conversation, Message
+from tests.conftest import session_cookie_for
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.smoke,  # so the SQLite smoke run reports why it skips them
+    pytest.mark.skipif(
+        not (os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL")),
+        reason="needs DATABASE_URL and REDIS_URL: several processes share PostgreSQL and Redis",
+    ),
+]
+
+LONG = {"temperature": 0.0, "max_tokens": 1500}
+MEDIUM = {"temperature": 0.0, "max_tokens": 96}
+SHORT = {"temperature": 0.0, "max_tokens": 16}
+GRACE_SECONDS = 1.0
+MAX_LIVE_PER_USER = 2
+
+
+@pytest.fixture(scope="module")
+def cluster(django_db_setup, django_db_blocker, tiny_model_dir, tmp_path_factory):
+    """Processes A and B: one registry prefix (one site), short grace and save periods."""
+    import redis
+
+    from tests.live_site import launch_live_site, stop_live_site, wait_until_ready
+
+    prefix = f"test-cluster-{uuid.uuid4().hex[:8]}"
+    env = {
+        "CLUSTER_PREFIX": prefix,
+        "GENERATION_GRACE_SECONDS": str(GRACE_SECONDS),
+        "PARTIAL_SAVE_SECONDS": "0.5",
+        "MAX_LIVE_PER_USER": str(MAX_LIVE_PER_USER),
+        "ENGINE_KV_CACHE_GB": "0.25",
+    }
+    log_dir = tmp_path_factory.mktemp("cluster")
+    sites = [launch_live_site(tiny_model_dir, log_dir, **env) for _ in range(2)]
+    try:
+        for site in sites:
+            wait_until_ready(site)
+        # Both have advertised themselves (with their engines ready) in the registry.
+        client = redis.Redis.from_url(os.environ["REDIS_URL"])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            entries = [json.loads(v) for v in client.mget(client.keys(f"{prefix}:proc:*")) if v]
+            if len([e for e in entries if e["ready"]]) == 2:
+                break
+            time.sleep(0.2)
+        else:
+            raise RuntimeError("the processes did not advertise themselves")
+        yield [
+            Process(site, httpx.get(f"{site.url}/healthz", timeout=5).json()["process"]["id"])
+            for site in sites
+        ]
+    finally:
+        for site in sites:
+            if site.process.poll() is None:
+                stop_live_site(site)
+
+
+class Process:
+    def __init__(self, site, pid: str) -> None:
+        self.site, self.pid = site, pid
+
+    def stats(self) -> dict:
+        return httpx.get(f"{self.site.url}/healthz", timeout=5).json()["engine"]["stats"]
+
+
+class Tab:
+    """A browser tab's websocket on one process."""
+
+    def __init__(self, ws) -> None:
+        self.ws = ws
+        self.text: dict[int, str] = {}  # what this tab shows of each message
+        self.deltas: dict[int, int] = {}
+
+    @classmethod
+    async def open(cls, process: Process, cookie: str, conversation: Conversation | None = None) -> Tab:
+        import websockets
+
+        url = process.site.url.replace("http://", "ws://") + "/ws/chat/"
+        ws = await websockets.connect(
+            url, additional_headers={"Cookie": cookie, "Origin": "http://127.0.0.1"}, max_size=None
+        )
+        tab = cls(ws)
+        if conversation is not None:
+            await tab.send(type="open", conversation_id=conversation.pk)
+            await tab.until("thread")
+        return tab
+
+    async def send(self, **message) -> None:
+        await self.ws.send(json.dumps(message))
+
+    async def receive(self, timeout: float) -> dict:
+        event = json.loads(await asyncio.wait_for(self.ws.recv(), timeout))
+        if event["type"] == "thread":
+            for message in event["messages"]:
+                self.text[message["id"]] = message["content"]
+        elif event["type"] == "delta":
+            self.text[event["message_id"]] = self.text.get(event["message_id"], "") + event["text"]
+            self.deltas[event["message_id"]] = self.deltas.get(event["message_id"], 0) + 1
+        return event
+
+    async def until(self, kind: str, timeout: float = 60, **match) -> dict:
+        deadline = time.monotonic() + timeout
+        seen = []
+        while True:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, f"no {kind} {match}; saw {[e['type'] for e in seen]}"
+            try:
+                event = await self.receive(remaining)
+            except TimeoutError:
+                raise AssertionError(f"no {kind} {match}; saw {[e['type'] for e in seen]}") from None
+            seen.append(event)
+            if event["type"] == kind and all(event.get(k) == v for k, v in match.items()):
+                return event
+
+    async def until_any(self, kinds: tuple[str, ...], timeout: float = 30) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            event = await self.receive(max(0.01, deadline - time.monotonic()))
+            if event["type"] in kinds:
+                return event
+
+    async def finished(self, message_id: int, timeout: float = 60) -> dict:
+        while True:
+            event = await self.until("finished", timeout=timeout)
+            if event["message"]["id"] == message_id:
+                return event["message"]
+
+    async def answer_id(self) -> int:
+        """The id of the answer a send just created (the last message of the next thread)."""
+        while True:
+            thread = await self.until("thread")
+            last = thread["messages"][-1] if thread["messages"] else None
+            if last and last["role"] == "assistant" and last["status"] == "streaming":
+                return last["id"]
+
+    async def close(self) -> None:
+        await self.ws.close()
+
+
+@pytest.fixture
+async def user(make_user):
+    return await sync_to_async(make_user)(f"u{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+async def cookie(user):
+    return (await sync_to_async(session_cookie_for)(user)).decode()
+
+
+async def conversation_of(user, **fields) -> Conversation:
+    return await Conversation.objects.acreate(owner=user, **fields)
+
+
+async def test_a_tab_on_b_sees_the_live_deltas_of_an_answer_generated_on_a(cluster, user, cookie):
+    a, b = cluster
+    conversation = await conversation_of(user, **MEDIUM)
+    on_a = await Tab.open(a, cookie, conversation)
+    on_b = await Tab.open(b, cookie, conversation)
+    await on_a.send(type="send", content="Tell me a story")
+    answer_id = await on_a.answer_id()
+    final_a = await on_a.finished(answer_id)
+    final_b = await on_b.finished(answer_id)
+    assert (await Message.objects.aget(pk=answer_id)).owner_process == a.pid
+    assert final_a["status"] == "complete" and final_a["content"]
+    assert final_b["content"] == final_a["content"]
+    assert on_b.text[answer_id] == final_a["content"]  # the deltas B relayed add up to the answer
+    assert on_b.deltas.get(answer_id, 0) >= 2  # live pieces, not only the final text
+    await on_a.close()
+    await on_b.close()
+
+
+async def test_closing_the_owners_only_tab_while_b_watches_does_not_abort_the_answer(cluster, user, cookie):
+    a, b = cluster
+    conversation = await conversation_of(user, **LONG)
+    on_a = await Tab.open(a, cookie, conversation)
+    on_b = await Tab.open(b, cookie, conversation)
+    await on_a.send(type="send", content="Keep going")
+    answer_id = await on_a.answer_id()
+    await on_a.until("delta")
+    await on_a.close()  # A has no tab left; B's tab still shows the conversation
+    closed_at = time.monotonic()
+    while time.monotonic() - closed_at < 2 * GRACE_SECONDS:
+        event = await on_b.receive(timeout=10)
+        assert event["type"] != "finished", event  # not aborted when A's grace period ended
+    await on_b.until("delta", message_id=answer_id)  # still streaming, well past the grace period
+    await on_b.send(type="stop", message_id=answer_id)
+    final = await on_b.finished(answer_id, timeout=10)
+    assert final["status"] == "interrupted" and final["completion_tokens"] < LONG["max_tokens"]
+    assert on_b.text[answer_id] == final["content"]
+    await on_b.close()
+
+
+async def test_a_stop_sent_from_b_ends_the_answer_generated_on_a(cluster, user, cookie):
+    a, b = cluster
+    conversation = await conversation_of(user, **LONG)
+    on_a = await Tab.open(a, cookie, conversation)
+    on_b = await Tab.open(b, cookie, conversation)
+    await on_a.send(type="send", content="Keep going")
+    answer_id = await on_a.answer_id()
+    await on_b.until("delta", message_id=answer_id)
+    # A tab opened on B mid-answer gets the saved text, the owner's snapshot, then deltas.
+    late = await Tab.open(b, cookie, conversation)
+    await late.until("delta", message_id=answer_id)
+    await on_b.send(type="stop", message_id=answer_id)
+    final = await on_b.finished(answer_id, timeout=5)
+    assert final["status"] == "interrupted" and 0 < final["completion_tokens"] < LONG["max_tokens"]
+    saved = await Message.objects.aget(pk=answer_id)
+    assert saved.status == Message.Status.INTERRUPTED and saved.content == final["content"]
+    assert (await late.finished(answer_id))["content"] == final["content"]
+    assert late.text[answer_id] == on_b.text[answer_id] == final["content"]
+    await on_a.close()
+    await on_b.close()
+    await late.close()
+
+
+async def test_the_live_answer_limits_hold_under_simultaneous_sends_from_both_processes(
+    cluster, user, cookie
+):
+    a, b = cluster
+    # One conversation, one tab on each process, both sending at once: exactly one answer.
+    conversation = await conversation_of(user, **LONG)
+    tabs = [await Tab.open(p, cookie, conversation) for p in (a, b)]
+    await asyncio.gather(*(t.send(type="send", content=f"Hello from {i}") for i, t in enumerate(tabs)))
+    outcomes = await asyncio.gather(*(_started_or_refused(t) for t in tabs))
+    assert sorted(kind for kind, _ in outcomes) == ["busy", "started"]
+    assert await Message.objects.filter(conversation=conversation).acount() == 2  # nothing half-made
+    answer_id = next(value for kind, value in outcomes if kind == "started")
+
+    # Three more conversations at once from both processes, with one answer still live:
+    # MAX_LIVE_PER_USER (2) in all, so one more starts and two are refused.
+    others = [await conversation_of(user, **LONG) for _ in range(3)]
+    more = [await Tab.open(p, cookie, c) for p, c in zip((a, b, a), others, strict=True)]
+    await asyncio.gather(*(t.send(type="send", content="Hello") for t in more))
+    results = await asyncio.gather(*(_started_or_refused(t) for t in more))
+    assert sorted(kind for kind, _ in results) == ["busy", "busy", "started"]
+    live = await Message.objects.filter(conversation__owner=user, status=Message.Status.STREAMING).acount()
+    assert live == MAX_LIVE_PER_USER
+
+    for tab in more:  # the refused sockets stay open
+        await tab.send(type="ping")
+        await tab.until("pong")
+    started = [(tab, value) for tab, (kind, value) in zip(more, results, strict=True) if kind == "started"]
+    for tab, message_id in [*started, (tabs[0], answer_id)]:
+        await tab.send(type="stop", message_id=message_id)
+        await tab.finished(message_id, timeout=10)
+    for tab in tabs + more:
+        await tab.close()
+
+
+async def _started_or_refused(tab: Tab) -> tuple[str, int | str]:
+    while True:
+        event = await tab.until_any(("thread", "error"))
+        if event["type"] == "error":
+            return event.get("code"), event["detail"]
+        last = event["messages"][-1] if event["messages"] else None
+        if last and last["status"] == "streaming":
+            return "started", last["id"]
+
+
+async def test_turn_two_sent_from_b_is_served_by_as_engine(cluster, user, cookie):
+    a, b = cluster
+    conversation = await conversation_of(user, system_prompt="You are terse.", **SHORT)
+    on_a = await Tab.open(a, cookie, conversation)
+    await on_a.send(type="send", content="Hello there, how are you today? Tell me about your day.")
+    first = await on_a.finished(await on_a.answer_id())
+    assert first["status"] == "complete"
+    await on_a.close()
+    a_before, b_before = a.stats(), b.stats()
+
+    on_b = await Tab.open(b, cookie, conversation)
+    await on_b.send(type="send", content="And tomorrow?")
+    second_id = await on_b.answer_id()
+    second = await on_b.finished(second_id)
+    assert second["status"] == "complete"
+    a_after, b_after = a.stats(), b.stats()
+    # A's engine prefilled turn 2 and found turn 1's blocks; B's engine saw no prompt at all.
+    assert a_after["prefix_hit_tokens"] - a_before["prefix_hit_tokens"] >= 16
+    assert b_after["total_prompt_tokens"] == b_before["total_prompt_tokens"]
+    assert second["cached_tokens"] >= 16
+    assert (await Message.objects.aget(pk=second_id)).owner_process == a.pid
+    await on_b.close()
+
+
+async def test_killing_the_owner_interrupts_its_answer_keeping_the_text_and_b_can_regenerate(
+    cluster, user, cookie
+):
+    """Last in the module: it kills process A."""
+    a, b = cluster
+    conversation = await conversation_of(user, **LONG)
+    on_a = await Tab.open(a, cookie, conversation)
+    on_b = await Tab.open(b, cookie, conversation)
+    await on_a.send(type="send", content="Keep going")
+    answer_id = await on_a.answer_id()
+    await on_b.until("delta", message_id=answer_id)
+    for _ in range(50):  # a partial save has happened
+        if (await Message.objects.aget(pk=answer_id)).content:
+            break
+        await asyncio.sleep(0.1)
+    os.kill(a.site.process.pid, signal.SIGKILL)
+    a.site.process.wait(timeout=10)
+
+    final = await on_b.finished(answer_id, timeout=30)  # ~15 s; more on a loaded machine
+    assert final["status"] == "interrupted" and final["content"]
+    saved = await Message.objects.aget(pk=answer_id)
+    assert saved.status == Message.Status.INTERRUPTED and saved.content == final["content"]
+
+    await on_b.send(type="regenerate", message_id=answer_id)
+    regenerated_id = await on_b.answer_id()
+    await on_b.until("delta", message_id=regenerated_id)  # B generates it
+    await on_b.send(type="stop", message_id=regenerated_id)
+    again = await on_b.finished(regenerated_id, timeout=30)
+    assert again["status"] in ("interrupted", "complete")
+    assert (await Message.objects.aget(pk=regenerated_id)).owner_process == b.pid
+    await on_b.close()
