@@ -73,23 +73,6 @@ static inline __attribute__((always_inline)) void tile(int mr, const float *x, i
     }
 }
 
-/* Runs TILE(mr, x rows, y rows) over `rows` rows: full MR-row tiles, then one tile
- * for the rest, each with mr a compile-time constant so the tile is fully unrolled. */
-#define FOR_ROW_TILES(rows, x, xs, y, ys, TILE)                                  \
-    do {                                                                         \
-        int64_t m_ = 0;                                                          \
-        for (; m_ + MR <= (rows); m_ += MR) TILE(MR, (x) + m_ * (xs), (y) + m_ * (ys)); \
-        const float *x_ = (x) + m_ * (xs);                                       \
-        float *y_ = (y) + m_ * (ys);                                             \
-        switch ((rows) - m_) {                                                   \
-        case 5: TILE(5, x_, y_); break;                                          \
-        case 4: TILE(4, x_, y_); break;                                          \
-        case 3: TILE(3, x_, y_); break;                                          \
-        case 2: TILE(2, x_, y_); break;                                          \
-        case 1: TILE(1, x_, y_); break;                                          \
-        default: break;                                                          \
-        }                                                                        \
-    } while (0)
 
 /* The shapes both entry points accept: x [M, K] and y [M, N] rows at strides xs, ys. */
 static int bad_shape(int64_t M, int64_t N, int64_t K, int64_t xs, int64_t ys) {

@@ -200,21 +200,6 @@ static void dequant_panel(int fmt, const uint8_t *panel, int64_t K, float *out) 
     }
 }
 
-#define FOR_ROW_TILES(rows, x, xs, y, ys, TILE)                                          \
-    do {                                                                                 \
-        int64_t m_ = 0;                                                                  \
-        for (; m_ + MR <= (rows); m_ += MR) TILE(MR, (x) + m_ * (xs), (y) + m_ * (ys));  \
-        const float *x_ = (x) + m_ * (xs);                                               \
-        float *y_ = (y) + m_ * (ys);                                                     \
-        switch ((rows) - m_) {                                                           \
-        case 5: TILE(5, x_, y_); break;                                                  \
-        case 4: TILE(4, x_, y_); break;                                                  \
-        case 3: TILE(3, x_, y_); break;                                                  \
-        case 2: TILE(2, x_, y_); break;                                                  \
-        case 1: TILE(1, x_, y_); break;                                                  \
-        default: break;                                                                  \
-        }                                                                                \
-    } while (0)
 
 /* The small-M path with fmt a compile-time constant in each instance. */
 #define QUANT_TILE(mr, xr, yr) tile_quant(mr, FMT, xr, xs, panel, K, bias16, yr, ys, nr, silu)

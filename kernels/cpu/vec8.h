@@ -43,4 +43,23 @@ static inline v8f exp8_nonpos(v8f x) {
     return (v8f)((v8i)(y * two_n) & ~under);
 }
 
+/* Runs TILE(mr, x rows, y rows) over `rows` rows: full MR-row tiles (MR is the including
+ * kernel's tile height), then one tile for the rest, each with mr a compile-time constant
+ * so the tile is fully unrolled. Shared by the fp32 and the quantized GEMMs. */
+#define FOR_ROW_TILES(rows, x, xs, y, ys, TILE)                                  \
+    do {                                                                         \
+        int64_t m_ = 0;                                                          \
+        for (; m_ + MR <= (rows); m_ += MR) TILE(MR, (x) + m_ * (xs), (y) + m_ * (ys)); \
+        const float *x_ = (x) + m_ * (xs);                                       \
+        float *y_ = (y) + m_ * (ys);                                             \
+        switch ((rows) - m_) {                                                   \
+        case 5: TILE(5, x_, y_); break;                                          \
+        case 4: TILE(4, x_, y_); break;                                          \
+        case 3: TILE(3, x_, y_); break;                                          \
+        case 2: TILE(2, x_, y_); break;                                          \
+        case 1: TILE(1, x_, y_); break;                                          \
+        default: break;                                                          \
+        }                                                                        \
+    } while (0)
+
 #endif

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 import inference.mla_attention as mla_attention
-from inference.config import EngineConfig
 from inference.engine import LLMEngine
 from inference.errors import UnsupportedModelError
 from inference.model_config import ModelConfig
@@ -21,7 +20,7 @@ from inference.model_loader import load_model
 from inference.models import DeepseekV3ForCausalLM, LlamaForCausalLM, kv_spec_for
 from inference.models.moe import TopkRouter
 from inference.testing import PagedSequenceRunner, greedy_generate, make_tiny_model_dir, tiny_hf_config
-from tests.engine.engine_fixtures import greedy, random_prompts, run_to_completion
+from tests.engine.engine_fixtures import TinyModel, greedy, random_prompts, run_to_completion
 
 YARN = {
     "rope_type": "yarn",
@@ -41,26 +40,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 @dataclass
-class DeepseekPair:
-    path: str
-    ours: DeepseekV3ForCausalLM
-    hf: torch.nn.Module
-    loaded: tuple[Any, Any, ModelConfig]
+class DeepseekPair(TinyModel):
+    ours: DeepseekV3ForCausalLM | None = None
 
     def engine(self, **overrides: Any) -> LLMEngine:
         defaults = {"num_kv_blocks": 128, "max_num_batched_tokens": 512, "max_num_seqs": 16}
-        config = EngineConfig(model=self.path, device="cpu", **{**defaults, **overrides})
-        return LLMEngine(config, loaded=self.loaded)
-
-    def hf_greedy(self, ids: list[int], max_new_tokens: int) -> list[int]:
-        with torch.no_grad():
-            out = self.hf.generate(
-                torch.tensor([ids]),
-                attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-            )
-        return out[0, len(ids) :].tolist()
+        return super().engine(**{**defaults, **overrides})
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +63,7 @@ def deepseek(tmp_path_factory: pytest.TempPathFactory) -> Any:
             hf = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
             hf.generation_config.eos_token_id = None  # fixed-length greedy runs
             hf.generation_config.pad_token_id = 0
-            cache[name] = DeepseekPair(str(path), loaded[0], hf, loaded)
+            cache[name] = DeepseekPair(path=str(path), loaded=loaded, hf=hf, ours=loaded[0])
         return cache[name]
 
     return get
