@@ -390,7 +390,10 @@ class TierMachine(RuleBasedStateMachine):
         files = sorted(self.dir.glob("*.kv"))
         if files:
             path = files[i % len(files)]
-            raw = bytearray(path.read_bytes())
+            try:
+                raw = bytearray(path.read_bytes())
+            except FileNotFoundError:
+                return  # the I/O thread evicted it since the listing: nothing to damage
             raw[-1] ^= 0xFF
             path.write_bytes(bytes(raw))
 
