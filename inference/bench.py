@@ -578,10 +578,6 @@ def print_table(r: dict[str, Any]) -> None:
         print("  ".join(str(c).ljust(widths[i]) for i, c in enumerate(row)).rstrip())
 
 
-if __name__ == "__main__":
-    main()
-
-
 def single_stream_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     ratios, t, m, mem = r["ratios"], TARGETS, r["machine"], r["memory"]
     single, fp32 = r["single_stream"], r["fp32_baseline"]
@@ -632,3 +628,7 @@ def single_stream_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str]]:
             ),
         ]
     return rows
+
+
+if __name__ == "__main__":
+    main()
