@@ -35,6 +35,10 @@ limit is reached), ``not_found`` (a message that is not in this user's open conv
 ``invalid``, ``server_error`` (e.g. the database failed). A ``parent_id`` must name an
 answer in the conversation. A conversation id that is not the user's closes the socket
 with code 4404.
+
+Over 500 lines on purpose: one consumer class whose handlers share the socket's
+state (open conversation, relayed offsets, outbox); the cross-process pieces live in
+conversations/cluster.py and process_loop.py, the tree logic in tree.py.
 """
 
 from __future__ import annotations

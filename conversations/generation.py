@@ -25,6 +25,9 @@ conversation:
   grace period runs only while no tab in any process shows the conversation.
 - **Coarse events** (an answer started or finished; the tree changed; the conversation
   list changed) go through the channel layer's groups as well.
+
+Over 500 lines: the manager, the prompt builder and the relay share one answer's
+state; splitting the prompt builder out (build_prompt, PromptPlan) is the next cut.
 """
 
 from __future__ import annotations

@@ -19,6 +19,10 @@ process, no Django (an MLA model also runs ``inference.bench_mla``'s comparison)
   weights, KV pool and the rest; and, unless ``--no-fp32-baseline``, the same
   single-stream and 64-request figures for the de-quantized fp32 weights (the path
   before quantized weights) in the same run, as ratios.
+
+Over 500 lines: a tool, not a runtime module; the workloads and the report table are
+kept together so one run prints ratios measured in one process. Other workloads
+live in bench_memory.py, bench_mla.py and bench_single_stream.py.
 """
 
 from __future__ import annotations

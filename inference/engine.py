@@ -3,6 +3,9 @@
 ``LLMEngine.step()`` = schedule → run the model → sample → apply stop rules →
 free what finished → return a ``StreamDelta`` per sequence that moved. The
 offline ``LLM`` and the threaded ``AsyncEngine`` both drive this class.
+
+Over 500 lines: step(), beams, stop rules and tier hooks all touch the request table
+in one thread; the scheduler, block manager, tiers and sampler are their own modules.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ Everything is budgeted to fit in 10 minutes (``--budget-s``). Exit status: 0 all
 checks passed, 1 a check failed, 2 no CUDA device. ``--cpu-smoke`` runs the
 correctness part under the Triton interpreter on CPU with tiny shapes, and the
 engine part on a tiny CPU model: it checks this script, not the GPU.
+
+Over 500 lines: a self-contained script for a lent GPU machine (kernels, graphs,
+engine throughput), copied there alone; it is a tool, never imported by the runtime.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ Parameter names match Hugging Face's ``*ForCausalLM`` exactly, so loading a
 checkpoint is a straight ``state_dict`` copy. The forward pass works on packed
 tokens ``[T]`` from many sequences at once; where each token's K/V goes and
 what it attends to is described by the step's ``AttentionContext``.
+
+Over 500 lines: the model plus its CPU fast path (packed and quantized weights)
+in one place, so the exactness tests against HF cover one file; the kernels
+themselves are in kernels/.
 """
 
 from __future__ import annotations
