@@ -9,24 +9,12 @@ from __future__ import annotations
 from django.db import transaction
 
 from conversations.models import Conversation, Message
+from conversations.transfer.exporting import MESSAGE_FIELDS, SETTINGS_FIELDS
 from conversations.tree import Busy, NotInConversation, Tree, select_leaf
 
-COPIED_FIELDS = (
-    "role",
-    "content",
-    "token_ids",
-    "status",
-    "finish_reason",
-    "error",
-    "prompt_tokens",
-    "completion_tokens",
-    "cached_tokens",
-    "context_dropped",
-    "model_name",
-    "time_to_first_token_ms",
-    "tokens_per_s",
-)
-SETTINGS = ("system_prompt", "temperature", "top_p", "top_k", "max_tokens")
+# What an export carries, plus what only a copy on this site can reuse: the token ids (so
+# the fork's first answer hits the prefix cache) and the model that wrote each answer.
+COPIED_FIELDS = (*MESSAGE_FIELDS, "token_ids", "model_name")
 
 
 @transaction.atomic
@@ -50,7 +38,7 @@ def fork_at(owner, message_id) -> Conversation:
         owner=owner,
         title=original.title,
         title_source=original.title_source,
-        **{name: getattr(original, name) for name in SETTINGS},
+        **{name: getattr(original, name) for name in SETTINGS_FIELDS},
     )
     copy_tree = Tree(conversation)
     parent = None

@@ -30,15 +30,8 @@ from conversations.tree import Tree
 FORMAT = "chatsite.conversations"
 VERSION = 1
 
-CONVERSATION_FIELDS = (
-    "title",
-    "title_source",
-    "system_prompt",
-    "temperature",
-    "top_p",
-    "top_k",
-    "max_tokens",
-)
+SETTINGS_FIELDS = ("system_prompt", "temperature", "top_p", "top_k", "max_tokens")
+CONVERSATION_FIELDS = ("title", "title_source", *SETTINGS_FIELDS)
 MESSAGE_FIELDS = (
     "role",
     "content",
