@@ -94,6 +94,15 @@ def _load_thread(
     return tree, tree_ops.thread_dict(tree)
 
 
+def _merge_deltas(first: dict, second: dict) -> dict:
+    """One ``delta`` event saying what two consecutive ones of the same answer said."""
+    merged = {**first, "text": first["text"] + second["text"]}
+    reasoning = first.get("reasoning", "") + second.get("reasoning", "")
+    if reasoning:
+        merged["reasoning"] = reasoning
+    return merged
+
+
 @database_sync_to_async
 def _last_owner(conversation_id: int) -> str | None:
     """The process that generated the conversation's latest answer."""
@@ -195,7 +204,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 while not self.outbox.empty():
                     following = self.outbox.get_nowait()
                     if following.get("type") == "delta" and following["message_id"] == event["message_id"]:
-                        event = {**event, "text": event["text"] + following["text"]}
+                        event = _merge_deltas(event, following)
                     else:
                         pending = following
                         break
@@ -297,11 +306,21 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except Exception:
             log.warning("cannot read the process registry", exc_info=True)
             liveness = cluster.Liveness(set(processes) | {PROCESS_ID}, known=set())
-        try:
-            tree, data = await _load_thread(self.conversation, live, liveness)
-        except Conversation.DoesNotExist:
-            self.push({"type": "deleted", "conversation_id": self.conversation.pk})
-            return
+        for _ in range(3):
+            try:
+                tree, data = await _load_thread(self.conversation, live, liveness)
+            except Conversation.DoesNotExist:
+                self.push({"type": "deleted", "conversation_id": self.conversation.pk})
+                return
+            # An answer of this process that finished while the thread was read was loaded
+            # half-saved and is no longer live here: read again to get its final text.
+            if not any(
+                m["status"] == Message.Status.STREAMING
+                and tree.by_id[m["id"]].owner_process == PROCESS_ID
+                and manager.live_text(m["id"]) is None
+                for m in data["messages"]
+            ):
+                break
         self.relayed.clear()
         for message in data["messages"]:
             text = manager.live_text(message["id"])
