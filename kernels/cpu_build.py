@@ -47,6 +47,9 @@ COMPILER = "gcc"
 CFLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-Wall")
 LIBS = ("-lm",)
 ASAN_CFLAGS = ("-fsanitize=address", "-fno-omit-frame-pointer", "-g")
+# Libraries built from more than their own source: these are compiled into the same
+# shared object, so the first calls the others' exported functions directly.
+LINKED = {"decode_stack": ("quant_linear", "linear", "layer_ops", "paged_decode")}
 # Builds of a library not loaded for this long are removed when it is rebuilt.
 PRUNE_AFTER_S = 7 * 24 * 3600
 STALE_TMP_S = 3600
@@ -137,13 +140,19 @@ def library_path(name: str, source: bytes) -> Path:
     return cache_dir() / f"{name}-{key.hexdigest()[:20]}.so"
 
 
-def build(source: Path, target: Path) -> None:
+def sources(name: str) -> list[Path]:
+    """The C files library ``name`` is compiled from, its own first."""
+    return [SOURCES / f"{part}.c" for part in (name, *LINKED.get(name, ()))]
+
+
+def build(source: Path | list[Path], target: Path) -> None:
+    files = [source] if isinstance(source, Path) else source
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".tmp", dir=target.parent)
     os.close(fd)
     try:
         result = subprocess.run(
-            [COMPILER, *cflags(), "-o", tmp, str(source), *LIBS],
+            [COMPILER, *cflags(), "-o", tmp, *map(str, files), *LIBS],
             capture_output=True,
             text=True,
             timeout=120,
@@ -198,10 +207,10 @@ def load_library(name: str, declare: Callable[[ctypes.CDLL], None]) -> ctypes.CD
     if _cache_refusal(cache_dir().resolve()) is not None:
         return None
     try:
-        source = SOURCES / f"{name}.c"
-        path = library_path(name, source.read_bytes())
+        files = sources(name)
+        path = library_path(name, b"\0".join(f.read_bytes() for f in files))
         if not path.is_file():
-            build(source, path)
+            build(files, path)
         else:
             mark_used(path)
         lib = ctypes.CDLL(str(path))

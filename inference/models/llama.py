@@ -23,7 +23,9 @@ from inference.attention import paged_attention
 from inference.attention_context import AttentionContext
 from inference.kv_spec import KVSpec
 from inference.model_config import ModelConfig
+from inference.models.llama_stack import build_decode_stack
 from kernels import cpu_layer_ops, cpu_linear, cpu_quant
+from kernels.cpu_decode_stack import DecodeStack
 from kernels.cpu_quant import PackedQuant, QuantRows
 
 
@@ -420,6 +422,8 @@ class LlamaForCausalLM(nn.Module):
     (``kv_spec``: K and V per KV head).
     """
 
+    decode_stack: DecodeStack | None = None  # set by prepare_cpu_kernels where it applies
+
     @classmethod
     def kv_spec_for(cls, config: ModelConfig) -> KVSpec:
         return KVSpec(config.num_layers, planes=2, token_shape=(config.num_kv_heads, config.head_dim))
@@ -457,6 +461,15 @@ class LlamaForCausalLM(nn.Module):
     ) -> torch.Tensor:
         cos_sin = self.cos_sin_cache[positions.long()]
         hidden = self.model.embed_tokens(input_ids)
+        stack = self.decode_stack
+        if (
+            stack is not None
+            and ctx.is_decode_only
+            and cos_sin.device.type == "cpu"
+            and len(ctx.context_lens) == len(hidden)
+        ):
+            # One C call for the whole stack: the per-op glue cost more than the kernels.
+            return stack(hidden, cos_sin, ctx.slot_mapping, kv_cache, ctx.block_tables, ctx.context_lens)
         residual = None
         for layer in self.model.layers:
             hidden, residual = layer(hidden, residual, cos_sin, ctx, kv_cache)
@@ -484,6 +497,7 @@ class LlamaForCausalLM(nn.Module):
         ):
             embed.panels, embed.weight = self.lm_head.packed_weight(), None
         self.lm_head.release_weight()
+        self.decode_stack = build_decode_stack(self)
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -338,7 +338,7 @@ async def test_killing_the_owner_interrupts_its_answer_keeping_the_text_and_b_ca
     os.kill(a.site.process.pid, signal.SIGKILL)
     a.site.process.wait(timeout=10)
 
-    final = await on_b.finished(answer_id, timeout=30)  # ~15 s; more on a loaded machine
+    final = await on_b.finished(answer_id, timeout=90)  # ~15 s idle; far more when the machine is busy
     assert final["status"] == "interrupted" and final["content"]
     saved = await Message.objects.aget(pk=answer_id)
     assert saved.status == Message.Status.INTERRUPTED and saved.content == final["content"]
@@ -347,7 +347,7 @@ async def test_killing_the_owner_interrupts_its_answer_keeping_the_text_and_b_ca
     regenerated_id = await on_b.answer_id()
     await on_b.until("delta", message_id=regenerated_id)  # B generates it
     await on_b.send(type="stop", message_id=regenerated_id)
-    again = await on_b.finished(regenerated_id, timeout=30)
+    again = await on_b.finished(regenerated_id, timeout=90)
     assert again["status"] in ("interrupted", "complete")
     assert (await Message.objects.aget(pk=regenerated_id)).owner_process == b.pid
     await on_b.close()
