@@ -55,7 +55,9 @@ def decode_inputs(model, config, cached: list[int], seed: int = 0):
     (as stale slots may hold anything), whose cached K/V comes from a real prefill."""
     gen = torch.Generator().manual_seed(seed)
     num_blocks = 64
-    kv = torch.full((num_blocks, 2, config.num_layers, BLOCK, config.num_kv_heads, config.head_dim), float("nan"))
+    kv = torch.full(
+        (num_blocks, 2, config.num_layers, BLOCK, config.num_kv_heads, config.head_dim), float("nan")
+    )
     order = torch.randperm(num_blocks, generator=gen).tolist()
     tables = [[order.pop() for _ in range(-(-(n + 1) // BLOCK))] for n in cached]
     for table, n in zip(tables, cached, strict=True):
