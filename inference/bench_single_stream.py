@@ -93,3 +93,17 @@ def single_stream_decode(engine: LLMEngine, prompt: list[int], tokens: int) -> d
         produced = len(engine.request_output(request).token_ids)
         best = max(best, (produced - 1) / elapsed)
     return {"tokens_per_s": best, "tokens": tokens, "prompt_tokens": len(prompt)}
+
+
+def single_stream_per_op(engine: LLMEngine, prompt: list[int], tokens: int) -> dict[str, float] | None:
+    """``single_stream_decode`` with the one-call decode step turned off (each layer's
+    kernels called from Python), or None where the model has no such step."""
+    model = engine.runner.model
+    stack = getattr(model, "decode_stack", None)
+    if stack is None:
+        return None
+    model.decode_stack = None
+    try:
+        return single_stream_decode(engine, prompt, tokens)
+    finally:
+        model.decode_stack = stack

@@ -3,7 +3,8 @@
 // Reads a JSON job on stdin: {"gguf": PATH, "prompts": [[token ids]...], "tokens": N, "threads": T}
 // and writes one JSON line on stdout: {"tokens_per_s": X, "outputs": [[token ids]...], "llama": {...}}.
 // Decode tokens/s counts from the first generated token to the last, summed over the prompts
-// (prompt processing excluded), as in bench_vs_llamacpp.py. EOS is ignored.
+// (prompt processing excluded), as in bench_vs_llamacpp.py. EOS is ignored. "llama" also carries
+// llama.cpp's own perf counters ("eval time" is the decode steps alone, without the Node overhead).
 //
 // node-llama-cpp is found through NODE_PATH or a normal module lookup, e.g.
 //     mkdir -p /opt/llamacpp && cd /opt/llamacpp && npm init -y && \
@@ -23,18 +24,24 @@ const { getLlama, LlamaLogLevel } = await import(entry);
 
 const job = JSON.parse(readFileSync(0, "utf8"));
 const threads = job.threads || 0;
+const logs = [];
 const llama = await getLlama({
     gpu: false,
     build: "never",
     usePrebuiltBinaries: true,
     skipDownload: true,
     maxThreads: threads,
-    logLevel: LlamaLogLevel.error,
+    logLevel: LlamaLogLevel.info, // info carries the perf counters; keep it, print only errors
+    logger: (level, message) => {
+        if (level === LlamaLogLevel.error || level === LlamaLogLevel.fatal) console.error(message);
+        else logs.push(message);
+    },
 });
 const model = await llama.loadModel({ modelPath: job.gguf, gpuLayers: 0 });
 const context = await model.createContext({
     contextSize: 1024,
     batchSize: 512,
+    performanceTracking: true,
     threads: threads ? { ideal: threads, min: threads } : undefined,
 });
 const sequence = context.getSequence();
@@ -56,6 +63,13 @@ for (const prompt of job.prompts) {
     outputs.push(out);
 }
 
+logs.length = 0;
+await context.printTimings();
+const timings = logs
+    .join("\n")
+    .split(/\n|(?=llama_perf_context_print:)/)
+    .filter((line) => /eval time/.test(line))
+    .map((line) => line.replace(/^llama_perf_context_print:\s*/, "").replace(/\s+/g, " ").trim());
 const info = {
     package: `node-llama-cpp ${JSON.parse(readFileSync(path.join(path.dirname(entry), "..", "package.json"), "utf8")).version}`,
     llama_cpp_release: llama.llamaCppRelease?.release,
@@ -64,6 +78,7 @@ const info = {
     cpu_math_cores: llama.cpuMathCores,
     system_info: llama.systemInfo,
     context_threads: context.currentThreads,
+    perf: timings,
 };
 await context.dispose();
 await model.dispose();

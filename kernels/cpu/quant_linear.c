@@ -41,6 +41,9 @@
 #define PANEL 16
 #define MR 6
 #define ROW_BLOCK_BYTES (1 << 18)
+#ifndef PREFETCH_PANELS
+#define PREFETCH_PANELS 2
+#endif
 
 #include "vec8.h"
 
@@ -57,6 +60,14 @@ static inline int64_t group_bytes(int fmt) {
     case FMT_Q8S: return 64 + 16 * 16;
     default: return 128 + 32 * 8;
     }
+}
+
+/* Asks for the `bytes` at p (a group of a later panel) to be brought into the cache.
+ * The small-M path streams the weights once, at more bytes per instruction than the
+ * hardware prefetcher keeps up with across 4 KiB pages; a few panels ahead covers the
+ * latency. */
+static inline void prefetch_group(const uint8_t *p, int64_t bytes) {
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 2);
 }
 
 /* One group's scale (and offset) vectors: lanes 0-7 and 8-15. */
@@ -138,7 +149,7 @@ static inline __attribute__((always_inline)) void tile_quant(int mr, int fmt, co
                                                              int64_t xs, const uint8_t *panel,
                                                              int64_t K, const float *bias16,
                                                              float *y, int64_t ys, int nr,
-                                                             int silu) {
+                                                             int silu, int64_t ahead) {
     const int G = group_size(fmt);
     const int64_t gb = group_bytes(fmt);
     v8f lo[MR], hi[MR];
@@ -149,6 +160,7 @@ static inline __attribute__((always_inline)) void tile_quant(int mr, int fmt, co
     }
     for (int64_t k0 = 0; k0 < K; k0 += G) {
         const uint8_t *g = panel + (k0 / G) * gb;
+        if (ahead) prefetch_group(g + ahead, gb);
         const group_params p = params(fmt, g);
         for (int k = 0; k < G; k++) {
             v8f w0, w1;
@@ -189,11 +201,13 @@ static inline v8f high8(v16f v) { return (v8f)_mm512_extractf32x8_ps((__m512)v, 
 static inline __attribute__((always_inline)) void tile_q4_wide(int mr, const float *x, int64_t xs,
                                                                const uint8_t *panel, int64_t K,
                                                                const float *bias16, float *y,
-                                                               int64_t ys, int nr, int silu) {
+                                                               int64_t ys, int nr, int silu,
+                                                               int64_t ahead) {
     v16f lo[MR], hi[MR]; /* lanes 0-7: even k, 8-15: odd k */
     for (int i = 0; i < mr; i++) lo[i] = hi[i] = splat16(0.0f);
     for (int64_t k0 = 0; k0 < K; k0 += 32) {
         const uint8_t *g = panel + (k0 / 32) * group_bytes(FMT_Q4);
+        if (ahead) prefetch_group(g + ahead, group_bytes(FMT_Q4));
         const float *sc = (const float *)g;
         const v16f s0 = twice8(sc), s1 = twice8(sc + 8), o0 = twice8(sc + 16), o1 = twice8(sc + 24);
         for (int k = 0; k < 32; k += 2) {
@@ -216,13 +230,14 @@ static inline __attribute__((always_inline)) void tile_q8_wide(int mr, int fmt, 
                                                                int64_t xs, const uint8_t *panel,
                                                                int64_t K, const float *bias16,
                                                                float *y, int64_t ys, int nr,
-                                                               int silu) {
+                                                               int silu, int64_t ahead) {
     const int G = group_size(fmt);
     const int64_t gb = group_bytes(fmt);
     v16f even[MR], odd[MR]; /* all 16 outputs, over even and odd k */
     for (int i = 0; i < mr; i++) even[i] = odd[i] = splat16(0.0f);
     for (int64_t k0 = 0; k0 < K; k0 += G) {
         const uint8_t *g = panel + (k0 / G) * gb;
+        if (ahead) prefetch_group(g + ahead, gb);
         const v16f sc = load16((const float *)g);
         const int8_t *q = (const int8_t *)(g + 64);
         for (int k = 0; k < G; k += 2) {
@@ -285,26 +300,29 @@ static void dequant_panel(int fmt, const uint8_t *panel, int64_t K, float *out) 
 /* The small-M path with fmt a compile-time constant in each instance. */
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
 #define QUANT_TILE(mr, xr, yr)                                                                 \
-    (FMT == FMT_Q4 ? tile_q4_wide(mr, xr, xs, panel, K, bias16, yr, ys, nr, silu)             \
-                   : tile_q8_wide(mr, FMT, xr, xs, panel, K, bias16, yr, ys, nr, silu))
+    (FMT == FMT_Q4 ? tile_q4_wide(mr, xr, xs, panel, K, bias16, yr, ys, nr, silu, ahead)      \
+                   : tile_q8_wide(mr, FMT, xr, xs, panel, K, bias16, yr, ys, nr, silu, ahead))
 #else
-#define QUANT_TILE(mr, xr, yr) tile_quant(mr, FMT, xr, xs, panel, K, bias16, yr, ys, nr, silu)
+#define QUANT_TILE(mr, xr, yr) tile_quant(mr, FMT, xr, xs, panel, K, bias16, yr, ys, nr, silu, ahead)
 #endif
 #define FMT FMT_Q8
 static void rows_q8(const float *x, int64_t xs, const uint8_t *panel, int64_t K,
-                    const float *bias16, float *y, int64_t ys, int64_t rows, int nr, int silu) {
+                    const float *bias16, float *y, int64_t ys, int64_t rows, int nr, int silu,
+                    int64_t ahead) {
     FOR_ROW_TILES(rows, x, xs, y, ys, QUANT_TILE);
 }
 #undef FMT
 #define FMT FMT_Q8S
 static void rows_q8s(const float *x, int64_t xs, const uint8_t *panel, int64_t K,
-                     const float *bias16, float *y, int64_t ys, int64_t rows, int nr, int silu) {
+                     const float *bias16, float *y, int64_t ys, int64_t rows, int nr, int silu,
+                    int64_t ahead) {
     FOR_ROW_TILES(rows, x, xs, y, ys, QUANT_TILE);
 }
 #undef FMT
 #define FMT FMT_Q4
 static void rows_q4(const float *x, int64_t xs, const uint8_t *panel, int64_t K,
-                    const float *bias16, float *y, int64_t ys, int64_t rows, int nr, int silu) {
+                    const float *bias16, float *y, int64_t ys, int64_t rows, int nr, int silu,
+                    int64_t ahead) {
     FOR_ROW_TILES(rows, x, xs, y, ys, QUANT_TILE);
 }
 #undef FMT
@@ -371,12 +389,15 @@ int quant_linear_f32(const float *x, int64_t xs, const uint8_t *wq, int fmt, con
                 if (buffered) {
                     dequant_panel(fmt, panel, K, buf);
                     rows_f32(xr, xs, buf, K, bias16, yr, ys, rows, nr, silu_pairs);
-                } else if (fmt == FMT_Q4) {
-                    rows_q4(xr, xs, panel, K, bias16, yr, ys, rows, nr, silu_pairs);
-                } else if (fmt == FMT_Q8) {
-                    rows_q8(xr, xs, panel, K, bias16, yr, ys, rows, nr, silu_pairs);
                 } else {
-                    rows_q8s(xr, xs, panel, K, bias16, yr, ys, rows, nr, silu_pairs);
+                    /* PREFETCH_PANELS ahead, within this thread's share of the panels. */
+                    const int64_t ahead = p + PREFETCH_PANELS < panels ? PREFETCH_PANELS * panel_bytes : 0;
+                    if (fmt == FMT_Q4)
+                        rows_q4(xr, xs, panel, K, bias16, yr, ys, rows, nr, silu_pairs, ahead);
+                    else if (fmt == FMT_Q8)
+                        rows_q8(xr, xs, panel, K, bias16, yr, ys, rows, nr, silu_pairs, ahead);
+                    else
+                        rows_q8s(xr, xs, panel, K, bias16, yr, ys, rows, nr, silu_pairs, ahead);
                 }
             }
         }

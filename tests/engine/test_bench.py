@@ -72,13 +72,45 @@ def test_memory_pressure_workload_counts_recomputation_and_tier_hits(tiny: TinyM
 
 
 def test_single_stream_and_memory_breakdown(tiny: TinyModel) -> None:
-    from inference.bench_single_stream import memory_breakdown, single_stream_decode, weight_bytes
+    from inference.bench_single_stream import (
+        memory_breakdown,
+        single_stream_decode,
+        single_stream_per_op,
+        weight_bytes,
+    )
 
     engine = tiny.engine()
     result = single_stream_decode(engine, [5, 6, 7, 8], 6)
     assert result["tokens_per_s"] > 0 and result["tokens"] == 6
+    stack = engine.model.decode_stack
+    assert stack is not None  # the tiny fp32 model's released panels qualify
+    assert single_stream_per_op(engine, [5, 6, 7, 8], 6)["tokens_per_s"] > 0
+    assert engine.model.decode_stack is stack  # turned back on
     memory = memory_breakdown(engine, 0)
     pool = engine.runner.kv_cache
     assert memory["kv_pool_allocated"] == pool.numel() * pool.element_size()
     assert memory["weights"] == weight_bytes(engine.model) > 0
     assert memory["rss"] >= memory["weights"] and memory["rest"] >= 0
+
+
+def test_single_stream_rows_report_the_one_call_step_against_per_op_calls() -> None:
+    from inference.bench import single_stream_rows
+
+    results = {
+        "ratios": {"single_stream_fraction_of_bandwidth_bound": 0.5},
+        "machine": {"weight_bytes": 112e6},
+        "memory": {"rss": 900e6, "kv_pool_allocated": 400e6, "weights": 112e6, "rest": 388e6},
+        "single_stream": {
+            "tokens_per_s": 150.0,
+            "tokens": 128,
+            "prompt_tokens": 60,
+            "per_op": {"tokens_per_s": 100.0},
+        },
+        "fp32_baseline": None,
+    }
+    rows = {row[0].strip(): row for row in single_stream_rows(results)}
+    assert rows["one-call decode step over per-op calls"][1] == "1.50x"
+    assert rows["share of the bandwidth bound"][1] == "50%" and rows["share of the bandwidth bound"][
+        3
+    ].startswith("NO")
+    assert rows["RSS less the KV pool"][1] == "500 MB"
