@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "vec8.h"
 
 /* Sum of squares, 8 lanes at a time, then a tree sum. */

@@ -38,6 +38,7 @@
 #define ROW_BLOCK_BYTES (1 << 18) /* input rows per block: about 256 KiB of them */
 #define GU_PANEL 8                /* gate/up features per fused panel: 8 gate + 8 up */
 
+#include "kernels.h"
 #include "vec8.h"
 
 /* Rows 0..mr-1 (a compile-time constant once inlined) of x times one panel; stores the

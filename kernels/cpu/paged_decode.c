@@ -30,6 +30,7 @@
 #define TILE 32   /* positions per online-softmax step (a block is split in tiles) */
 #define MAX_VEC 64 /* vector path up to head_dim 512 */
 
+#include "kernels.h"
 #include "vec8.h"
 
 static inline v8f max8(v8f a, v8f b) {

@@ -45,6 +45,7 @@
 #define PREFETCH_PANELS 2
 #endif
 
+#include "kernels.h"
 #include "vec8.h"
 
 enum { FMT_Q8 = 0, FMT_Q8S = 1, FMT_Q4 = 2 };
