@@ -3,8 +3,9 @@
 // Reads a JSON job on stdin: {"gguf": PATH, "prompts": [[token ids]...], "tokens": N, "threads": T}
 // and writes one JSON line on stdout: {"tokens_per_s": X, "outputs": [[token ids]...], "llama": {...}}.
 // Decode tokens/s counts from the first generated token to the last, summed over the prompts
-// (prompt processing excluded), as in bench_vs_llamacpp.py. EOS is ignored. "llama" also carries
-// llama.cpp's own perf counters ("eval time" is the decode steps alone, without the Node overhead).
+// (prompt processing excluded), as in bench_vs_llamacpp.py. EOS is ignored (yielded and fed back).
+// "llama" also carries llama.cpp's own perf counters ("eval time": the decode steps alone, summed over
+// the prompts, without the Node overhead).
 //
 // node-llama-cpp is found through NODE_PATH or a normal module lookup, e.g.
 //     mkdir -p /opt/llamacpp && cd /opt/llamacpp && npm init -y && \
@@ -53,7 +54,7 @@ for (const prompt of job.prompts) {
     await sequence.clearHistory();
     const out = [];
     let first = null;
-    for await (const token of sequence.evaluate(prompt, { temperature: 0 })) {
+    for await (const token of sequence.evaluate(prompt, { temperature: 0, yieldEogToken: true })) {
         if (first === null) first = performance.now();
         out.push(token);
         if (out.length === job.tokens) break;
