@@ -42,7 +42,7 @@
 #define MR 6
 #define ROW_BLOCK_BYTES (1 << 18)
 #ifndef PREFETCH_PANELS
-#define PREFETCH_PANELS 2
+#define PREFETCH_PANELS 4
 #endif
 
 #include "kernels.h"
