@@ -7,7 +7,7 @@ Started once per event loop with its :class:`~conversations.generation.Generatio
   conversations its tabs show.
 - **Listen** on that channel: ``chat.generate`` (an answer whose row another process
   created with this process as its owner), ``chat.stop``, ``chat.snapshot`` (send a tab
-  elsewhere the text so far of an answer generated here).
+  elsewhere the text and reasoning so far of an answer generated here).
 - **Fail over** every ``REAP_SECONDS``: ``streaming`` answers owned by a process whose
   registry entry expired become ``interrupted`` with the text saved so far, and their
   conversations' tabs are told (see :func:`interrupt_orphans`).
@@ -112,6 +112,8 @@ async def _handle(manager: GenerationManager, message: dict) -> None:
                     "message_id": message["message_id"],
                     "offset": 0,
                     "text": text,
+                    "reasoning_offset": 0,
+                    "reasoning": manager.live_reasoning(message["message_id"]) or "",
                 },
             )
 
