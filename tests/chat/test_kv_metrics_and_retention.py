@@ -76,7 +76,7 @@ def test_metrics_export_the_engine_figures_per_tier(staff_client):
     assert states == {"running", "waiting", "loading"}
     blocks = {(s.labels["tier"], s.labels["state"]) for s in found["chatsite_engine_kv_blocks"].samples}
     assert {("pool", "used"), ("pool", "cached"), ("pool", "free")} <= blocks
-    for name in ("preemptions", "swaps", "aborts", "kv_prefix_hit_tokens", "kv_bytes"):
+    for name in ("preemptions", "swaps", "aborts", "kv_prefix_hit_tokens", "kv_bytes", "kv_retained_keys"):
         assert f"chatsite_engine_{name}" in found
 
 
