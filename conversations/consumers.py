@@ -64,7 +64,7 @@ from conversations.generation import (
 )
 from conversations.models import Conversation, Message
 from conversations.relay import Shown, behind, take
-from conversations.retention import get_retention
+from conversations.retention import get_retention, last_owner
 
 log = logging.getLogger(__name__)
 
@@ -103,18 +103,6 @@ def _merge_deltas(first: dict, second: dict) -> dict:
     if reasoning:
         merged["reasoning"] = reasoning
     return merged
-
-
-@database_sync_to_async
-def _last_owner(conversation_id: int) -> str | None:
-    """The process that generated the conversation's latest answer."""
-    return (
-        Message.objects.filter(conversation_id=conversation_id, role=Message.Role.ASSISTANT)
-        .exclude(owner_process="")
-        .order_by("-created_at", "-id")
-        .values_list("owner_process", flat=True)
-        .first()
-    )
 
 
 @database_sync_to_async
@@ -347,7 +335,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         processes = await _processes()
         if len(processes) <= 1 and PROCESS_ID in processes:
             return PROCESS_ID, processes
-        return cluster.choose_owner(await _last_owner(conversation.pk), processes), processes
+        return cluster.choose_owner(await last_owner(conversation.pk), processes), processes
 
     async def _create_answer(self, operation, *args) -> tuple[Message, str, dict]:
         """Run a tree operation that adds an answer, with its owner chosen and the limits

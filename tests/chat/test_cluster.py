@@ -320,6 +320,42 @@ async def test_turn_two_sent_from_b_is_served_by_as_engine(cluster, user, cookie
     await on_b.close()
 
 
+async def settled(process: Process, field: str, expected) -> dict:
+    """``process``'s engine stats once ``field`` equals ``expected`` (marks are made and
+    released in the background, after the websocket event that causes them)."""
+    for _ in range(300):
+        stats = process.stats()
+        if stats[field] == expected:
+            return stats
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{field} stayed {stats[field]}, not {expected}")
+
+
+async def test_a_tab_on_b_keeps_a_conversation_answered_on_a_retained_in_as_engine(cluster, user, cookie):
+    a, b = cluster
+    # Earlier tests closed all their tabs: their marks are released (B's through A).
+    await settled(a, "kv_retained_keys", 0)
+    await settled(b, "kv_retained_keys", 0)
+    conversation = await conversation_of(user, system_prompt="You are terse.", **SHORT)
+    on_a = await Tab.open(a, cookie, conversation)
+    await on_a.send(type="send", content="Hello there, how are you today? Tell me about your day.")
+    answer_id = await on_a.answer_id()
+    assert (await on_a.finished(answer_id))["status"] == "complete"
+    assert (await Message.objects.aget(pk=answer_id)).owner_process == a.pid
+    await settled(a, "kv_retained_keys", 1)  # A's own tab marks it in A
+    await on_a.close()
+    released = await settled(a, "kv_retained_keys", 0)
+
+    # Only B shows it now: the mark is made in A, whose engine holds the KV, not in B.
+    on_b = await Tab.open(b, cookie, conversation)
+    held = await settled(a, "kv_retained_keys", 1)
+    assert held["kv_retained_blocks"] > released["kv_retained_blocks"]  # the history's blocks
+    assert b.stats()["kv_retained_keys"] == 0
+    await on_b.close()
+    await settled(a, "kv_retained_keys", 0)
+    assert b.stats()["kv_retained_keys"] == 0
+
+
 async def test_killing_the_owner_interrupts_its_answer_keeping_the_text_and_b_can_regenerate(
     cluster, user, cookie
 ):
