@@ -8,17 +8,20 @@ DATABASE_URL and REDIS_URL (the SQLite smoke run) the module is skipped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import time
 import uuid
+from collections.abc import Iterator
 
 import httpx
 import pytest
 from asgiref.sync import sync_to_async
 
 from conversations.models import Conversation, Message
+from inference.testing import SCRIPTED_ANSWER, SCRIPTED_REASONING
 from tests.conftest import session_cookie_for
 
 pytestmark = [
@@ -53,8 +56,8 @@ def cluster_model_dir(tmp_path_factory):
     )
 
 
-@pytest.fixture(scope="module")
-def cluster(django_db_setup, django_db_blocker, cluster_model_dir, tmp_path_factory):
+@contextlib.contextmanager
+def running_cluster(model_dir, tmp_path_factory, **extra_env: str) -> Iterator[list[Process]]:
     """Processes A and B: one registry prefix (one site), short grace and save periods."""
     import redis
 
@@ -67,9 +70,10 @@ def cluster(django_db_setup, django_db_blocker, cluster_model_dir, tmp_path_fact
         "PARTIAL_SAVE_SECONDS": "0.5",
         "MAX_LIVE_PER_USER": str(MAX_LIVE_PER_USER),
         "ENGINE_KV_CACHE_GB": "0.25",
+        **extra_env,
     }
     log_dir = tmp_path_factory.mktemp("cluster")
-    sites = [launch_live_site(cluster_model_dir, log_dir, **env) for _ in range(2)]
+    sites = [launch_live_site(model_dir, log_dir, **env) for _ in range(2)]
     try:
         for site in sites:
             wait_until_ready(site)
@@ -93,6 +97,24 @@ def cluster(django_db_setup, django_db_blocker, cluster_model_dir, tmp_path_fact
                 stop_live_site(site)
 
 
+@pytest.fixture(scope="module")
+def cluster(django_db_setup, django_db_blocker, cluster_model_dir, tmp_path_factory):
+    with running_cluster(cluster_model_dir, tmp_path_factory) as processes:
+        yield processes
+
+
+@pytest.fixture
+def reasoning_cluster(django_db_setup, django_db_blocker, cluster_model_dir, tmp_path_factory):
+    """Two more processes, whose engines run the scripted reasoning model (a fixed think +
+    answer; its pool holds one number per token, so a small budget is plenty). For one
+    test: they stop as soon as it ends rather than share the CPU with the module's others."""
+    loader = "inference.testing.scripted_reasoning_model"
+    with running_cluster(
+        cluster_model_dir, tmp_path_factory, ENGINE_LOADER=loader, ENGINE_KV_CACHE_GB="0.0001"
+    ) as processes:
+        yield processes
+
+
 class Process:
     def __init__(self, site, pid: str) -> None:
         self.site, self.pid = site, pid
@@ -107,7 +129,9 @@ class Tab:
     def __init__(self, ws) -> None:
         self.ws = ws
         self.text: dict[int, str] = {}  # what this tab shows of each message
+        self.reasoning: dict[int, str] = {}  # ... of each answer's thinking
         self.deltas: dict[int, int] = {}
+        self.thinking_after_answer: set[int] = set()  # answers whose thinking came after text
 
     @classmethod
     async def open(cls, process: Process, cookie: str, conversation: Conversation | None = None) -> Tab:
@@ -131,9 +155,14 @@ class Tab:
         if event["type"] == "thread":
             for message in event["messages"]:
                 self.text[message["id"]] = message["content"]
+                self.reasoning[message["id"]] = message["reasoning"]
         elif event["type"] == "delta":
-            self.text[event["message_id"]] = self.text.get(event["message_id"], "") + event["text"]
-            self.deltas[event["message_id"]] = self.deltas.get(event["message_id"], 0) + 1
+            message_id = event["message_id"]
+            if event.get("reasoning") and self.text.get(message_id):
+                self.thinking_after_answer.add(message_id)
+            self.text[message_id] = self.text.get(message_id, "") + event["text"]
+            self.reasoning[message_id] = self.reasoning.get(message_id, "") + event.get("reasoning", "")
+            self.deltas[message_id] = self.deltas.get(message_id, 0) + 1
         return event
 
     async def until(self, kind: str, timeout: float = 60, **match) -> dict:
@@ -203,6 +232,28 @@ async def test_a_tab_on_b_sees_the_live_deltas_of_an_answer_generated_on_a(clust
     assert final_b["content"] == final_a["content"]
     assert on_b.text[answer_id] == final_a["content"]  # the deltas B relayed add up to the answer
     assert on_b.deltas.get(answer_id, 0) >= 2  # live pieces, not only the final text
+    await on_a.close()
+    await on_b.close()
+
+
+async def test_a_tab_on_b_streams_the_thinking_of_an_answer_generated_on_a_before_its_text(
+    reasoning_cluster, user, cookie
+):
+    a, b = reasoning_cluster
+    conversation = await conversation_of(user, **MEDIUM)
+    on_a = await Tab.open(a, cookie, conversation)
+    on_b = await Tab.open(b, cookie, conversation)
+    await on_a.send(type="send", content="Capital of France?")
+    answer_id = await on_a.answer_id()
+    final_a = await on_a.finished(answer_id)
+    final_b = await on_b.finished(answer_id)
+    assert (await Message.objects.aget(pk=answer_id)).owner_process == a.pid
+    assert (final_a["reasoning"], final_a["content"]) == (SCRIPTED_REASONING, SCRIPTED_ANSWER)
+    assert final_b["reasoning"] == final_a["reasoning"]
+    # What B showed before the answer finished: the thread, then the relayed deltas.
+    assert (on_b.reasoning[answer_id], on_b.text[answer_id]) == (SCRIPTED_REASONING, SCRIPTED_ANSWER)
+    assert on_a.reasoning[answer_id] == on_b.reasoning[answer_id]
+    assert answer_id not in on_b.thinking_after_answer and answer_id not in on_a.thinking_after_answer
     await on_a.close()
     await on_b.close()
 
