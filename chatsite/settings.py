@@ -185,6 +185,10 @@ ENGINE = {
     "kv_disk_gb": env_float("ENGINE_KV_DISK_GB", 4.0),
 }
 ENGINE_PRELOAD = env_bool("ENGINE_PRELOAD", False)
+# Tests only: the dotted path of a callable returning load_model's (model, tokenizer, config)
+# triple, used instead of loading ENGINE["model"] (e.g. a scripted reasoning model for
+# real server processes, which cannot be patched from the test).
+ENGINE_LOADER = env_str("ENGINE_LOADER", "")
 # /metrics is open to staff sessions, and to "Authorization: Bearer <token>" when this is set.
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 # How long an answer keeps generating after its last watcher disconnected.

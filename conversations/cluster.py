@@ -18,7 +18,8 @@ process advertises itself in Redis with a short expiry and reads the others' ent
 
 Each process also listens on a channel of its own on the channel layer (``channel`` in
 its entry): the tab's process sends it ``chat.generate`` (run this answer here),
-``chat.stop`` and ``chat.snapshot`` (send this tab the text so far).
+``chat.stop``, ``chat.snapshot`` (send this tab the text so far) and ``chat.retain`` /
+``chat.release`` (KV retention of a conversation whose answers this process generated).
 
 Without ``REDIS_URL`` the site is this process alone, and every function here says so.
 """

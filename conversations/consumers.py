@@ -10,8 +10,9 @@ With several processes (``conversations.cluster``) the answer may be generated b
 process than the tab's: the one whose engine served the conversation last (its KV blocks
 are warm), unless it is gone or much busier, then the least-loaded one. This consumer
 creates the answer's row with that owner and forwards the request to it; the owner's text
-comes back through the conversation's group (``delta`` with a character offset; a gap is
-filled by asking the owner for a snapshot), so every tab shows the same text. Stop, edit,
+comes back through the conversation's group (``delta`` with the character offsets of its
+text and reasoning, see ``conversations.relay``; a gap is filled by asking the owner for a
+snapshot), so every tab shows the same text and thinking. Stop, edit,
 delete reach the owner wherever the tab is. The site-wide limits (one live answer per
 conversation, ``MAX_LIVE_PER_USER``) are checked in the database under row locks.
 
@@ -62,7 +63,8 @@ from conversations.generation import (
     user_group,
 )
 from conversations.models import Conversation, Message
-from conversations.retention import get_retention
+from conversations.relay import Shown, behind, take
+from conversations.retention import get_retention, last_owner
 
 log = logging.getLogger(__name__)
 
@@ -104,18 +106,6 @@ def _merge_deltas(first: dict, second: dict) -> dict:
 
 
 @database_sync_to_async
-def _last_owner(conversation_id: int) -> str | None:
-    """The process that generated the conversation's latest answer."""
-    return (
-        Message.objects.filter(conversation_id=conversation_id, role=Message.Role.ASSISTANT)
-        .exclude(owner_process="")
-        .order_by("-created_at", "-id")
-        .values_list("owner_process", flat=True)
-        .first()
-    )
-
-
-@database_sync_to_async
 def _message_in(conversation: Conversation, message_id) -> Message:
     """The message ``message_id`` of ``conversation``, or NotInConversation."""
     try:
@@ -154,8 +144,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         self.outbox: asyncio.Queue = asyncio.Queue()
         self.sender: asyncio.Task | None = None
         self.groups_joined: list[str] = []
-        # Answers generated in other processes: message id -> characters this tab has.
-        self.relayed: dict[int, int] = {}
+        # Answers generated in other processes: message id -> what this tab shows of each.
+        self.relayed: dict[int, Shown] = {}
         self.snapshot_asked: dict[int, float] = {}
         if self.user is None or not self.user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
@@ -330,7 +320,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 message["status"] = Message.Status.STREAMING
             elif message["status"] == Message.Status.STREAMING:
                 # Generated elsewhere: the saved text now, the owner's deltas from there on.
-                self.relayed[message["id"]] = len(message["content"])
+                self.relayed[message["id"]] = Shown(len(message["content"]), len(message["reasoning"] or ""))
                 owner = tree.by_id[message["id"]].owner_process
                 await self._ask_snapshot(message["id"], owner, processes)
         self.push({"type": "thread", **data})
@@ -345,7 +335,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         processes = await _processes()
         if len(processes) <= 1 and PROCESS_ID in processes:
             return PROCESS_ID, processes
-        return cluster.choose_owner(await _last_owner(conversation.pk), processes), processes
+        return cluster.choose_owner(await last_owner(conversation.pk), processes), processes
 
     async def _create_answer(self, operation, *args) -> tuple[Message, str, dict]:
         """Run a tree operation that adds an answer, with its owner chosen and the limits
@@ -370,7 +360,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 },
             )
             if sent:
-                self.relayed[answer.pk] = 0
+                self.relayed[answer.pk] = Shown()
                 return
             await _set_owner(answer.pk, PROCESS_ID)  # never lost: generate it here instead
         get_manager().start(conversation_id=conversation_id, owner_id=self.user.pk, message_id=answer.pk)
@@ -472,28 +462,21 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             )
 
     async def _relay_text(self, event: dict) -> None:
-        """A piece of an answer generated elsewhere: show what this tab has not seen yet."""
-        message_id, offset, text = event.get("message_id"), event.get("offset", 0), event.get("text", "")
+        """A piece of an answer generated elsewhere (text and reasoning): show what this
+        tab has not seen yet, or ask for a snapshot if it missed some."""
+        message_id = event.get("message_id")
         if message_id not in self.relayed:
             if event.get("event") == "snapshot":
                 return
             await self._send_thread()  # a new answer this tab does not know yet
             if message_id not in self.relayed:
                 return
-        shown = self.relayed[message_id]
-        if offset > shown:
+        fresh = take(self.relayed[message_id], event)
+        if fresh is None:
             await self._ask_snapshot(message_id, event.get("process"))
-            return
-        fresh = text[shown - offset :]
-        if fresh:
-            self.relayed[message_id] = shown + len(fresh)
+        elif fresh["text"] or fresh.get("reasoning"):
             self.push(
-                {
-                    "type": "delta",
-                    "conversation_id": self.conversation.pk,
-                    "message_id": message_id,
-                    "text": fresh,
-                }
+                {"type": "delta", "conversation_id": self.conversation.pk, "message_id": message_id, **fresh}
             )
 
     # Events from the channel layer ---------------------------------------------------
@@ -533,7 +516,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             self.push(
                 {"type": "heartbeat", "conversation_id": self.conversation.pk, "message_id": message_id}
             )
-            if event.get("length", 0) > self.relayed.get(message_id, 0):
+            if behind(self.relayed.get(message_id, Shown()), event):
                 await self._ask_snapshot(message_id, event.get("process"))
         elif kind == "finished" and event.get("message"):
             message = event["message"]

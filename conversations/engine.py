@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.utils.module_loading import import_string
 
 if TYPE_CHECKING:
     from inference import AsyncEngine
@@ -36,7 +37,8 @@ def get_engine() -> AsyncEngine:
         _state = "loading"
         try:
             config = EngineConfig(**{k: v for k, v in settings.ENGINE.items() if v is not None})
-            _engine = AsyncEngine(config)
+            loader = settings.ENGINE_LOADER
+            _engine = AsyncEngine(config, loaded=import_string(loader)()) if loader else AsyncEngine(config)
         except Exception as exc:
             _state, _error = "error", f"{type(exc).__name__}: {exc}"
             log.exception("engine failed to load")

@@ -18,9 +18,9 @@ conversation:
   :func:`stale_after` seconds and that no live generation owns is shown as interrupted.
 - **Other processes.** With several processes (``conversations.cluster``) each live answer
   has one owner, recorded in ``Message.owner_process``. The owner's relay task sends the
-  new text to the conversation's group at most ``RELAY_HZ`` times a second, each with its
-  character offset, so tabs in other processes show the same text (and ask the owner for
-  a snapshot should they miss a piece); when no text was sent for
+  new text and reasoning to the conversation's group at most ``RELAY_HZ`` times a second,
+  each with its character offset, so tabs in other processes show the same text and
+  thinking (and ask the owner for a snapshot should they miss a piece); when nothing was sent for
   ``STREAM_HEARTBEAT_SECONDS`` it sends a ``heartbeat`` instead, to local tabs too. The
   grace period runs only while no tab in any process shows the conversation.
 - **Coarse events** (an answer started or finished; the tree changed; the conversation
@@ -273,6 +273,7 @@ class Generation:
     saver: asyncio.Task | None = None
     relay: asyncio.Task | None = None
     relayed: int = 0  # characters of text sent to the group so far
+    relayed_reasoning: int = 0  # ... of reasoning
     wake: asyncio.Event = field(default_factory=asyncio.Event)  # new text for the relay
     done: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -555,16 +556,9 @@ class GenerationManager:
             self._cancel_grace(gen)
             if gen.relay is not None:
                 gen.relay.cancel()
-        if cluster.enabled() and len(gen.text) > gen.relayed:
+        if cluster.enabled():
             # The last piece, so that relayed deltas add up to the final text everywhere.
-            offset, gen.relayed = gen.relayed, len(gen.text)
-            await broadcast(
-                conversation_group(gen.conversation_id),
-                "delta",
-                message_id=gen.message_id,
-                offset=offset,
-                text=gen.text[offset:],
-            )
+            await self._relay_piece(gen)
         message = {"id": gen.message_id, "prompt_tokens": gen.prompt_tokens, "context_dropped": gen.dropped}
         message.update(fields)
         self._emit(
@@ -580,8 +574,9 @@ class GenerationManager:
         answer_finished(gen.conversation_id, gen.message_id, status)
 
     async def _relay(self, gen: Generation) -> None:
-        """New text to the tabs of other processes, coalesced to at most RELAY_HZ group
-        messages a second; a heartbeat to every tab when nothing was sent for a while."""
+        """New text and reasoning to the tabs of other processes, coalesced to at most
+        RELAY_HZ group messages a second; a heartbeat to every tab when nothing was sent
+        for a while."""
         last_signal = time.monotonic()
         try:
             while not gen.done.is_set():
@@ -593,14 +588,11 @@ class GenerationManager:
                 except TimeoutError:
                     pass
                 gen.wake.clear()
-                group = conversation_group(gen.conversation_id)
-                if len(gen.text) > gen.relayed:
+                if _unrelayed(gen):
                     if cluster.enabled():
-                        offset, text = gen.relayed, gen.text[gen.relayed :]
-                        gen.relayed += len(text)
-                        await broadcast(group, "delta", message_id=gen.message_id, offset=offset, text=text)
+                        await self._relay_piece(gen)
                     else:
-                        gen.relayed = len(gen.text)
+                        gen.relayed, gen.relayed_reasoning = len(gen.text), len(gen.reasoning.text)
                     last_signal = time.monotonic()
                     await asyncio.sleep(1 / RELAY_HZ)
                 elif time.monotonic() - last_signal >= STREAM_HEARTBEAT_SECONDS:
@@ -608,9 +600,33 @@ class GenerationManager:
                     event = {"type": "heartbeat", "conversation_id": gen.conversation_id}
                     self._emit(gen.conversation_id, {**event, "message_id": gen.message_id})
                     if cluster.enabled():
-                        await broadcast(group, "heartbeat", message_id=gen.message_id, length=gen.relayed)
+                        await broadcast(
+                            conversation_group(gen.conversation_id),
+                            "heartbeat",
+                            message_id=gen.message_id,
+                            length=gen.relayed,
+                            reasoning_length=gen.relayed_reasoning,
+                        )
         except asyncio.CancelledError:
             pass
+
+    async def _relay_piece(self, gen: Generation) -> None:
+        """The text and reasoning not yet sent, as one group ``delta``: each part with the
+        offset it starts at, so a tab elsewhere can tell a repeat from a gap."""
+        if not _unrelayed(gen):
+            return
+        offset, text = gen.relayed, gen.text[gen.relayed :]
+        reasoning_offset, reasoning = gen.relayed_reasoning, gen.reasoning.text[gen.relayed_reasoning :]
+        gen.relayed, gen.relayed_reasoning = offset + len(text), reasoning_offset + len(reasoning)
+        await broadcast(
+            conversation_group(gen.conversation_id),
+            "delta",
+            message_id=gen.message_id,
+            offset=offset,
+            text=text,
+            reasoning_offset=reasoning_offset,
+            reasoning=reasoning,
+        )
 
     async def _saver(self, gen: Generation) -> None:
         """Writes the text so far every PARTIAL_SAVE_SECONDS until the answer is done."""
@@ -641,6 +657,10 @@ class GenerationManager:
                 self.stop(gen.message_id, "deleted")
                 return
             saved_len, last_save = count, time.monotonic()
+
+
+def _unrelayed(gen: Generation) -> bool:
+    return len(gen.text) > gen.relayed or len(gen.reasoning.text) > gen.relayed_reasoning
 
 
 _managers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GenerationManager] = (

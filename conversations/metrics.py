@@ -81,6 +81,16 @@ class EngineCollector:
         yield GaugeMetricFamily(
             f"{PREFIX}_tokens_per_second", "Recent output tokens/s", value=stats["tokens_per_s"]
         )
+        yield GaugeMetricFamily(
+            f"{PREFIX}_kv_retained_keys",
+            "KV retention marks in force (conversations open in a tab, here or elsewhere)",
+            value=stats["kv_retained_keys"],
+        )
+        yield GaugeMetricFamily(
+            f"{PREFIX}_kv_retained_blocks",
+            "Distinct KV blocks retention marks",
+            value=stats["kv_retained_blocks"],
+        )
         yield from _tier_families(stats["kv_tiers"])
 
 

@@ -7,10 +7,13 @@ Started once per event loop with its :class:`~conversations.generation.Generatio
   conversations its tabs show.
 - **Listen** on that channel: ``chat.generate`` (an answer whose row another process
   created with this process as its owner), ``chat.stop``, ``chat.snapshot`` (send a tab
-  elsewhere the text so far of an answer generated here).
+  elsewhere the text and reasoning so far of an answer generated here), ``chat.retain`` /
+  ``chat.release`` (keep the KV of a conversation a tab elsewhere shows, whose answers were
+  generated here: ``conversations.retention``).
 - **Fail over** every ``REAP_SECONDS``: ``streaming`` answers owned by a process whose
   registry entry expired become ``interrupted`` with the text saved so far, and their
-  conversations' tabs are told (see :func:`interrupt_orphans`).
+  conversations' tabs are told (see :func:`interrupt_orphans`); the KV retention marks
+  made here for a process that died are released.
 - **Grace**: re-check, for answers with no tab here, whether a tab elsewhere shows them.
 """
 
@@ -30,6 +33,7 @@ from conversations.cluster import PROCESS_ID, ProcessInfo
 from conversations.engine import current_engine
 from conversations.generation import GenerationManager, broadcast, conversation_group
 from conversations.models import Message
+from conversations.retention import get_retention
 from conversations.tree import message_dict
 
 log = logging.getLogger(__name__)
@@ -100,6 +104,10 @@ async def _handle(manager: GenerationManager, message: dict) -> None:
         )
     elif kind == "chat.stop":
         manager.stop(message["message_id"], message.get("reason") or "user")
+    elif kind == "chat.retain":
+        get_retention().retain_for(message["conversation_id"], message["origin"])
+    elif kind == "chat.release":
+        get_retention().release_for(message["conversation_id"], message["origin"])
     elif kind == "chat.snapshot":
         text = manager.live_text(message["message_id"])
         if text is not None:
@@ -112,6 +120,8 @@ async def _handle(manager: GenerationManager, message: dict) -> None:
                     "message_id": message["message_id"],
                     "offset": 0,
                     "text": text,
+                    "reasoning_offset": 0,
+                    "reasoning": manager.live_reasoning(message["message_id"]) or "",
                 },
             )
 
@@ -127,7 +137,9 @@ async def _housekeeping(manager: GenerationManager, channel: str) -> None:
                     manager.check_grace(gen)
             if time.monotonic() - last_reap >= REAP_SECONDS:
                 last_reap = time.monotonic()
-                await fail_over(await cluster.liveness())
+                liveness = await cluster.liveness()
+                await fail_over(liveness)
+                get_retention().forget_processes(liveness.live)
         except asyncio.CancelledError:
             raise
         except Exception:

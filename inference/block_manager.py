@@ -122,6 +122,15 @@ class BlockManager:
     def num_free_blocks(self) -> int:
         return len(self._empty) + len(self._cached_free) + len(self._retained_free)
 
+    @property
+    def num_retained_keys(self) -> int:
+        return len(self._retained_keys)
+
+    @property
+    def num_retained_blocks(self) -> int:
+        """Distinct block hashes some key retains (held in the pool or not)."""
+        return len(self._retain_counts)
+
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 

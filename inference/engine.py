@@ -537,6 +537,8 @@ class LLMEngine:
             loading=len(self.scheduler.loading),
             num_swaps=self.scheduler.num_swaps,
             cached_tokens=self.metrics.cached_tokens,
+            kv_retained_keys=self.block_manager.num_retained_keys,
+            kv_retained_blocks=self.block_manager.num_retained_blocks,
             requests_by_outcome=dict(self.metrics.outcomes),
             ttft=self.metrics.ttft.as_dict(),
             tpot=self.metrics.tpot.as_dict(),

@@ -84,6 +84,8 @@ class EngineStats:
     loading: int = 0  # requests waiting for KV blocks read from a lower tier
     num_swaps: int = 0  # preemptions that swapped blocks out instead of recomputing
     cached_tokens: int = 0  # prompt tokens served from any KV tier (first admissions)
+    kv_retained_keys: int = 0  # retain() marks in force (e.g. conversations open in a tab)
+    kv_retained_blocks: int = 0  # distinct block hashes they mark
     requests_by_outcome: dict[str, int] = field(default_factory=dict)  # stop/length/abort/error/rejected
     ttft: dict[str, Any] = field(default_factory=dict)  # histogram: buckets, counts, sum, count (seconds)
     tpot: dict[str, Any] = field(default_factory=dict)  # time per output token, same shape

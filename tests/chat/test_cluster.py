@@ -8,17 +8,20 @@ DATABASE_URL and REDIS_URL (the SQLite smoke run) the module is skipped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import time
 import uuid
+from collections.abc import Iterator
 
 import httpx
 import pytest
 from asgiref.sync import sync_to_async
 
 from conversations.models import Conversation, Message
+from inference.testing import SCRIPTED_ANSWER, SCRIPTED_REASONING
 from tests.conftest import session_cookie_for
 
 pytestmark = [
@@ -53,8 +56,8 @@ def cluster_model_dir(tmp_path_factory):
     )
 
 
-@pytest.fixture(scope="module")
-def cluster(django_db_setup, django_db_blocker, cluster_model_dir, tmp_path_factory):
+@contextlib.contextmanager
+def running_cluster(model_dir, tmp_path_factory, **extra_env: str) -> Iterator[list[Process]]:
     """Processes A and B: one registry prefix (one site), short grace and save periods."""
     import redis
 
@@ -67,9 +70,10 @@ def cluster(django_db_setup, django_db_blocker, cluster_model_dir, tmp_path_fact
         "PARTIAL_SAVE_SECONDS": "0.5",
         "MAX_LIVE_PER_USER": str(MAX_LIVE_PER_USER),
         "ENGINE_KV_CACHE_GB": "0.25",
+        **extra_env,
     }
     log_dir = tmp_path_factory.mktemp("cluster")
-    sites = [launch_live_site(cluster_model_dir, log_dir, **env) for _ in range(2)]
+    sites = [launch_live_site(model_dir, log_dir, **env) for _ in range(2)]
     try:
         for site in sites:
             wait_until_ready(site)
@@ -84,7 +88,7 @@ def cluster(django_db_setup, django_db_blocker, cluster_model_dir, tmp_path_fact
         else:
             raise RuntimeError("the processes did not advertise themselves")
         yield [
-            Process(site, httpx.get(f"{site.url}/healthz", timeout=5).json()["process"]["id"])
+            Process(site, httpx.get(f"{site.url}/healthz", timeout=5).json()["process"]["id"], prefix)
             for site in sites
         ]
     finally:
@@ -93,12 +97,49 @@ def cluster(django_db_setup, django_db_blocker, cluster_model_dir, tmp_path_fact
                 stop_live_site(site)
 
 
+@pytest.fixture(scope="module")
+def cluster(django_db_setup, django_db_blocker, cluster_model_dir, tmp_path_factory):
+    with running_cluster(cluster_model_dir, tmp_path_factory) as processes:
+        yield processes
+
+
+@pytest.fixture
+def reasoning_cluster(django_db_setup, django_db_blocker, cluster_model_dir, tmp_path_factory):
+    """Two more processes, whose engines run the scripted reasoning model (a fixed think +
+    answer; its pool holds one number per token, so a small budget is plenty). For one
+    test: they stop as soon as it ends rather than share the CPU with the module's others."""
+    loader = "inference.testing.scripted_reasoning_model"
+    with running_cluster(
+        cluster_model_dir, tmp_path_factory, ENGINE_LOADER=loader, ENGINE_KV_CACHE_GB="0.0001"
+    ) as processes:
+        yield processes
+
+
 class Process:
-    def __init__(self, site, pid: str) -> None:
-        self.site, self.pid = site, pid
+    def __init__(self, site, pid: str, prefix: str) -> None:
+        self.site, self.pid, self.prefix = site, pid, prefix
 
     def stats(self) -> dict:
         return httpx.get(f"{self.site.url}/healthz", timeout=5).json()["engine"]["stats"]
+
+    def advertised_load(self) -> int:
+        """The load routing reads for this process (its registry entry, refreshed every 2 s)."""
+        import redis
+
+        entry = json.loads(
+            redis.Redis.from_url(os.environ["REDIS_URL"]).get(f"{self.prefix}:proc:{self.pid}")
+        )
+        return max(entry["running"] + entry["waiting"], entry["live"])
+
+
+async def until_idle(processes: list[Process]) -> None:
+    """Every process advertises no load, so that routing picks the tab's own process (a tie)
+    rather than one whose entry still counts the previous test's answers."""
+    for _ in range(300):
+        if not any(p.advertised_load() for p in processes):
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"still busy: {[p.advertised_load() for p in processes]}")
 
 
 class Tab:
@@ -107,7 +148,9 @@ class Tab:
     def __init__(self, ws) -> None:
         self.ws = ws
         self.text: dict[int, str] = {}  # what this tab shows of each message
+        self.reasoning: dict[int, str] = {}  # ... of each answer's thinking
         self.deltas: dict[int, int] = {}
+        self.thinking_after_answer: set[int] = set()  # answers whose thinking came after text
 
     @classmethod
     async def open(cls, process: Process, cookie: str, conversation: Conversation | None = None) -> Tab:
@@ -131,9 +174,14 @@ class Tab:
         if event["type"] == "thread":
             for message in event["messages"]:
                 self.text[message["id"]] = message["content"]
+                self.reasoning[message["id"]] = message["reasoning"]
         elif event["type"] == "delta":
-            self.text[event["message_id"]] = self.text.get(event["message_id"], "") + event["text"]
-            self.deltas[event["message_id"]] = self.deltas.get(event["message_id"], 0) + 1
+            message_id = event["message_id"]
+            if event.get("reasoning") and self.text.get(message_id):
+                self.thinking_after_answer.add(message_id)
+            self.text[message_id] = self.text.get(message_id, "") + event["text"]
+            self.reasoning[message_id] = self.reasoning.get(message_id, "") + event.get("reasoning", "")
+            self.deltas[message_id] = self.deltas.get(message_id, 0) + 1
         return event
 
     async def until(self, kind: str, timeout: float = 60, **match) -> dict:
@@ -205,6 +253,28 @@ async def test_a_tab_on_b_sees_the_live_deltas_of_an_answer_generated_on_a(clust
     assert on_b.deltas.get(answer_id, 0) >= 2  # live pieces, not only the final text
     await on_a.close()
     await on_b.close()
+
+
+async def test_a_tab_in_another_process_streams_the_thinking_of_an_answer_before_its_text(
+    reasoning_cluster, user, cookie
+):
+    a, b = reasoning_cluster
+    conversation = await conversation_of(user, **MEDIUM)
+    tabs = [await Tab.open(p, cookie, conversation) for p in (a, b)]
+    await tabs[0].send(type="send", content="Capital of France?")
+    answer_id = await tabs[0].answer_id()
+    finals = [await tab.finished(answer_id) for tab in tabs]
+    owner = (await Message.objects.aget(pk=answer_id)).owner_process
+    assert owner in (a.pid, b.pid) and all(
+        (final["reasoning"], final["content"]) == (SCRIPTED_REASONING, SCRIPTED_ANSWER) for final in finals
+    )
+    # What each tab showed before the answer finished, the owner's tab and the tab that got
+    # the relayed deltas alike: the thread, then the deltas; all the thinking before the text.
+    for tab in tabs:
+        assert (tab.reasoning[answer_id], tab.text[answer_id]) == (SCRIPTED_REASONING, SCRIPTED_ANSWER)
+        assert answer_id not in tab.thinking_after_answer
+    for tab in tabs:
+        await tab.close()
 
 
 async def test_closing_the_owners_only_tab_while_b_watches_does_not_abort_the_answer(cluster, user, cookie):
@@ -298,6 +368,7 @@ async def _started_or_refused(tab: Tab) -> tuple[str, int | str]:
 
 async def test_turn_two_sent_from_b_is_served_by_as_engine(cluster, user, cookie):
     a, b = cluster
+    await until_idle(cluster)
     conversation = await conversation_of(user, system_prompt="You are terse.", **SHORT)
     on_a = await Tab.open(a, cookie, conversation)
     await on_a.send(type="send", content="Hello there, how are you today? Tell me about your day.")
@@ -318,6 +389,44 @@ async def test_turn_two_sent_from_b_is_served_by_as_engine(cluster, user, cookie
     assert second["cached_tokens"] >= 16
     assert (await Message.objects.aget(pk=second_id)).owner_process == a.pid
     await on_b.close()
+
+
+async def settled(process: Process, field: str, expected) -> dict:
+    """``process``'s engine stats once ``field`` equals ``expected`` (marks are made and
+    released in the background, after the websocket event that causes them)."""
+    for _ in range(300):
+        stats = process.stats()
+        if stats[field] == expected:
+            return stats
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{field} stayed {stats[field]}, not {expected}")
+
+
+async def test_a_tab_elsewhere_keeps_a_conversation_retained_in_the_engine_that_answered_it(
+    cluster, user, cookie
+):
+    # Earlier tests closed all their tabs: their marks are released (wherever they were).
+    for process in cluster:
+        await settled(process, "kv_retained_keys", 0)
+    conversation = await conversation_of(user, system_prompt="You are terse.", **SHORT)
+    first = await Tab.open(cluster[0], cookie, conversation)
+    await first.send(type="send", content="Hello there, how are you today? Tell me about your day.")
+    answer_id = await first.answer_id()
+    assert (await first.finished(answer_id))["status"] == "complete"
+    await first.close()
+    # Routing picked the owner (the less busy process); the other one is "elsewhere".
+    owner_pid = (await Message.objects.aget(pk=answer_id)).owner_process
+    owner, elsewhere = sorted(cluster, key=lambda p: p.pid != owner_pid)
+    released = await settled(owner, "kv_retained_keys", 0)
+
+    # Only a tab on the other process shows it: the mark is made in the owner, not there.
+    tab = await Tab.open(elsewhere, cookie, conversation)
+    held = await settled(owner, "kv_retained_keys", 1)
+    assert held["kv_retained_blocks"] > released["kv_retained_blocks"]  # the history's blocks
+    assert elsewhere.stats()["kv_retained_keys"] == 0
+    await tab.close()
+    await settled(owner, "kv_retained_keys", 0)
+    assert elsewhere.stats()["kv_retained_keys"] == 0
 
 
 async def test_killing_the_owner_interrupts_its_answer_keeping_the_text_and_b_can_regenerate(

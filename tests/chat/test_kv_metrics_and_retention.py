@@ -76,7 +76,7 @@ def test_metrics_export_the_engine_figures_per_tier(staff_client):
     assert states == {"running", "waiting", "loading"}
     blocks = {(s.labels["tier"], s.labels["state"]) for s in found["chatsite_engine_kv_blocks"].samples}
     assert {("pool", "used"), ("pool", "cached"), ("pool", "free")} <= blocks
-    for name in ("preemptions", "swaps", "aborts", "kv_prefix_hit_tokens", "kv_bytes"):
+    for name in ("preemptions", "swaps", "aborts", "kv_prefix_hit_tokens", "kv_bytes", "kv_retained_keys"):
         assert f"chatsite_engine_{name}" in found
 
 
@@ -151,3 +151,75 @@ async def test_an_open_conversation_is_retained_until_its_last_tab_closes(make_u
     assert key in bm._retained_keys  # the second tab still shows it
     await second.close()
     await until(lambda: key not in bm._retained_keys)
+
+
+async def until(condition, what: str = "retention did not change") -> None:
+    for _ in range(200):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(what)
+
+
+async def answered_conversation(make_user, make_conversation):
+    from conversations.models import Message
+
+    alice = await sync_to_async(make_user)("alice")
+    conversation = await sync_to_async(make_conversation)(alice)
+    question = await Message.objects.acreate(
+        conversation=conversation, role="user", content="Tell me about lighthouses, please, at some length."
+    )
+    await Message.objects.acreate(
+        conversation=conversation,
+        parent=question,
+        role="assistant",
+        content="Lighthouses guide ships past rocks and shoals along dangerous coasts at night.",
+        owner_process="process-a",
+    )
+    return conversation
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("tiny_engine")
+async def test_marks_made_for_other_processes_are_theirs_and_released_when_they_die(
+    make_user, make_conversation
+):
+    from conversations.cluster import PROCESS_ID
+    from conversations.retention import ConversationRetention
+
+    conversation = await answered_conversation(make_user, make_conversation)
+    bm = (await aget_engine()).engine.block_manager
+    on_b, on_c = retention_key(conversation.pk, "process-b"), retention_key(conversation.pk, "process-c")
+    assert len({on_b, on_c, retention_key(conversation.pk)}) == 3  # one mark per asking process
+    retention = ConversationRetention()
+    retention.retain_for(conversation.pk, "process-b")
+    retention.retain_for(conversation.pk, "process-c")
+    await until(lambda: {on_b, on_c} <= set(bm._retained_keys))
+    assert bm._retained_keys[on_b] and bm._retained_keys[on_b] == bm._retained_keys[on_c]
+    retention.release_for(conversation.pk, "process-b")
+    await until(lambda: on_b not in bm._retained_keys)
+    assert on_c in bm._retained_keys  # C's tab still shows it
+    retention.forget_processes({PROCESS_ID, "process-b"})  # C died without releasing
+    await until(lambda: on_c not in bm._retained_keys)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_mark_goes_to_the_live_owner_else_stays_in_this_process(
+    make_user, make_conversation, monkeypatch
+):
+    from conversations import cluster
+    from conversations.retention import kv_holder
+
+    conversation = await answered_conversation(make_user, make_conversation)
+    alive: dict[str, cluster.ProcessInfo] = {}
+
+    async def live_processes() -> dict[str, cluster.ProcessInfo]:
+        return alive
+
+    monkeypatch.setattr(cluster, "enabled", lambda: True)
+    monkeypatch.setattr(cluster, "live_processes", live_processes)
+    assert await kv_holder(conversation.pk) is None  # the owner is gone: this process
+    alive["process-a"] = cluster.ProcessInfo("process-a", channel="specific.a!1", ready=True)
+    assert (await kv_holder(conversation.pk)).pid == "process-a"
+    monkeypatch.setattr(cluster, "enabled", lambda: False)
+    assert await kv_holder(conversation.pk) is None  # one process: always this one

@@ -88,3 +88,92 @@ def test_deltas_merged_for_a_slow_socket_keep_their_reasoning():
     merged = _merge_deltas(_merge_deltas(first, second), third)
     assert merged == {"type": "delta", "message_id": 1, "text": "Paris", "reasoning": "Count sheep quickly."}
     assert "reasoning" not in _merge_deltas(third, third)
+
+
+def test_relayed_pieces_add_new_text_and_reasoning_ignore_repeats_and_report_gaps():
+    from conversations.relay import Shown, behind, take
+
+    shown = Shown(text=3, reasoning=5)  # "Par" and "Count" shown already
+    piece = {"offset": 3, "text": "is", "reasoning_offset": 5, "reasoning": " sheep"}
+    assert take(shown, piece) == {"text": "is", "reasoning": " sheep"}
+    assert shown == Shown(5, 11)
+    assert take(shown, piece) == {"text": ""}  # a repeat adds nothing
+    overlapping = {"offset": 3, "text": "is!", "reasoning_offset": 5, "reasoning": " sheep."}
+    assert take(shown, overlapping) == {"text": "!", "reasoning": "."}
+    assert take(shown, {"offset": 6, "text": "?", "reasoning_offset": 30, "reasoning": "x"}) is None
+    assert take(shown, {"offset": 9, "text": "?", "reasoning_offset": 12, "reasoning": ""}) is None
+    assert shown == Shown(6, 12)  # a gap takes nothing
+    assert take(shown, {"offset": 6, "text": " ok"}) == {"text": " ok"}  # text-only pieces still count
+    assert not behind(shown, {"length": 9, "reasoning_length": 12})
+    assert behind(shown, {"length": 9, "reasoning_length": 13}) and behind(shown, {"length": 10})
+
+
+async def test_a_tab_follows_the_reasoning_an_owner_elsewhere_relays_and_asks_it_to_fill_gaps(
+    monkeypatch, make_user, make_conversation
+):
+    """The consumer's side of the relay: the owner is another process, played here by
+    events sent straight to the conversation's group and by reading its channel."""
+    from channels.layers import get_channel_layer
+
+    from conversations import cluster
+    from conversations.generation import conversation_group
+
+    owner = "another-process"
+    layer = get_channel_layer()
+    owner_channel = await layer.new_channel()
+    monkeypatch.setattr("conversations.consumers.SNAPSHOT_RETRY_SECONDS", 0.0)
+
+    async def processes() -> dict:
+        return {owner: cluster.ProcessInfo(owner, channel=owner_channel, ready=True)}
+
+    async def liveness() -> cluster.Liveness:
+        return cluster.Liveness({cluster.PROCESS_ID, owner}, {cluster.PROCESS_ID, owner})
+
+    monkeypatch.setattr("conversations.consumers._processes", processes)
+    monkeypatch.setattr(cluster, "liveness", liveness)
+
+    alice = await sync_to_async(make_user)("alice")
+    conversation = await sync_to_async(make_conversation)(alice)
+    question = await Message.objects.acreate(conversation=conversation, role="user", content="Capital?")
+    answer = await Message.objects.acreate(
+        conversation=conversation,
+        parent=question,
+        role="assistant",
+        status=Message.Status.STREAMING,
+        owner_process=owner,
+        content="",
+        reasoning="Count",  # saved so far by the owner
+    )
+    socket = await Socket.open(alice)
+    await socket.send(type="open", conversation_id=conversation.pk)
+    thread, _ = await socket.until("thread")
+    assert thread["messages"][-1]["reasoning"] == "Count"
+    asked = await layer.receive(owner_channel)  # the tab asks the owner for the text so far
+    assert (asked["type"], asked["message_id"]) == ("chat.snapshot", answer.pk)
+
+    async def relay(event: str, **fields) -> None:
+        message = {"type": "chat.event", "event": event, "process": owner, "message_id": answer.pk, **fields}
+        await layer.group_send(conversation_group(conversation.pk), message)
+
+    await relay("delta", offset=0, text="", reasoning_offset=5, reasoning=" sheep")
+    delta, _ = await socket.until("delta")
+    assert (delta["text"], delta["reasoning"]) == ("", " sheep")
+    await relay("delta", offset=0, text="", reasoning_offset=5, reasoning=" sheep")  # a repeat
+    # Thinking past what the tab shows (it missed " quickl"): the owner is asked for a snapshot.
+    await relay("delta", offset=0, text="", reasoning_offset=18, reasoning="y.")
+    asked = await layer.receive(owner_channel)
+    assert (asked["type"], asked["message_id"]) == ("chat.snapshot", answer.pk)
+    snapshot = {"offset": 0, "text": "Paris", "reasoning_offset": 0, "reasoning": SCRIPTED_REASONING}
+    await layer.send(
+        asked["reply"],
+        {"type": "chat.event", "event": "snapshot", "process": owner, "message_id": answer.pk, **snapshot},
+    )
+    # The next delta is the snapshot's missing part: the repeat and the gap showed nothing.
+    delta, _ = await socket.until("delta")
+    assert (delta["text"], delta["reasoning"]) == ("Paris", " quickly.")
+    # A heartbeat saying the owner has written more thinking than shown asks again.
+    await relay("heartbeat", length=5, reasoning_length=len(SCRIPTED_REASONING) + 3)
+    await socket.until("heartbeat")
+    asked = await layer.receive(owner_channel)
+    assert (asked["type"], asked["message_id"]) == ("chat.snapshot", answer.pk)
+    await socket.close()
