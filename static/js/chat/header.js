@@ -103,6 +103,7 @@ export function createHeader(store, actions) {
       toggleSettings();
     }
   });
+  let savedTimer;
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     if (!store.state.conversation) return;
@@ -112,7 +113,9 @@ export function createHeader(store, actions) {
     try {
       await actions.updateConversation(body);
       saved.textContent = "Saved";
-      setTimeout(() => (saved.textContent = ""), 2500);
+      // A save soon after another must not have its notice wiped by the earlier timer.
+      clearTimeout(savedTimer);
+      savedTimer = setTimeout(() => (saved.textContent = ""), 2500);
     } catch (err) {
       const errors = err.data && err.data.errors;
       const first = errors && Object.entries(errors)[0];
