@@ -37,9 +37,8 @@ limit is reached), ``not_found`` (a message that is not in this user's open conv
 answer in the conversation. A conversation id that is not the user's closes the socket
 with code 4404.
 
-Over 500 lines on purpose: one consumer class whose handlers share the socket's
-state (open conversation, relayed offsets, outbox); the cross-process pieces live in
-conversations/cluster.py and process_loop.py, the tree logic in tree.py.
+The cross-process pieces live in conversations/cluster.py and process_loop.py, the
+database calls in consumer_queries.py, the tree logic in tree.py.
 """
 
 from __future__ import annotations
@@ -55,11 +54,19 @@ from django.db import DatabaseError
 from conversations import cluster
 from conversations import tree as tree_ops
 from conversations.cluster import PROCESS_ID
+from conversations.consumer_queries import (
+    NotFound,
+    get_conversation,
+    load_thread,
+    merge_deltas,
+    message_in,
+    set_owner,
+    streaming_owners,
+)
 from conversations.generation import (
     broadcast,
     conversation_group,
     get_manager,
-    mark_orphans_interrupted,
     user_group,
 )
 from conversations.models import Conversation, Message
@@ -72,60 +79,6 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 MAX_MESSAGE_CHARS = 100_000
 SNAPSHOT_RETRY_SECONDS = 1.0
-
-
-class NotFound(Exception):
-    pass
-
-
-@database_sync_to_async
-def _get_conversation(user, conversation_id) -> Conversation:
-    try:
-        return Conversation.objects.get(pk=int(conversation_id), owner=user)
-    except (Conversation.DoesNotExist, TypeError, ValueError):
-        raise NotFound from None
-
-
-@database_sync_to_async
-def _load_thread(
-    conversation: Conversation, live_ids: set[int], liveness: cluster.Liveness
-) -> tuple[tree_ops.Tree, dict]:
-    conversation.refresh_from_db()
-    tree = tree_ops.Tree.load(conversation)
-    mark_orphans_interrupted(list(tree.by_id.values()), live_ids, liveness)
-    return tree, tree_ops.thread_dict(tree)
-
-
-def _merge_deltas(first: dict, second: dict) -> dict:
-    """One ``delta`` event saying what two consecutive ones of the same answer said."""
-    merged = {**first, "text": first["text"] + second["text"]}
-    reasoning = first.get("reasoning", "") + second.get("reasoning", "")
-    if reasoning:
-        merged["reasoning"] = reasoning
-    return merged
-
-
-@database_sync_to_async
-def _message_in(conversation: Conversation, message_id) -> Message:
-    """The message ``message_id`` of ``conversation``, or NotInConversation."""
-    try:
-        return Message.objects.defer("token_ids").get(pk=int(message_id), conversation=conversation)
-    except (Message.DoesNotExist, TypeError, ValueError):
-        raise tree_ops.NotInConversation(f"no message {message_id!r} in this conversation") from None
-
-
-@database_sync_to_async
-def _streaming_owners(conversation_id: int) -> dict[int, str]:
-    return dict(
-        Message.objects.filter(conversation_id=conversation_id, status=Message.Status.STREAMING).values_list(
-            "pk", "owner_process"
-        )
-    )
-
-
-@database_sync_to_async
-def _set_owner(message_id: int, owner: str) -> None:
-    Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(owner_process=owner)
 
 
 async def _processes() -> dict[str, cluster.ProcessInfo]:
@@ -154,7 +107,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         conversation = None
         if initial is not None:
             try:
-                conversation = await _get_conversation(self.user, initial)
+                conversation = await get_conversation(self.user, initial)
             except NotFound:
                 await self.close(code=CLOSE_NOT_FOUND)
                 return
@@ -194,7 +147,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 while not self.outbox.empty():
                     following = self.outbox.get_nowait()
                     if following.get("type") == "delta" and following["message_id"] == event["message_id"]:
-                        event = _merge_deltas(event, following)
+                        event = merge_deltas(event, following)
                     else:
                         pending = following
                         break
@@ -253,7 +206,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             return self.conversation
         if conversation_id is None:
             raise tree_ops.NotInConversation("no conversation is open")
-        conversation = await _get_conversation(self.user, conversation_id)
+        conversation = await get_conversation(self.user, conversation_id)
         if self.conversation is None or self.conversation.pk != conversation.pk:
             await self._open(conversation, send_thread=False)
         return self.conversation
@@ -298,7 +251,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             liveness = cluster.Liveness(set(processes) | {PROCESS_ID}, known=set())
         for _ in range(3):
             try:
-                tree, data = await _load_thread(self.conversation, live, liveness)
+                tree, data = await load_thread(self.conversation, live, liveness)
             except Conversation.DoesNotExist:
                 self.push({"type": "deleted", "conversation_id": self.conversation.pk})
                 return
@@ -362,7 +315,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             if sent:
                 self.relayed[answer.pk] = Shown()
                 return
-            await _set_owner(answer.pk, PROCESS_ID)  # never lost: generate it here instead
+            await set_owner(answer.pk, PROCESS_ID)  # never lost: generate it here instead
         get_manager().start(conversation_id=conversation_id, owner_id=self.user.pk, message_id=answer.pk)
 
     async def _answer(self, operation, *args) -> None:
@@ -372,7 +325,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         await broadcast(conversation_group(self.conversation.pk), "tree", origin=self.channel_name)
 
     async def _on_open(self, content: dict) -> None:
-        conversation = await _get_conversation(self.user, content.get("conversation_id"))
+        conversation = await get_conversation(self.user, content.get("conversation_id"))
         await self._open(conversation)
 
     async def _on_ping(self, content: dict) -> None:
@@ -406,8 +359,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def _on_delete(self, content: dict) -> None:
         conversation = await self._conversation_for(content)
-        await _message_in(conversation, content.get("message_id"))
-        live = await _streaming_owners(conversation.pk)
+        await message_in(conversation, content.get("message_id"))
+        live = await streaming_owners(conversation.pk)
         _, doomed = await database_sync_to_async(tree_ops.delete_subtree)(
             conversation, content.get("message_id")
         )
@@ -426,7 +379,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def _on_stop(self, content: dict) -> None:
         conversation = await self._conversation_for(content)
-        message = await _message_in(conversation, content.get("message_id"))
+        message = await message_in(conversation, content.get("message_id"))
         await self._stop_anywhere(message.pk, "user", message.owner_process)
 
     async def _stop_anywhere(self, message_id: int, reason: str, owner: str) -> None:

@@ -5,9 +5,8 @@ checkpoint is a straight ``state_dict`` copy. The forward pass works on packed
 tokens ``[T]`` from many sequences at once; where each token's K/V goes and
 what it attends to is described by the step's ``AttentionContext``.
 
-Over 500 lines: the model plus its CPU fast path (packed and quantized weights)
-in one place, so the exactness tests against HF cover one file; the kernels
-themselves are in kernels/.
+The CPU linear layers are in inference/models/linear.py, the one-call decode step's
+layer description in llama_stack.py, the kernels themselves in kernels/.
 """
 
 from __future__ import annotations
@@ -23,6 +22,14 @@ from inference.attention import paged_attention
 from inference.attention_context import AttentionContext
 from inference.kv_spec import KVSpec
 from inference.model_config import ModelConfig
+from inference.models.linear import (
+    Linear,
+    gate_up_released,
+    linear_released,
+    packable,
+    quant_linear,
+    weight_key,
+)
 from inference.models.llama_stack import build_decode_stack
 from kernels import cpu_layer_ops, cpu_linear, cpu_quant
 from kernels.cpu_decode_stack import DecodeStack
@@ -72,100 +79,6 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
     """Rotate-half RoPE of ``x`` ``[T, heads, D]`` with ``cos``/``sin`` ``[T, 1, D/2]`` (fp32)."""
     x1, x2 = x.float().chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
-
-
-def _weight_key(weight: torch.Tensor) -> tuple[int, int]:
-    """Changes when a weight is replaced or edited in place. Inference tensors have no
-    version counter; weights are replaced, not edited, there."""
-    return weight.data_ptr(), -1 if weight.is_inference() else weight._version
-
-
-def _packable(weight: torch.Tensor | None) -> bool:
-    return (
-        weight is not None
-        and weight.device.type == "cpu"
-        and weight.dtype == torch.float32
-        and cpu_linear.available()
-    )
-
-
-def quant_linear(
-    x: torch.Tensor, packed: PackedQuant, bias: torch.Tensor | None, silu_pairs: bool = False
-) -> torch.Tensor:
-    """``kernels.cpu_quant.linear``; de-quantizes first for inputs it does not take
-    (only reached off the engine's CPU fp32 path)."""
-    if x.device.type == "cpu" and x.dtype == torch.float32 and cpu_quant.available():
-        return cpu_quant.linear(x, packed, bias, silu_pairs=silu_pairs)
-    out = F.linear(x, packed.dequantize().to(x.device, x.dtype), bias)
-    if silu_pairs:  # rows interleaved 8 gate, 8 up
-        pairs = out.unflatten(-1, (-1, 2, 8))
-        out = (F.silu(pairs[..., 0, :]) * pairs[..., 1, :]).flatten(-2)
-    return out
-
-
-def linear_released(
-    x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None
-) -> torch.Tensor:
-    """A product over a packed weight whose fp32 original was dropped; without the C
-    kernel (turned off after packing) the weight is read back out of the panels."""
-    if cpu_linear.available():
-        return cpu_linear.linear_packed(x, packed, out_features, bias)
-    return F.linear(x, packed.transpose(1, 2).reshape(-1, packed.shape[1])[:out_features], bias)
-
-
-def gate_up_released(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:
-    if cpu_linear.available():
-        return cpu_linear.gate_up_silu(x, packed, out_features)
-    half = cpu_linear.GATE_UP_PANEL
-    gate = packed[:, :, :half].transpose(1, 2).reshape(-1, packed.shape[1])[:out_features]
-    up = packed[:, :, half:].transpose(1, 2).reshape(-1, packed.shape[1])[:out_features]
-    return F.silu(F.linear(x, gate)) * F.linear(x, up)
-
-
-class Linear(nn.Linear):
-    """``nn.Linear`` (same parameters and names) whose fp32 CPU products go through
-    ``kernels.cpu_linear``: decode steps multiply each weight by only a few rows, where
-    BLAS streams the weights at a fraction of memory speed. The packed copy the kernel
-    reads is made on first use and again whenever the weight changes; ``release_weight``
-    (at engine start) then drops the original, so a weight is held once.
-
-    A GGUF weight of a quantized type is held only as ``quant`` (panels of blocks,
-    ``kernels.cpu_quant``); ``weight`` is None then."""
-
-    _packed: torch.Tensor | None = None
-    _packed_key: tuple[int, int] | None = None
-    quant: PackedQuant | None = None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.quant is not None:
-            return quant_linear(x, self.quant, self.bias)
-        if self.weight is None:  # released: the packed panels are the only copy
-            return linear_released(x, self._packed, self.out_features, self.bias)
-        if cpu_linear.supports(x, self.weight, self.bias):
-            return cpu_linear.linear_packed(x, self.packed_weight(), self.out_features, self.bias)
-        return F.linear(x, self.weight, self.bias)
-
-    def prepare_packed(self) -> None:
-        if _packable(self.weight):
-            self.packed_weight()
-
-    def packed_weight(self) -> torch.Tensor:
-        if self.weight is None:
-            return self._packed
-        key = _weight_key(self.weight)
-        if self._packed is None or self._packed_key != key:
-            self._packed, self._packed_key = cpu_linear.pack_weight(self.weight), key
-        return self._packed
-
-    def release_weight(self) -> None:
-        """Drop the fp32 weight once the packed copy exists (it serves every product)."""
-        if self.weight is not None and self._packed is not None:
-            self.weight = None
-
-    def set_quantized(self, packed: PackedQuant | None) -> None:
-        """Hold ``packed`` as the weight (None: the weight is served by a fused product
-        of the parent module) and drop the fp32 parameter."""
-        self.quant, self.weight = packed, None
 
 
 class RMSNorm(nn.Module):
@@ -281,7 +194,7 @@ class Attention(nn.Module):
             getattr(self, name).set_quantized(cpu_quant.pack(r))
 
     def prepare_packed(self) -> None:
-        if _packable(self.q_proj.weight) and _packable(self.k_proj.weight) and _packable(self.v_proj.weight):
+        if packable(self.q_proj.weight) and packable(self.k_proj.weight) and packable(self.v_proj.weight):
             self.packed_qkv()
         self.o_proj.prepare_packed()
 
@@ -289,8 +202,8 @@ class Attention(nn.Module):
         projections = (self.q_proj, self.k_proj, self.v_proj)
         if any(p.weight is None for p in projections):
             return self._packed  # type: ignore[return-value]
-        key = tuple(_weight_key(p.weight) for p in projections) + tuple(
-            _weight_key(p.bias) for p in projections if p.bias is not None
+        key = tuple(weight_key(p.weight) for p in projections) + tuple(
+            weight_key(p.bias) for p in projections if p.bias is not None
         )
         if self._packed is None or self._packed_key != key:
             weight = torch.cat([p.weight.detach() for p in projections])
@@ -330,7 +243,7 @@ class MLP(nn.Module):
 
     def prepare_packed(self) -> None:
         gate, up = self.gate_proj, self.up_proj
-        if gate.bias is None and up.bias is None and _packable(gate.weight) and _packable(up.weight):
+        if gate.bias is None and up.bias is None and packable(gate.weight) and packable(up.weight):
             self.packed_gate_up()
         self.down_proj.prepare_packed()
 
@@ -353,7 +266,7 @@ class MLP(nn.Module):
     def packed_gate_up(self) -> torch.Tensor:
         if self.gate_proj.weight is None or self.up_proj.weight is None:
             return self._packed  # type: ignore[return-value]
-        key = (_weight_key(self.gate_proj.weight), _weight_key(self.up_proj.weight))
+        key = (weight_key(self.gate_proj.weight), weight_key(self.up_proj.weight))
         if self._packed is None or self._packed_key != key:
             self._packed = cpu_linear.pack_gate_up(self.gate_proj.weight, self.up_proj.weight)
             self._packed_key = key

@@ -80,14 +80,14 @@ async def test_reasoning_streams_apart_is_saved_and_stays_out_of_the_next_prompt
 
 
 def test_deltas_merged_for_a_slow_socket_keep_their_reasoning():
-    from conversations.consumers import _merge_deltas
+    from conversations.consumer_queries import merge_deltas
 
     first = {"type": "delta", "message_id": 1, "text": "", "reasoning": "Count sheep"}
     second = {"type": "delta", "message_id": 1, "text": "", "reasoning": " quickly."}
     third = {"type": "delta", "message_id": 1, "text": "Paris"}
-    merged = _merge_deltas(_merge_deltas(first, second), third)
+    merged = merge_deltas(merge_deltas(first, second), third)
     assert merged == {"type": "delta", "message_id": 1, "text": "Paris", "reasoning": "Count sheep quickly."}
-    assert "reasoning" not in _merge_deltas(third, third)
+    assert "reasoning" not in merge_deltas(third, third)
 
 
 def test_relayed_pieces_add_new_text_and_reasoning_ignore_repeats_and_report_gaps():
