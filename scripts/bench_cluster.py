@@ -9,7 +9,11 @@
    Time to first token is measured in the tab: from sending to the first ``delta``.
 2. The web layer: 16 concurrent streaming chat completions through ``/v1`` with the
    official ``openai`` client against one process, versus the offline engine
-   (``inference.LLM``) on the same 16 requests in this process, run alternately.
+   (``inference.LLM``) on the same 16 requests in this process, run alternately. The
+   client runs in a process of its own, once at normal priority and once at nice 19
+   (standing in for a remote client, whose parsing costs the server nothing); each
+   round prints the CPU seconds of the client, of the server's event loop thread and
+   of its other threads (the engine and its compute threads).
 
     DATABASE_URL=postgresql://... REDIS_URL=redis://... \\
         PYTHONPATH=$PWD .venv/bin/python scripts/bench_cluster.py [--model PATH] [--rounds 3]
@@ -212,31 +216,122 @@ async def api_run(site, key: str, model: str, max_tokens: int) -> float:
     return sum(tokens) / elapsed
 
 
+def serve_client(url: str, key: str, model: str, max_tokens: int, nice: int) -> None:
+    """Child mode: one ``api_run`` per line on stdin, its result as one JSON line."""
+    import types
+
+    os.nice(nice)
+    site = types.SimpleNamespace(url=url)
+    asyncio.run(api_run(site, key, model, 8))  # imports and the first connections
+    print("ready", flush=True)
+    for _ in sys.stdin:
+        cpu = time.process_time()
+        tokens_per_s = asyncio.run(api_run(site, key, model, max_tokens))
+        print(json.dumps({"tokens_per_s": tokens_per_s, "cpu_s": time.process_time() - cpu}), flush=True)
+
+
+class ClientProcess:
+    """The official client in its own process, so that its CPU time is measured apart and
+    its priority can be lowered (a remote user's client costs the server nothing)."""
+
+    def __init__(self, site, key: str, model: str, max_tokens: int, nice: int) -> None:
+        import subprocess
+
+        argv = [sys.executable, __file__, "--client", site.url, key, model, str(max_tokens), str(nice)]
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        if self.process.stdout.readline().strip() != "ready":
+            raise RuntimeError("the client process did not start")
+
+    def run(self) -> dict:
+        self.process.stdin.write("go\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+def thread_cpu_s(pid: int) -> dict[int, float]:
+    """CPU seconds (user + system) of each thread of process ``pid``."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended
+            continue
+        out[int(tid)] = (int(fields[11]) + int(fields[12])) / ticks
+    return out
+
+
+def server_cpu_split(pid: int, before: dict[int, float]) -> tuple[float, float]:
+    """(event loop thread, all other threads) CPU seconds since ``before``."""
+    after = thread_cpu_s(pid)
+    spent = {tid: t - before.get(tid, 0.0) for tid, t in after.items()}
+    loop = spent.pop(pid, 0.0)  # the main thread runs Daphne's reactor and the asyncio loop
+    return loop, sum(spent.values())
+
+
 def bench_web_layer(site, key: str, model_arg: str, max_tokens: int, rounds: int) -> dict:
+    """Per round: the offline engine, then /v1 with the client at normal priority, then
+    /v1 with the client at nice 19. Medians over the rounds."""
     import httpx
 
     from inference import LLM
 
     model = httpx.get(f"{site.url}/healthz", timeout=10).json()["engine"]["model"]
     llm = LLM(model_arg)
-    offline, api = [], []
-    asyncio.run(api_run(site, key, model, 8))  # warm-up (first request's lazy work)
     offline_run(llm, 8)
-    for r in range(rounds):
-        offline.append(offline_run(llm, max_tokens))
-        api.append(asyncio.run(api_run(site, key, model, max_tokens)))
-        print(f"  round {r}: offline {offline[-1]:.1f} tok/s, /v1 {api[-1]:.1f} tok/s")
+    clients = {
+        "normal": ClientProcess(site, key, model, max_tokens, nice=0),
+        "nice19": ClientProcess(site, key, model, max_tokens, nice=19),
+    }
+    rows: list[dict] = []
+    try:
+        for r in range(rounds):
+            row = {"offline": offline_run(llm, max_tokens)}
+            for name, client in clients.items():
+                before = thread_cpu_s(site.process.pid)
+                result = client.run()
+                loop_s, engine_s = server_cpu_split(site.process.pid, before)
+                row[name] = result["tokens_per_s"]
+                row[f"{name}_client_cpu_s"] = result["cpu_s"]
+                row[f"{name}_server_loop_cpu_s"] = loop_s
+                row[f"{name}_server_other_cpu_s"] = engine_s
+            rows.append(row)
+            print(
+                f"  round {r}: offline {row['offline']:.1f} tok/s; /v1 {row['normal']:.1f} tok/s "
+                f"({row['normal'] / row['offline']:.2f}x; client CPU {row['normal_client_cpu_s']:.2f} s, "
+                f"server event loop {row['normal_server_loop_cpu_s']:.2f} s, engine threads "
+                f"{row['normal_server_other_cpu_s']:.2f} s); client at nice 19 {row['nice19']:.1f} tok/s "
+                f"({row['nice19'] / row['offline']:.2f}x)"
+            )
+    finally:
+        for client in clients.values():
+            client.close()
     del llm
-    best_offline, best_api = max(offline), max(api)
+
+    def median(name: str) -> float:
+        return statistics.median(row[name] for row in rows)
+
     return {
-        "offline_tokens_per_s": best_offline,
-        "api_tokens_per_s": best_api,
-        "api_over_offline": best_api / best_offline,
-        "api_over_offline_per_round": [a / o for a, o in zip(api, offline, strict=True)],
+        "offline_tokens_per_s": median("offline"),
+        "api_tokens_per_s": median("normal"),
+        "api_over_offline": statistics.median(row["normal"] / row["offline"] for row in rows),
+        "api_client_nice19_over_offline": statistics.median(row["nice19"] / row["offline"] for row in rows),
+        "client_cpu_s": median("normal_client_cpu_s"),
+        "server_event_loop_cpu_s": median("normal_server_loop_cpu_s"),
+        "server_engine_threads_cpu_s": median("normal_server_other_cpu_s"),
     }
 
 
 def main(argv: list[str] | None = None) -> dict:
+    if argv is None and len(sys.argv) > 1 and sys.argv[1] == "--client":
+        url, key, model, max_tokens, nice = sys.argv[2:7]
+        serve_client(url, key, model, int(max_tokens), int(nice))
+        return {}
     parser = argparse.ArgumentParser(description="TTFT with affinity, and the web layer's cost")
     parser.add_argument("--model", default="", help="model path (default: the site's default model)")
     parser.add_argument("--rounds", type=int, default=3)
