@@ -7,7 +7,7 @@ from channels.db import database_sync_to_async
 
 from conversations import cluster
 from conversations import tree as tree_ops
-from conversations.generation import mark_orphans_interrupted
+from conversations.answer_rows import mark_orphans_interrupted
 from conversations.models import Conversation, Message
 
 

@@ -63,12 +63,8 @@ from conversations.consumer_queries import (
     set_owner,
     streaming_owners,
 )
-from conversations.generation import (
-    broadcast,
-    conversation_group,
-    get_manager,
-    user_group,
-)
+from conversations.generation import get_manager
+from conversations.groups import broadcast, conversation_group, user_group
 from conversations.models import Conversation, Message
 from conversations.relay import Shown, behind, take
 from conversations.retention import get_retention, last_owner

@@ -15,7 +15,7 @@ conversation:
 - **Partial saves.** A saver task writes the text so far every ``PARTIAL_SAVE_SECONDS``
   (and touches the row now and then even without new text), so a crash loses at most
   that much; a ``streaming`` message whose row has not been touched for
-  :func:`stale_after` seconds and that no live generation owns is shown as interrupted.
+  :func:`~conversations.answer_rows.stale_after` seconds and that no live generation owns is shown as interrupted.
 - **Other processes.** With several processes (``conversations.cluster``) each live answer
   has one owner, recorded in ``Message.owner_process``. The owner's relay task sends the
   new text and reasoning to the conversation's group at most ``RELAY_HZ`` times a second,
@@ -26,8 +26,8 @@ conversation:
 - **Coarse events** (an answer started or finished; the tree changed; the conversation
   list changed) go through the channel layer's groups as well.
 
-Over 500 lines: the manager, the prompt builder and the relay share one answer's
-state; splitting the prompt builder out (build_prompt, PromptPlan) is the next cut.
+The prompt comes from ``conversations.prompts``, the rows are read and written by
+``conversations.answer_rows``, and group events go through ``conversations.groups``.
 """
 
 from __future__ import annotations
@@ -39,215 +39,35 @@ import uuid
 import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any, Protocol
 
-from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 from django.conf import settings
-from django.utils import timezone
 
 from conversations import cluster
-from conversations.cluster import PROCESS_ID
+from conversations.answer_rows import (
+    HEARTBEAT_SECONDS,
+    load_prompt_inputs,
+    store_user_segment,
+    update_message,
+)
 from conversations.engine import aget_engine
-from conversations.models import Conversation, Message
+from conversations.groups import broadcast, conversation_group
+from conversations.models import Message
+from conversations.prompts import build_prompt, engine_options
 from conversations.reasoning import Reasoning
 
 log = logging.getLogger(__name__)
 
 STOP_FALLBACK_SECONDS = 5.0
-# A streaming row is touched at least this often even without new text.
-HEARTBEAT_SECONDS = 10.0
 # Tabs hear of a streaming answer at least this often (a delta, or else a heartbeat).
 STREAM_HEARTBEAT_SECONDS = 5.0
 # Group messages per second per answer at most (text is coalesced in between).
 RELAY_HZ = 20.0
 
 
-def conversation_group(conversation_id: int) -> str:
-    return f"chat.conversation.{conversation_id}"
-
-
-def user_group(user_id: int) -> str:
-    return f"chat.user.{user_id}"
-
-
-async def broadcast(group: str, event: str, **data: Any) -> None:
-    """A coarse event to every consumer in ``group`` (in any process)."""
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        await layer.group_send(group, {"type": "chat.event", "event": event, "process": PROCESS_ID, **data})
-    except Exception:  # a full or unreachable layer must not break a generation
-        log.warning("group_send to %s failed", group, exc_info=True)
-
-
-def stale_after() -> float:
-    """Seconds after which an untouched ``streaming`` row counts as orphaned."""
-    return max(60.0, 10 * settings.PARTIAL_SAVE_SECONDS, 2 * HEARTBEAT_SECONDS)
-
-
 class Watcher(Protocol):
     def push(self, event: dict) -> None:
         """Take an event without blocking (a consumer queues it for its socket)."""
-
-
-# --- Prompt building -------------------------------------------------------------
-
-
-@dataclass
-class PromptPlan:
-    token_ids: list[int]
-    max_tokens: int
-    dropped: int = 0  # history messages left out to fit the context
-    user_segment: list[int] | None = None  # the last user turn's ids, to store on it
-    # Leading ids every user may share in the prefix cache: the system prompt's segment.
-    shared_prefix_tokens: int = 0
-
-
-def _chat_messages(system_prompt: str, history: list[dict]) -> list[dict]:
-    messages: list[dict] = [{"role": "system", "content": system_prompt}] if system_prompt else []
-    for item in history:
-        message = {"role": item["role"], "content": item["content"]}
-        ids = item.get("token_ids")
-        # Stored ids are reused verbatim (an exact cache hit), except for the first message:
-        # templates may put a default system prompt into its segment. An answer's ids hold
-        # its reasoning, which must not go back to the model: its content alone is rendered.
-        if ids and (item["role"] == "assistant" or messages) and not item.get("reasoning"):
-            message["token_ids"] = ids
-        messages.append(message)
-    return messages
-
-
-def build_prompt(tokenizer, system_prompt: str, history: list[dict], max_model_len: int, max_tokens: int):
-    """The prompt ids for answering ``history`` (root first, ending with the question).
-
-    A history too long for the context loses whole turns (a user message and its answers)
-    from the oldest end; room for at least a quarter of the context (or ``max_tokens`` if
-    smaller) is kept for the answer. Raises ``PromptTooLongError`` if even the last turn
-    alone does not fit."""
-    from inference import PromptTooLongError
-
-    reserve = max(1, min(max_tokens, max_model_len // 4))
-    budget = max_model_len - reserve
-    turn_starts = [i for i, item in enumerate(history) if item["role"] == "user"] or [0]
-    offset = 1 if system_prompt else 0
-    start = 0
-    while True:
-        encoding = tokenizer.encode_chat_segments(_chat_messages(system_prompt, history[start:]))
-        ids = encoding.token_ids
-        if len(ids) <= budget:
-            break
-        later = [s for s in turn_starts if s > start]
-        if not later:
-            raise PromptTooLongError(len(ids), budget)
-        chosen = later[0]
-        if encoding.exact:
-            excess = len(ids) - budget
-            for candidate in later:
-                chosen = candidate
-                segments = encoding.segments[offset : offset + candidate - start]
-                if sum(len(seg) for seg in segments) >= excess:
-                    break
-        start = chosen
-    user_segment = None
-    if encoding.exact and history and history[-1]["role"] == "user" and len(history) - start + offset > 1:
-        user_segment = list(encoding.segments[-1])
-    return PromptPlan(
-        token_ids=ids,
-        max_tokens=max(1, min(max_tokens, max_model_len - len(ids))),
-        dropped=start,
-        user_segment=user_segment,
-        shared_prefix_tokens=len(encoding.segments[0]) if system_prompt and encoding.exact else 0,
-    )
-
-
-def engine_options(owner_id: int, plan: PromptPlan) -> dict[str, Any]:
-    """The engine's fair-share owner and prefix-cache salt for one user's answer: blocks
-    after the shared system prompt are salted with the user (unless PREFIX_CACHE_SALT is
-    off), so another user's time to first token cannot reveal this user's text."""
-    return {"owner": f"user:{owner_id}", **cache_salt_options(owner_id, plan.shared_prefix_tokens)}
-
-
-def cache_salt_options(owner_id: int, shared_prefix_tokens: int) -> dict[str, Any]:
-    """The user's prefix-cache salt from the end of the shared system prompt on (also what
-    KV retention must name, so it marks the same blocks)."""
-    if not settings.PREFIX_CACHE_SALT:
-        return {}
-    return {"cache_salt": f"user:{owner_id}", "cache_salt_from": shared_prefix_tokens}
-
-
-# --- Database steps (synchronous, run through database_sync_to_async) ------------
-
-
-@database_sync_to_async
-def _load_prompt_inputs(message_id: int) -> tuple[Conversation, list[dict]] | None:
-    try:
-        answer = Message.objects.select_related("conversation").defer("token_ids").get(pk=message_id)
-    except Message.DoesNotExist:
-        return None
-    from conversations.tree import Tree
-
-    tree = Tree.load(answer.conversation)
-    parent = tree.by_id.get(answer.parent_id)
-    path = tree.path_to(parent) if parent is not None else []
-    path = [
-        m
-        for m in path
-        if m.status != Message.Status.ERROR and (m.content or m.role != Message.Role.ASSISTANT)
-    ]
-    stored = dict(Message.objects.filter(pk__in=[m.pk for m in path]).values_list("pk", "token_ids"))
-    history = [
-        {
-            "id": m.pk,
-            "role": m.role,
-            "content": m.content,
-            "token_ids": stored.get(m.pk),
-            "reasoning": m.reasoning,
-        }
-        for m in path
-    ]
-    return answer.conversation, history
-
-
-@database_sync_to_async
-def _update_message(message_id: int, **fields: Any) -> int:
-    fields.setdefault("updated_at", timezone.now())
-    return Message.objects.filter(pk=message_id).update(**fields)
-
-
-@database_sync_to_async
-def _store_user_segment(message_id: int, ids: list[int]) -> None:
-    Message.objects.filter(pk=message_id, token_ids__isnull=True).update(token_ids=ids)
-
-
-def mark_orphans_interrupted(
-    messages: list[Message], live_ids: set[int], liveness: cluster.Liveness | None = None
-) -> None:
-    """Synchronous: ``streaming`` messages left by a process that died are stored and shown
-    as interrupted: those whose owner is dead, and those of this process (or of no recorded
-    owner) that no generation here runs and nobody saved lately."""
-    cutoff = timezone.now() - timedelta(seconds=stale_after())
-    liveness = liveness or cluster.Liveness({PROCESS_ID})
-
-    def orphaned(m: Message) -> bool:
-        if m.status != Message.Status.STREAMING or m.pk in live_ids:
-            return False
-        if liveness.is_dead(m.owner_process):
-            return True
-        if m.owner_process and m.owner_process != PROCESS_ID:
-            return False
-        return bool(m.updated_at and m.updated_at < cutoff)
-
-    orphans = [m for m in messages if orphaned(m)]
-    if not orphans:
-        return
-    Message.objects.filter(pk__in=[m.pk for m in orphans], status=Message.Status.STREAMING).update(
-        status=Message.Status.INTERRUPTED, finish_reason="abort"
-    )
-    for m in orphans:
-        m.status, m.finish_reason = Message.Status.INTERRUPTED, "abort"
 
 
 # --- The manager -------------------------------------------------------------------
@@ -444,7 +264,7 @@ class GenerationManager:
         """Build the prompt and stream the answer into ``gen``; returns the saver task."""
         from inference import SamplingParams
 
-        loaded = await _load_prompt_inputs(gen.message_id)
+        loaded = await load_prompt_inputs(gen.message_id)
         if loaded is None:
             gen.stop_reason = gen.stop_reason or "deleted"
             return None
@@ -467,8 +287,8 @@ class GenerationManager:
         )
         gen.prompt_tokens, gen.dropped = len(plan.token_ids), plan.dropped
         if plan.user_segment and history:
-            await _store_user_segment(history[-1]["id"], plan.user_segment)
-        await _update_message(
+            await store_user_segment(history[-1]["id"], plan.user_segment)
+        await update_message(
             gen.message_id,
             prompt_tokens=gen.prompt_tokens,
             context_dropped=plan.dropped,
@@ -548,7 +368,7 @@ class GenerationManager:
         }
         try:
             if gen.stop_reason != "deleted":
-                await _update_message(gen.message_id, token_ids=gen.token_ids or None, **fields)
+                await update_message(gen.message_id, token_ids=gen.token_ids or None, **fields)
         except Exception:
             log.exception("final save of message %s failed", gen.message_id)
         finally:
@@ -643,7 +463,7 @@ class GenerationManager:
                 continue
             count = len(gen.token_ids)
             try:
-                updated = await _update_message(
+                updated = await update_message(
                     gen.message_id,
                     content=gen.text,
                     reasoning=gen.reasoning.text,

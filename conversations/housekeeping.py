@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from conversations.generation import stale_after
+from conversations.answer_rows import stale_after
 from conversations.models import ApiRequest, Conversation, DataJob, Message
 
 

@@ -31,7 +31,8 @@ from django.utils import timezone
 from conversations import cluster
 from conversations.cluster import PROCESS_ID, ProcessInfo
 from conversations.engine import current_engine
-from conversations.generation import GenerationManager, broadcast, conversation_group
+from conversations.generation import GenerationManager
+from conversations.groups import broadcast, conversation_group
 from conversations.models import Message
 from conversations.retention import get_retention
 from conversations.tree import message_dict

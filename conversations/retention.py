@@ -83,8 +83,8 @@ def history_token_ids(conversation_id: int, tokenizer: Any) -> tuple[list[int], 
     stored ids (as generation renders it), without a trailing generation prompt, and the
     cache-salt options its requests use. Empty when the template cannot promise that
     prefix (``exact`` is False)."""
-    from conversations.generation import _chat_messages, cache_salt_options  # noqa: PLC0415
     from conversations.models import Conversation, Message  # noqa: PLC0415
+    from conversations.prompts import cache_salt_options, chat_messages  # noqa: PLC0415
     from conversations.tree import Tree  # noqa: PLC0415
 
     try:
@@ -103,7 +103,7 @@ def history_token_ids(conversation_id: int, tokenizer: Any) -> tuple[list[int], 
     stored = dict(Message.objects.filter(pk__in=[m.pk for m in thread]).values_list("pk", "token_ids"))
     history = [{"role": m.role, "content": m.content, "token_ids": stored.get(m.pk)} for m in thread]
     encoding = tokenizer.encode_chat_segments(
-        _chat_messages(conversation.system_prompt, history), add_generation_prompt=False
+        chat_messages(conversation.system_prompt, history), add_generation_prompt=False
     )
     if not encoding.exact:
         return [], {}

@@ -35,7 +35,7 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 
 from conversations.engine import aget_engine, engine_status
-from conversations.generation import broadcast, conversation_group, user_group
+from conversations.groups import broadcast, conversation_group, user_group
 from conversations.models import Conversation, Message
 from conversations.tree import Tree
 

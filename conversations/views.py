@@ -24,11 +24,12 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from conversations import tree as tree_ops
+from conversations.answer_rows import mark_orphans_interrupted
 from conversations.cluster import PROCESS_ID, Liveness
 from conversations.cluster import enabled as cluster_enabled
 from conversations.engine import engine_status
 from conversations.forms import SignUpForm
-from conversations.generation import broadcast, conversation_group, mark_orphans_interrupted, user_group
+from conversations.groups import broadcast, conversation_group, user_group
 from conversations.health import channel_layer_ready, database_ready
 from conversations.models import Conversation, Message
 

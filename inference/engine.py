@@ -4,8 +4,8 @@
 free what finished → return a ``StreamDelta`` per sequence that moved. The
 offline ``LLM`` and the threaded ``AsyncEngine`` both drive this class.
 
-Over 500 lines: step(), beams, stop rules and tier hooks all touch the request table
-in one thread; the scheduler, block manager, tiers and sampler are their own modules.
+Stop rules and the building of deltas are in ``inference.stop_rules``; the scheduler,
+block manager, tiers and sampler are their own modules.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from inference.sampler import Sampler
 from inference.sampling_params import SamplingParams
 from inference.scheduler import ScheduledBatch, Scheduler
 from inference.sequence import Request, RequestStatus, Sequence
+from inference.stop_rules import append_token, stream_deltas
 from inference.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -222,7 +223,7 @@ class LLMEngine:
         self.scheduler.abort(request)
         for seq in live:
             seq.output_text += seq.detokenizer.flush() if seq.detokenizer else ""
-        self._pending += self._deltas(request, live)
+        self._pending += stream_deltas(request, live)
         return True
 
     def has_unfinished(self) -> bool:
@@ -321,7 +322,7 @@ class LLMEngine:
                 if result.top_logprobs is not None and seq.logprobs is not None:
                     seq.cumulative_logprob += result.logprobs[i]  # type: ignore[index]
                     seq.logprobs.append(result.top_logprobs[i])  # type: ignore[arg-type]
-                self._append_token(seq, token)
+                append_token(seq, token, self.eos_token_ids, self.max_model_len)
             generated += len(sample_seqs)
         now = time.monotonic()
         for request, request_rows in groups.items():
@@ -340,7 +341,7 @@ class LLMEngine:
             for seq in touched:
                 if seq.is_finished:
                     self.scheduler.finish_seq(request, seq)
-            deltas += self._deltas(request, touched)
+            deltas += stream_deltas(request, touched)
             if request.is_finished:
                 self.requests.pop(request.request_id, None)
                 request.finish_time = now
@@ -354,103 +355,12 @@ class LLMEngine:
         if decoded > 0 and request.first_token_time is not None and request.finish_time is not None:
             self.metrics.tpot.observe((request.finish_time - request.first_token_time) / decoded)
 
-    # ---- stop rules -----------------------------------------------------------------
-    def _append_token(self, seq: Sequence, token: int) -> None:
-        request = seq.request
-        params = request.params  # type: ignore[union-attr]
-        seq.token_ids.append(token)
-        if (token in self.eos_token_ids and not params.ignore_eos) or token in params.stop_token_ids:
-            seq.finish_reason, seq.stop_reason = "stop", token
-        else:
-            text = seq.detokenizer.push(token)
-            if text:
-                seq.output_text += text
-                if params.stop:
-                    self._check_stop_strings(seq, params, len(text))
-        if not seq.is_finished and (
-            (params.max_tokens is not None and seq.num_output_tokens >= params.max_tokens)
-            or seq.num_tokens >= self.max_model_len
-        ):
-            seq.finish_reason = "length"
-        if seq.is_finished and not isinstance(seq.stop_reason, str):
-            seq.output_text += seq.detokenizer.flush()
-
-    @staticmethod
-    def _check_stop_strings(seq: Sequence, params: SamplingParams, num_new_chars: int) -> None:
-        """End at the earliest stop string that the new text completes; the stop
-        string itself is cut from the output (unless include_stop_str_in_output)."""
-        text = seq.output_text
-        longest = max(len(s) for s in params.stop)  # type: ignore[union-attr]
-        search_from = max(0, len(text) - num_new_chars - longest + 1)
-        best: tuple[int, str] | None = None
-        for stop in params.stop:  # type: ignore[union-attr]
-            at = text.find(stop, search_from)
-            if at >= 0 and (best is None or at < best[0]):
-                best = (at, stop)
-        if best is not None:
-            at, stop = best
-            seq.output_text = text[: at + len(stop)] if params.include_stop_str_in_output else text[:at]
-            seq.finish_reason, seq.stop_reason = "stop", stop
-
-    @staticmethod
-    def _held_back(text: str, stops: list[str]) -> int:
-        """Characters at the end of ``text`` that could still become a stop string,
-        so streaming must not show them yet."""
-        held = 0
-        for stop in stops:
-            for k in range(min(len(stop) - 1, len(text)), held, -1):
-                if text.endswith(stop[:k]):
-                    held = k
-                    break
-        return held
-
-    def _deltas(self, request: Request, seqs: list[Sequence]) -> list[StreamDelta]:
-        out = []
-        stops = request.params.stop or []
-        for seq in seqs:
-            text = seq.output_text
-            upto = len(text) if seq.is_finished or not stops else len(text) - self._held_back(text, stops)
-            upto = max(upto, seq.num_emitted_chars)
-            new_tokens = seq.token_ids[seq.num_prompt_tokens + seq.num_emitted_tokens :]
-            if not new_tokens and upto == seq.num_emitted_chars and not seq.is_finished:
-                continue
-            logprobs = None
-            if seq.logprobs is not None:
-                logprobs = seq.logprobs[seq.num_emitted_tokens :]
-            new_text, reasoning = text[seq.num_emitted_chars : upto], ""
-            if seq.reasoning is not None:
-                reasoning, new_text = seq.reasoning.push(new_text)
-                if seq.is_finished:
-                    more_reasoning, more_text = seq.reasoning.flush()
-                    reasoning, new_text = reasoning + more_reasoning, new_text + more_text
-            out.append(
-                StreamDelta(
-                    request_id=request.request_id,
-                    index=seq.index,
-                    text=new_text,
-                    token_ids=new_tokens,
-                    finished=seq.is_finished,
-                    finish_reason=seq.finish_reason,
-                    num_prompt_tokens=request.num_prompt_tokens,
-                    num_cached_tokens=request.num_cached_tokens,
-                    num_output_tokens=seq.num_output_tokens,
-                    logprobs=logprobs,
-                    stop_reason=seq.stop_reason,
-                    reasoning=reasoning,
-                )
-            )
-            seq.num_emitted_chars = upto
-            seq.num_emitted_tokens += len(new_tokens)
-        if out and request.is_finished:
-            out[-1].request_finished = True
-        return out
-
     def _beam_deltas(self, request: Request) -> list[StreamDelta]:
         """Beams are only final at the end, so they stream as one delta per output."""
         for seq in request.beam_outputs or []:
             if seq.finish_reason is None:
                 seq.finish_reason = "abort"
-        return self._deltas(request, request.beam_outputs or [])
+        return stream_deltas(request, request.beam_outputs or [])
 
     def _finish_out_of_memory(self, request: Request) -> list[StreamDelta]:
         self.requests.pop(request.request_id, None)
@@ -467,7 +377,7 @@ class LLMEngine:
             seq.output_text += seq.detokenizer.flush()
             request.seqs.remove(seq)
             request.finished_seqs.append(seq)
-        return self._deltas(request, live)
+        return stream_deltas(request, live)
 
     # ---- outputs and stats ----------------------------------------------------------
     def request_output(self, request: Request) -> RequestOutput:

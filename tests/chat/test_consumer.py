@@ -358,7 +358,7 @@ async def test_a_tab_served_by_another_process_refreshes_from_the_database_on_co
     from channels.layers import get_channel_layer
 
     from conversations import tree as tree_ops
-    from conversations.generation import conversation_group
+    from conversations.groups import conversation_group
 
     conversation = await conversation_for(alice)
     _, answer = await sync_to_async(tree_ops.send_message)(conversation, "Hello")

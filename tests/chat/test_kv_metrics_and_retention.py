@@ -12,8 +12,9 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from prometheus_client.parser import text_string_to_metric_families
 
+from conversations.answer_rows import load_prompt_inputs
 from conversations.engine import aget_engine
-from conversations.generation import _load_prompt_inputs, build_prompt, cache_salt_options
+from conversations.prompts import build_prompt, cache_salt_options
 from conversations.retention import retention_key
 from inference.block_manager import prefix_hashes, salt_hash
 from tests.chat.conftest import Socket
@@ -139,7 +140,7 @@ async def test_an_open_conversation_is_retained_until_its_last_tab_closes(make_u
     await first.send(type="send", conversation_id=conversation.pk, content="And their keepers?")
     thread, _ = await first.until("thread")
     answer, _ = await first.finished(thread["messages"][-1]["id"])
-    _, history = await _load_prompt_inputs(answer["id"])
+    _, history = await load_prompt_inputs(answer["id"])
     plan = build_prompt(engine.tokenizer, conversation.system_prompt, history, engine.max_model_len, 12)
     # Named as the chat's requests name them: salted per user after the system prompt.
     salt = cache_salt_options(alice.pk, plan.shared_prefix_tokens)

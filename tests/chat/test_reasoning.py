@@ -116,7 +116,7 @@ async def test_a_tab_follows_the_reasoning_an_owner_elsewhere_relays_and_asks_it
     from channels.layers import get_channel_layer
 
     from conversations import cluster
-    from conversations.generation import conversation_group
+    from conversations.groups import conversation_group
 
     owner = "another-process"
     layer = get_channel_layer()

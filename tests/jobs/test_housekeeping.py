@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from chatsite.celery import app as celery_app
 from conversations import housekeeping
-from conversations.generation import stale_after
+from conversations.answer_rows import stale_after
 from conversations.models import ApiRequest, Conversation, DataJob, Message
 from conversations.tree import send_message
 
