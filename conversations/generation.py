@@ -14,20 +14,17 @@ conversation:
   saved as ``interrupted``.
 - **Partial saves.** A saver task writes the text so far every ``PARTIAL_SAVE_SECONDS``
   (and touches the row now and then even without new text), so a crash loses at most
-  that much; a ``streaming`` message whose row has not been touched for
-  :func:`~conversations.answer_rows.stale_after` seconds and that no live generation owns is shown as interrupted.
+  that much; an untouched ``streaming`` row that no live generation owns is shown as
+  interrupted (``conversations.answer_rows``).
 - **Other processes.** With several processes (``conversations.cluster``) each live answer
   has one owner, recorded in ``Message.owner_process``. The owner's relay task sends the
   new text and reasoning to the conversation's group at most ``RELAY_HZ`` times a second,
   each with its character offset, so tabs in other processes show the same text and
-  thinking (and ask the owner for a snapshot should they miss a piece); when nothing was sent for
-  ``STREAM_HEARTBEAT_SECONDS`` it sends a ``heartbeat`` instead, to local tabs too. The
-  grace period runs only while no tab in any process shows the conversation.
-- **Coarse events** (an answer started or finished; the tree changed; the conversation
-  list changed) go through the channel layer's groups as well.
-
-The prompt comes from ``conversations.prompts``, the rows are read and written by
-``conversations.answer_rows``, and group events go through ``conversations.groups``.
+  thinking (and ask the owner for a snapshot should they miss a piece); when nothing was
+  sent for ``STREAM_HEARTBEAT_SECONDS`` it sends a ``heartbeat`` instead, to local tabs
+  too. The grace period runs only while no tab in any process shows the conversation.
+- **Coarse events** (an answer started or finished, the tree or the list changed) go
+  through the channel layer's groups (``conversations.groups``).
 """
 
 from __future__ import annotations
@@ -68,9 +65,6 @@ RELAY_HZ = 20.0
 class Watcher(Protocol):
     def push(self, event: dict) -> None:
         """Take an event without blocking (a consumer queues it for its socket)."""
-
-
-# --- The manager -------------------------------------------------------------------
 
 
 @dataclass(eq=False)
