@@ -2,21 +2,26 @@
 page in light and dark mode, a keyboard-only walkthrough, sanitised hostile answers, and the client
 side of the websocket contracts (watchdog, heartbeat, errors, reasoning, fork, titles).
 
-One live server (the session's) and one browser for the module; ORM set-up runs off Playwright's
-event loop (``in_thread``). Why one module of about 600 lines: the checks share that browser and
-its pages' set-up, and split by area each module would start its own browser (seconds each on
-two cores) for five tests.
+One live server (the session's) and one browser for the module (split by area, each module would
+start its own browser, seconds each on two cores); the page helpers are in ``browser_pages``.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import re
 
 import pytest
 
-from tests.chat.test_browser import ARTIFACTS, CHROMIUM_ARGS, Problems, in_thread, sign_up
+from tests.chat.browser_pages import (
+    RoutedSocket,
+    assert_no_axe_violations,
+    enforce_csp,
+    make_conversation,
+    update_conversation,
+    wait_until,
+)
+from tests.chat.test_browser import ARTIFACTS, CHROMIUM_ARGS, Problems, sign_up
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -47,64 +52,6 @@ def browser(live_site):
         os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
     else:
         os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = before
-
-
-def make_conversation(username: str, messages: list[dict], **fields) -> tuple[int, list[int]]:
-    """A conversation owned by ``username`` holding one path of ``messages``; returns its and their ids."""
-
-    def make():
-        from django.contrib.auth import get_user_model
-
-        from conversations.models import Conversation, Message
-
-        owner = get_user_model().objects.get(username=username)
-        conversation = Conversation.objects.create(owner=owner, title=fields.pop("title", "Saved"), **fields)
-        parent, ids = None, []
-        for data in messages:
-            parent = Message.objects.create(conversation=conversation, parent=parent, **data)
-            ids.append(parent.pk)
-        Conversation.objects.filter(pk=conversation.pk).update(current_leaf=parent)
-        return conversation.pk, ids
-
-    return in_thread(make)
-
-
-def update_conversation(conversation_id: int, **fields) -> None:
-    def update():
-        from conversations.models import Conversation
-
-        Conversation.objects.filter(pk=conversation_id).update(**fields)
-
-    in_thread(update)
-
-
-# Contract #7, enforced here whatever the server sends, so a UI change that needs an inline script,
-# an inline handler, a style attribute or a remote image fails these tests.
-CSP = (
-    "default-src 'self'; script-src 'self'; img-src 'self' data:; style-src 'self'; "
-    "connect-src 'self' ws: wss:; frame-ancestors 'none'"
-)
-
-
-def enforce_csp(context) -> None:
-    def add_header(route):
-        if route.request.resource_type != "document" or route.request.method != "GET":
-            route.continue_()
-            return
-        response = route.fetch(max_redirects=0)
-        headers = {**response.headers}
-        if headers.get("content-type", "").startswith("text/html"):
-            headers["content-security-policy"] = CSP
-        route.fulfill(response=response, headers=headers)
-
-    context.route(re.compile(r"^http://127\.0\.0\.1:\d+/(?!static/)"), add_header)
-
-
-def assert_no_axe_violations(page, name: str) -> None:
-    from axe_playwright_python.sync_playwright import Axe
-
-    results = Axe().run(page)
-    assert results.violations_count == 0, f"{name}:\n{results.generate_report()}"
 
 
 # --- axe-core ---------------------------------------------------------------------------
@@ -415,49 +362,6 @@ def test_streaming_reparses_only_the_last_block(live_site, browser):
 
 
 # --- The websocket contracts, with the server's socket routed through the test ---------------
-
-
-class RoutedSocket:
-    """Passes the chat socket through, recording what the page sends and letting the test inject events."""
-
-    def __init__(self, page):
-        self.sent: list[dict] = []
-        self.received: list[dict] = []
-        self.held: set[str] = set()  # request types recorded but not passed on to the server
-        self.route = None
-        page.route_web_socket(re.compile(r"/ws/chat/"), self._connect)
-
-    def _connect(self, route) -> None:
-        server = route.connect_to_server()
-        self.route = route
-
-        def from_page(message):
-            data = json.loads(message)
-            self.sent.append(data)
-            if data.get("type") not in self.held:
-                server.send(message)
-
-        route.on_message(from_page)
-
-        def from_server(message):
-            self.received.append(json.loads(message))
-            route.send(message)
-
-        server.on_message(from_server)
-
-    def inject(self, **event) -> None:
-        self.route.send(json.dumps(event))
-
-    def sent_of(self, kind: str) -> list[dict]:
-        return [m for m in self.sent if m.get("type") == kind]
-
-
-def wait_until(page, condition, seconds: float = 10) -> None:
-    for _ in range(int(seconds * 10)):
-        if condition():
-            return
-        page.wait_for_timeout(100)
-    raise AssertionError("the condition never held")
 
 
 def test_client_side_of_the_websocket_contracts(live_site, browser):
