@@ -5,13 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from inference.bench import (
-    Workload,
-    make_throughput_workload,
-    run_multi_turn,
-    run_ours_throughput,
-    workload_flops,
-)
+from inference.bench_runs import run_multi_turn, run_ours_throughput
+from inference.bench_workload import Workload, make_throughput_workload, workload_flops
 from tests.engine.engine_fixtures import TinyModel
 
 
@@ -94,7 +89,7 @@ def test_single_stream_and_memory_breakdown(tiny: TinyModel) -> None:
 
 
 def test_single_stream_rows_report_the_one_call_step_against_per_op_calls() -> None:
-    from inference.bench import single_stream_rows
+    from inference.bench_report import single_stream_rows
 
     results = {
         "ratios": {"single_stream_fraction_of_bandwidth_bound": 0.5},
