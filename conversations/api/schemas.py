@@ -71,6 +71,20 @@ class SamplingFields(RequestSchema):
 
 
 class ChatCompletionRequest(SamplingFields):
+    # The example is shown in /v1/docs and sent as is by schemathesis' examples phase.
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={
+            "examples": [
+                {
+                    "model": "SmolLM2-135M-Instruct",
+                    "messages": [{"role": "user", "content": "Say hello."}],
+                    "max_tokens": 4,
+                    "temperature": 0,
+                }
+            ]
+        },
+    )
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1, description="Preferred over max_tokens.")
     logprobs: bool | None = False
@@ -81,6 +95,12 @@ class ChatCompletionRequest(SamplingFields):
 
 
 class CompletionRequest(SamplingFields):
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={
+            "examples": [{"model": "SmolLM2-135M-Instruct", "prompt": "Once upon a time", "max_tokens": 4}]
+        },
+    )
     prompt: (
         str
         | Annotated[list[str], Field(min_length=1, max_length=MAX_N)]

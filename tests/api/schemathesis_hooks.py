@@ -3,7 +3,8 @@ requests cheap. Valid but huge ``max_tokens`` / ``n`` are clamped, and a missing
 ``max_tokens`` gets a small one, so the run tests the API, not the model's speed on
 two cores; invalid values (wrong types, out of range) are left alone. String ``model``
 values become the served model's id (SCHEMATHESIS_SERVED_MODEL), so generated bodies
-reach the engine instead of stopping at a 404."""
+reach the engine instead of stopping at a 404; the OpenAPI document's explicit examples
+(sent as they are by the examples phase, which ``map_body`` does not see) get it too."""
 
 from __future__ import annotations
 
@@ -40,3 +41,10 @@ def map_body(context, body):
     if isinstance(prompt, list) and len(prompt) > MAX_N and all(isinstance(p, str | list) for p in prompt):
         body["prompt"] = prompt[:MAX_N]
     return body
+
+
+@schemathesis.hook
+def before_call(context, case, **kwargs):
+    served = os.environ.get("SCHEMATHESIS_SERVED_MODEL")
+    if served and isinstance(case.body, dict) and isinstance(case.body.get("model"), str):
+        case.body = {**case.body, "model": served}

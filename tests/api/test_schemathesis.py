@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from django.db.models import Count
 
 from conversations.models import ApiKey, ApiRequest
 
@@ -63,8 +64,15 @@ def test_schemathesis_finds_no_server_error(live_site, api_key, model_name, api_
         timeout=MAX_TIME_S + 60,
     )
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
-    # The generated requests reached the engine, not only the validators.
-    assert ApiRequest.objects.filter(
-        owner=api_user, status_code=200, endpoint__endswith="completions"
-    ).exists()
+    # The requests reached the engine, not only the validators: the examples phase sends the
+    # document's examples (valid bodies) first; most fuzzed bodies end in a 400.
+    outcomes = sorted(
+        ApiRequest.objects.filter(owner=api_user)
+        .values_list("endpoint", "status_code")
+        .annotate(count=Count("id"))
+    )
+    assert any(endpoint.endswith("completions") and status == 200 for endpoint, status, _ in outcomes), (
+        outcomes,
+        result.stdout[-3000:],
+    )
     assert not ApiRequest.objects.filter(owner=api_user, status_code__gte=500).exists()
