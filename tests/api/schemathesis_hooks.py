@@ -2,9 +2,9 @@
 requests cheap. Valid but huge ``max_tokens`` / ``n`` are clamped, and a missing
 ``max_tokens`` gets a small one, so the run tests the API, not the model's speed on
 two cores; invalid values (wrong types, out of range) are left alone. String ``model``
-values become the served model's id (SCHEMATHESIS_SERVED_MODEL), so generated bodies
-reach the engine instead of stopping at a 404; the OpenAPI document's explicit examples
-(sent as they are by the examples phase, which ``map_body`` does not see) get it too."""
+values become the served model's id (SCHEMATHESIS_SERVED_MODEL) in ``before_call``, which
+sees every case (the examples phase's explicit examples too, which ``map_body`` does not),
+so bodies reach the engine instead of stopping at a 404."""
 
 from __future__ import annotations
 
@@ -27,9 +27,6 @@ def map_body(context, body):
     if not isinstance(body, dict):
         return body
     body = dict(body)
-    served = os.environ.get("SCHEMATHESIS_SERVED_MODEL")
-    if served and isinstance(body.get("model"), str):
-        body["model"] = served
     if body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
         body["max_tokens"] = MAX_TOKENS
     for name in ("max_tokens", "max_completion_tokens"):
