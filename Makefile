@@ -52,7 +52,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff format .
 
 bench: $(VENV)/.installed
-	$(PY) -m inference.bench --json var/bench.json
+	$(PY) -m benchmarks.bench --json var/bench.json
 
 clean:
 	rm -rf $(VENV) var

@@ -16,7 +16,7 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 django_asgi_app = get_asgi_application()
 
-from conversations.routing import websocket_urlpatterns  # noqa: E402
+from conversations.chat.routing import websocket_urlpatterns  # noqa: E402
 
 router = ProtocolTypeRouter(
     {
@@ -31,14 +31,14 @@ async def application(scope, receive, send):
     # several processes this one advertises itself (and fails over dead ones' answers)
     # before its first websocket arrives. Daphne has no startup hook to do it earlier.
     if scope["type"] != "lifespan":
-        from conversations.generation import get_manager
+        from conversations.chat.answers import get_manager
 
         get_manager()
     return await router(scope, receive, send)
 
 
 if settings.ENGINE_PRELOAD:
-    from conversations.engine import preload_engine
+    from conversations.ops.engine_handle import preload_engine
 
     # Load the model in the background so the first message doesn't wait for it.
     preload_engine()

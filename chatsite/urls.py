@@ -1,10 +1,11 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from conversations import metrics, views
-from conversations.api import views as api_views
+from conversations.accounts.login_throttle import throttled
+from conversations.api import key_pages as api_views
 from conversations.api.app import api as openai_api
-from conversations.login_throttle import throttled
+from conversations.chat import views
+from conversations.ops import metrics
 
 urlpatterns = [
     path("", views.home, name="home"),

@@ -16,10 +16,10 @@ from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
-from conversations.engine import engine_status
-from conversations.metrics import live_stats_json
 from conversations.models import Conversation, Message
 from conversations.models.chat import EngineStatus
+from conversations.ops.engine_handle import engine_status
+from conversations.ops.metrics import live_stats_json
 
 
 class MessageInline(admin.TabularInline):
@@ -80,7 +80,7 @@ class ConversationAdmin(admin.ModelAdmin):
         """The whole tree as nested lists: parent links, roles, statuses; the thread in bold."""
         if obj.pk is None:
             return "—"
-        from conversations.tree import Tree
+        from conversations.chat.tree import Tree
 
         tree = Tree.load(obj)
         on_thread = {m.pk for m in tree.thread()}
@@ -281,5 +281,5 @@ def _number(value) -> str:
     return f"{value:.1f}" if isinstance(value, int | float) else "—"
 
 
-if importlib.util.find_spec("conversations.admin_api") is not None:
-    from conversations import admin_api  # noqa: F401
+if importlib.util.find_spec("conversations.api.admin") is not None:
+    from conversations.api import admin as admin_api  # noqa: F401

@@ -7,4 +7,4 @@ class ConversationsConfig(AppConfig):
     verbose_name = "Conversations"
 
     def ready(self) -> None:
-        from conversations import login_throttle  # noqa: F401 - connects its signal receivers
+        from conversations.accounts import login_throttle  # noqa: F401 - connects its signal receivers

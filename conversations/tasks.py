@@ -2,8 +2,8 @@
 worker runs them when ``REDIS_URL`` is set (``celery -A chatsite worker`` and one
 ``celery -A chatsite beat`` for the housekeeping schedule).
 
-Each task is a thin wrapper: the work is in plain functions (``conversations.titles``,
-``conversations.transfer``, ``conversations.housekeeping``, ``conversations.data_jobs``)
+Each task is a thin wrapper: the work is in plain functions (``conversations.chat.titles``,
+``conversations.transfer``, ``conversations.chat.housekeeping``, ``conversations.transfer.jobs``)
 that the tests call directly. Nothing here imports the inference engine: a worker never
 loads a model.
 """
@@ -15,7 +15,8 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
-from conversations import data_jobs, housekeeping, titles
+from conversations.chat import housekeeping, titles
+from conversations.transfer import jobs as data_jobs
 
 log = logging.getLogger(__name__)
 

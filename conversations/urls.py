@@ -1,6 +1,7 @@
 from django.urls import path
 
-from conversations import data_views, views
+from conversations.chat import views
+from conversations.transfer import views as data_views
 
 urlpatterns = [
     path("c/<int:pk>/", views.conversation_page, name="conversation"),

@@ -4,13 +4,13 @@ Never imports Django. ``from inference import LLM, SamplingParams`` for offline 
 ``AsyncEngine`` for a server.
 """
 
-from inference.async_engine import AsyncEngine, EngineShutDownError
 from inference.config import EngineConfig
-from inference.engine import LLMEngine
+from inference.engine.async_engine import AsyncEngine, EngineShutDownError
+from inference.engine.llm import LLM
+from inference.engine.llm_engine import LLMEngine
+from inference.engine.outputs import CompletionOutput, EngineStats, RequestOutput, StreamDelta
 from inference.errors import EngineOverloadedError, PromptTooLongError, UnsupportedModelError
-from inference.llm import LLM
-from inference.outputs import CompletionOutput, EngineStats, RequestOutput, StreamDelta
-from inference.sampling_params import SamplingParams
+from inference.sampling.params import SamplingParams
 
 __all__ = [
     "LLM",

@@ -32,7 +32,7 @@ class EngineConfig:
     seed: int = 0  # for requests without their own seed
     # CUDA: True skips capturing decode steps in CUDA graphs (vLLM's name); no effect on CPU.
     enforce_eager: bool = False
-    # KV tiers below the pool (inference.kv_tiers): pinned host memory under a CUDA pool,
+    # KV tiers below the pool (inference.kv.tiers): pinned host memory under a CUDA pool,
     # and a disk directory (any device; None = off) bounded to kv_disk_gb.
     kv_cpu_gb: float = 0.0
     kv_disk_dir: str | None = None

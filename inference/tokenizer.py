@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from inference.reasoning import template_reasoning_tags
+from inference.sampling.reasoning_parser import template_reasoning_tags
 
 # Tokens that end a turn in common chat templates; whichever exist in the vocab
 # count as EOS, so generation stops at the end of the assistant's turn.

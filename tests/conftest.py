@@ -46,7 +46,7 @@ def websocket(path: str, user=None, origin: tuple[bytes, bytes] | None = ORIGIN)
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """A random-weight Llama with SmolLM2's tokenizer and chat template: fast, real code paths."""
-    from inference.testing import make_tiny_model_dir
+    from tests.support.fakes import make_tiny_model_dir
 
     return make_tiny_model_dir(tmp_path_factory.mktemp("tiny-model"), arch="llama")
 

@@ -27,6 +27,7 @@ from ninja.parser import Parser
 
 from conversations.api import schemas
 from conversations.api.auth import ApiKeyAuth
+from conversations.api.completions import Generation, check_context, sampling_params
 from conversations.api.errors import (
     ApiError,
     error_from_exception,
@@ -35,9 +36,8 @@ from conversations.api.errors import (
     model_not_found,
     too_large,
 )
-from conversations.api.generation import Generation, check_context, sampling_params
 from conversations.api.usage import CLIENT_CLOSED, RequestLog
-from conversations.engine import aget_engine
+from conversations.ops.engine_handle import aget_engine
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ A conversation's messages form a tree through ``Message.parent``: siblings share
 parent (an edited question, a regenerated answer). The visible thread is the path
 from a root to ``Conversation.current_leaf``; each message remembers the child last
 selected under it (``active_child``) so that switching back to a branch returns to
-the leaf that was showing there. The tree walks live in ``conversations.tree``.
+the leaf that was showing there. The tree walks live in ``conversations.chat.tree``.
 """
 
 from __future__ import annotations

@@ -24,8 +24,8 @@ from collections.abc import Iterable, Iterator
 
 from django.utils import timezone
 
+from conversations.chat.tree import Tree
 from conversations.models import Conversation, Message
-from conversations.tree import Tree
 
 FORMAT = "chatsite.conversations"
 VERSION = 1

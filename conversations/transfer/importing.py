@@ -173,7 +173,7 @@ def _our_settings(raw: dict, where: str) -> dict:
 @transaction.atomic
 def save(owner, specs: list[ConversationSpec]) -> list[int]:
     """Create the conversations (all or none); returns their ids."""
-    from conversations.tree import Tree, select_leaf
+    from conversations.chat.tree import Tree, select_leaf
 
     now = timezone.now()
     ids = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from inference.kv_spec import KVSpec
+from inference.kv.spec import KVSpec
 from inference.model_config import ModelConfig
 from inference.models.deepseek_v3 import DeepseekV3ForCausalLM
 from inference.models.llama import LlamaForCausalLM

@@ -1,5 +1,5 @@
 """DeepSeek-V3 decoder over a paged *latent* KV cache: multi-head latent attention
-(``inference.mla_attention``) and a mixture of experts (``inference.models.moe``).
+(``inference.layers.mla_attention``) and a mixture of experts (``inference.layers.moe``).
 
 Parameter names match Hugging Face's ``DeepseekV3ForCausalLM`` checkpoints, except
 that the routed experts' per-expert weights are stacked at load time. The forward
@@ -16,13 +16,13 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
-from inference.attention_context import AttentionContext
 from inference.errors import UnsupportedModelError
-from inference.kv_spec import KVSpec
-from inference.mla_attention import mla_attention
+from inference.kv.spec import KVSpec
+from inference.layers.attention_context import AttentionContext
+from inference.layers.mla_attention import mla_attention
+from inference.layers.moe import MoE
 from inference.model_config import MLAConfig, ModelConfig
 from inference.models.llama import MLP, Linear, RMSNorm, apply_rotary
-from inference.models.moe import MoE
 
 # DeepSeek's q_a/kv_a norms use RMSNorm's default epsilon, not config.rms_norm_eps.
 _LORA_NORM_EPS = 1e-6

@@ -5,7 +5,7 @@ checkpoint is a straight ``state_dict`` copy. The forward pass works on packed
 tokens ``[T]`` from many sequences at once; where each token's K/V goes and
 what it attends to is described by the step's ``AttentionContext``.
 
-The CPU linear layers are in inference/models/linear.py, the one-call decode step's
+The CPU linear layers are in inference/layers/linear.py, the one-call decode step's
 layer description in llama_stack.py, the kernels themselves in kernels/.
 """
 
@@ -18,11 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from inference.attention import paged_attention
-from inference.attention_context import AttentionContext
-from inference.kv_spec import KVSpec
-from inference.model_config import ModelConfig
-from inference.models.linear import (
+from inference.kv.spec import KVSpec
+from inference.layers.attention import paged_attention
+from inference.layers.attention_context import AttentionContext
+from inference.layers.linear import (
     Linear,
     gate_up_released,
     linear_released,
@@ -30,10 +29,13 @@ from inference.models.linear import (
     quant_linear,
     weight_key,
 )
+from inference.model_config import ModelConfig
 from inference.models.llama_stack import build_decode_stack
-from kernels import cpu_layer_ops, cpu_linear, cpu_quant
-from kernels.cpu_decode_stack import DecodeStack
-from kernels.cpu_quant import PackedQuant, QuantRows
+from kernels.cpu import layer_ops as cpu_layer_ops
+from kernels.cpu import linear as cpu_linear
+from kernels.cpu import quant as cpu_quant
+from kernels.cpu.decode_stack import DecodeStack
+from kernels.cpu.quant import PackedQuant, QuantRows
 
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:

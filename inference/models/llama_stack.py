@@ -1,4 +1,4 @@
-"""The one-call CPU decode step of a Llama-style model (``kernels.cpu_decode_stack``):
+"""The one-call CPU decode step of a Llama-style model (``kernels.cpu.decode_stack``):
 which models qualify, and their layers described for the kernel.
 
 It qualifies when every product of every layer already runs on the CPU kernels from
@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from kernels import cpu_decode_stack
-from kernels.cpu_decode_stack import DecodeStack, StackLayer, StackLinear, StackShape
+from kernels.cpu import decode_stack as cpu_decode_stack
+from kernels.cpu.decode_stack import DecodeStack, StackLayer, StackLinear, StackShape
 
 # The model's modules (inference.models.llama) are taken by their attributes: that
 # module imports this one.

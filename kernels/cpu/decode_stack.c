@@ -3,7 +3,7 @@
  * embedding and K/V store, paged attention, the output product, SwiGLU and the down
  * product; then the final norm. The LM head and the sampler stay with the caller.
  *
- * Built by kernels/cpu_build.py together with quant_linear.c, linear.c, layer_ops.c
+ * Built by kernels/cpu/build.py together with quant_linear.c, linear.c, layer_ops.c
  * and paged_decode.c (one library), whose exported functions it calls in the order
  * the eager model calls them, on the same buffers, so the result is bit-identical to
  * the per-op path (gcc -O3 -fopenmp, never -ffast-math).

@@ -1,6 +1,6 @@
 /* The small per-layer operations of a decoder step on CPU, fp32, each one pass in C.
  *
- * Built by kernels/cpu_build.py, called from kernels/cpu_layer_ops.py (GNU C, no torch
+ * Built by kernels/cpu/build.py, called from kernels/cpu/layer_ops.py (GNU C, no torch
  * headers; gcc -O3 -fopenmp, never -ffast-math).
  *
  * Why: in a decode step these operate on a few rows of a few hundred floats, where

@@ -1,7 +1,7 @@
 /* Linear layer on CPU, fp32: y[m, n] = x[m, :] . w[n, :] + bias[n], with the weight
  * pre-packed in panels of 16 output features.
  *
- * Built by kernels/cpu_build.py, called from kernels/cpu_linear.py (GNU C, no torch
+ * Built by kernels/cpu/build.py, called from kernels/cpu/linear.py (GNU C, no torch
  * headers; gcc -O3 -fopenmp, never -ffast-math). Same result as
  * torch.nn.functional.linear up to float rounding.
  *

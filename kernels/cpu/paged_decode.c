@@ -1,8 +1,8 @@
 /* Paged decode attention on CPU, fp32: one new query token per sequence.
  *
- * Built by kernels/cpu_build.py, called from kernels/cpu_decode.py (GNU C, no torch headers; gcc -O3
+ * Built by kernels/cpu/build.py, called from kernels/cpu/decode.py (GNU C, no torch headers; gcc -O3
  * -fopenmp, never -ffast-math). Same contract as
- * inference.attention.decode_attention_torch and kernels.reference.paged_attention_ref
+ * inference.layers.attention.decode_attention_torch and kernels.reference.paged_attention_ref
  * with one query per sequence:
  *
  *   out[b, h] = softmax(scale * q[b, h] . K[b]^T) V[b]

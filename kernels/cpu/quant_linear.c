@@ -1,8 +1,8 @@
 /* Linear layer on CPU over block-quantized weights (GGUF Q8_0, Q4_0, Q4_1, Q4_K,
- * Q6_K, repacked by kernels/cpu_quant.py): y[m, n] = x[m, :] . w[n, :] + bias[n], where
+ * Q6_K, repacked by kernels/cpu/quant.py): y[m, n] = x[m, :] . w[n, :] + bias[n], where
  * each weight is de-quantized in registers and everything is computed in fp32.
  *
- * Built by kernels/cpu_build.py (gcc -O3 -fopenmp, never -ffast-math).
+ * Built by kernels/cpu/build.py (gcc -O3 -fopenmp, never -ffast-math).
  *
  * Why: a decode step reads every weight once per step, so its speed is set by bytes.
  * Four-bit blocks are 0.75 bytes per weight here against 4 for fp32.

@@ -219,7 +219,7 @@ class BrokenEngine:
         self.aborted: list[str] = []
 
     async def stream(self, prompt, params, request_id=None, **options):  # owner, cache_salt
-        from inference.outputs import StreamDelta
+        from inference.engine.outputs import StreamDelta
 
         for i in range(self.good_deltas):
             yield StreamDelta(request_id, 0, "ok", [7], False, None, 3, 0, i + 1)

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from conversations.models import ApiKey
-from inference.testing import SCRIPTED_ANSWER, SCRIPTED_REASONING, scripted_reasoning_model
+from tests.support.fakes import SCRIPTED_ANSWER, SCRIPTED_REASONING, scripted_reasoning_model
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -21,8 +21,8 @@ def _no_model_titles(settings):
 
 @pytest.fixture(scope="session")
 def tiny_engine(tiny_model_dir):
-    """Point conversations.engine at the tiny model for the whole session."""
-    from conversations.engine import reset_engine_for_tests
+    """Point conversations.ops.engine_handle at the tiny model for the whole session."""
+    from conversations.ops.engine_handle import reset_engine_for_tests
 
     original = settings.ENGINE
     settings.ENGINE = {**original, "model": str(tiny_model_dir), "kv_cache_gb": 0.25}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
-from conversations import tree as tree_ops
+from conversations.chat import tree as tree_ops
 
 pytestmark = pytest.mark.django_db
 
@@ -35,7 +35,7 @@ def test_conversation_admin_shows_the_message_tree_and_searches_content(
 
 
 def test_engine_status_page_is_read_only_and_does_not_load_the_model(admin_client):
-    from conversations import engine
+    from conversations.ops import engine_handle as engine
 
     page = admin_client.get("/admin/conversations/enginestatus/")
     assert page.status_code == 200
@@ -60,7 +60,7 @@ def test_engine_status_page_needs_staff(client, make_user):
 
 @pytest.mark.usefixtures("tiny_engine")
 def test_engine_status_page_shows_the_loaded_engines_numbers(admin_client):
-    from conversations.engine import get_engine
+    from conversations.ops.engine_handle import get_engine
 
     engine = get_engine()
     stats = engine.stats()

@@ -21,8 +21,8 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from conversations.models import Conversation, Message
-from inference.testing import SCRIPTED_ANSWER, SCRIPTED_REASONING
 from tests.conftest import session_cookie_for
+from tests.support.fakes import SCRIPTED_ANSWER, SCRIPTED_REASONING
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -45,7 +45,7 @@ def cluster_model_dir(tmp_path_factory):
     """Deeper and wider than the session's tiny model: on an idle machine that one writes
     its whole 2,048-token context in about two seconds, so a long answer would end by
     itself before the grace period, a stop or a kill could reach it."""
-    from inference.testing import make_tiny_model_dir
+    from tests.support.fakes import make_tiny_model_dir
 
     return make_tiny_model_dir(
         tmp_path_factory.mktemp("cluster-model"),
@@ -108,7 +108,7 @@ def reasoning_cluster(django_db_setup, django_db_blocker, cluster_model_dir, tmp
     """Two more processes, whose engines run the scripted reasoning model (a fixed think +
     answer; its pool holds one number per token, so a small budget is plenty). For one
     test: they stop as soon as it ends rather than share the CPU with the module's others."""
-    loader = "inference.testing.scripted_reasoning_model"
+    loader = "tests.support.fakes.scripted_reasoning_model"
     with running_cluster(
         cluster_model_dir, tmp_path_factory, ENGINE_LOADER=loader, ENGINE_KV_CACHE_GB="0.0001"
     ) as processes:

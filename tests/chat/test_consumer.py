@@ -8,8 +8,8 @@ import asyncio
 import pytest
 from asgiref.sync import sync_to_async
 
-from conversations.engine import aget_engine
 from conversations.models import Conversation, Message
+from conversations.ops.engine_handle import aget_engine
 from tests.chat.conftest import Socket
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("tiny_engine")]
@@ -357,8 +357,8 @@ async def test_a_tab_served_by_another_process_refreshes_from_the_database_on_co
 ):
     from channels.layers import get_channel_layer
 
-    from conversations import tree as tree_ops
-    from conversations.groups import conversation_group
+    from conversations.chat import tree as tree_ops
+    from conversations.chat.groups import conversation_group
 
     conversation = await conversation_for(alice)
     _, answer = await sync_to_async(tree_ops.send_message)(conversation, "Hello")

@@ -13,7 +13,7 @@ from tests.chat.conftest import Socket
 @pytest.fixture
 def default_engine():
     """The process's engine on the default model (ENGINE_MODEL unset), for this test only."""
-    from conversations.engine import reset_engine_for_tests
+    from conversations.ops.engine_handle import reset_engine_for_tests
 
     original = settings.ENGINE
     settings.ENGINE = {**original, "model": None}

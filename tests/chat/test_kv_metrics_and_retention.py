@@ -12,11 +12,11 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from prometheus_client.parser import text_string_to_metric_families
 
-from conversations.answer_rows import load_prompt_inputs
-from conversations.engine import aget_engine
-from conversations.prompts import build_prompt, cache_salt_options
-from conversations.retention import retention_key
-from inference.block_manager import prefix_hashes, salt_hash
+from conversations.chat.answer_rows import load_prompt_inputs
+from conversations.chat.prompts import build_prompt, cache_salt_options
+from conversations.chat.retention import retention_key
+from conversations.ops.engine_handle import aget_engine
+from inference.kv.block_manager import prefix_hashes, salt_hash
 from tests.chat.conftest import Socket
 
 
@@ -50,7 +50,7 @@ def test_metrics_need_a_staff_session_or_the_token(client, make_user, settings):
 @pytest.mark.django_db
 @pytest.mark.usefixtures("tiny_engine")
 def test_metrics_export_the_engine_figures_per_tier(staff_client):
-    from conversations.engine import get_engine
+    from conversations.ops.engine_handle import get_engine
     from inference import SamplingParams
 
     engine = get_engine()
@@ -84,7 +84,7 @@ def test_metrics_export_the_engine_figures_per_tier(staff_client):
 @pytest.mark.django_db
 @pytest.mark.usefixtures("tiny_engine")
 def test_the_engine_page_updates_in_place_from_a_static_module(staff_client):
-    from conversations.engine import get_engine
+    from conversations.ops.engine_handle import get_engine
 
     get_engine()
     page = staff_client.get("/admin/conversations/enginestatus/").content.decode()
@@ -185,8 +185,8 @@ async def answered_conversation(make_user, make_conversation):
 async def test_marks_made_for_other_processes_are_theirs_and_released_when_they_die(
     make_user, make_conversation
 ):
-    from conversations.cluster import PROCESS_ID
-    from conversations.retention import ConversationRetention
+    from conversations.chat.retention import ConversationRetention
+    from conversations.cluster.registry import PROCESS_ID
 
     conversation = await answered_conversation(make_user, make_conversation)
     bm = (await aget_engine()).engine.block_manager
@@ -208,8 +208,8 @@ async def test_marks_made_for_other_processes_are_theirs_and_released_when_they_
 async def test_the_mark_goes_to_the_live_owner_else_stays_in_this_process(
     make_user, make_conversation, monkeypatch
 ):
-    from conversations import cluster
-    from conversations.retention import kv_holder
+    from conversations.chat.retention import kv_holder
+    from conversations.cluster import registry as cluster
 
     conversation = await answered_conversation(make_user, make_conversation)
     alive: dict[str, cluster.ProcessInfo] = {}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conversations.prompts import build_prompt
+from conversations.chat.prompts import build_prompt
 from inference import PromptTooLongError
 
 
@@ -62,7 +62,7 @@ def test_a_single_message_longer_than_the_context_is_an_error(tokenizer):
 
 
 def test_the_chat_salts_each_users_blocks_after_the_shared_system_prompt(tokenizer, settings):
-    from conversations.prompts import engine_options
+    from conversations.chat.prompts import engine_options
 
     plan = build_prompt(tokenizer, "Be brief.", [turn("user", "Hello")], 2048, 64)
     system_ids = tokenizer.encode("<|im_start|>system\nBe brief.<|im_end|>\n")
@@ -79,7 +79,7 @@ def test_the_chat_salts_each_users_blocks_after_the_shared_system_prompt(tokeniz
 
 
 def test_turning_prefix_cache_salting_off_leaves_only_the_fair_share_owner(tokenizer, settings):
-    from conversations.prompts import engine_options
+    from conversations.chat.prompts import engine_options
 
     settings.PREFIX_CACHE_SALT = False
     plan = build_prompt(tokenizer, "Be brief.", [turn("user", "Hello")], 2048, 64)

@@ -149,7 +149,7 @@ async def test_a_parent_id_must_be_an_answer_in_that_conversation(alice, bob):
 
 
 async def test_a_database_error_becomes_an_error_event_and_the_socket_stays_open(alice, monkeypatch):
-    from conversations import tree
+    from conversations.chat import tree
 
     mine, question, _ = await with_exchange(alice)
     socket = await opened(alice, mine)

@@ -8,8 +8,8 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from conversations.models import Message
-from inference.testing import SCRIPTED_ANSWER, SCRIPTED_REASONING, scripted_reasoning_model
 from tests.chat.conftest import Socket
+from tests.support.fakes import SCRIPTED_ANSWER, SCRIPTED_REASONING, scripted_reasoning_model
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,7 +29,7 @@ def reasoning_engine(monkeypatch):
         return stream(prompt, *args, **kwargs)
 
     monkeypatch.setattr(engine, "stream", recording_stream)
-    monkeypatch.setattr("conversations.engine._engine", engine)
+    monkeypatch.setattr("conversations.ops.engine_handle._engine", engine)
     yield engine, prompts
     engine.shutdown()
 
@@ -80,7 +80,7 @@ async def test_reasoning_streams_apart_is_saved_and_stays_out_of_the_next_prompt
 
 
 def test_deltas_merged_for_a_slow_socket_keep_their_reasoning():
-    from conversations.consumer_queries import merge_deltas
+    from conversations.chat.queries import merge_deltas
 
     first = {"type": "delta", "message_id": 1, "text": "", "reasoning": "Count sheep"}
     second = {"type": "delta", "message_id": 1, "text": "", "reasoning": " quickly."}
@@ -91,7 +91,7 @@ def test_deltas_merged_for_a_slow_socket_keep_their_reasoning():
 
 
 def test_relayed_pieces_add_new_text_and_reasoning_ignore_repeats_and_report_gaps():
-    from conversations.relay import Shown, behind, take
+    from conversations.cluster.relay import Shown, behind, take
 
     shown = Shown(text=3, reasoning=5)  # "Par" and "Count" shown already
     piece = {"offset": 3, "text": "is", "reasoning_offset": 5, "reasoning": " sheep"}
@@ -115,13 +115,13 @@ async def test_a_tab_follows_the_reasoning_an_owner_elsewhere_relays_and_asks_it
     events sent straight to the conversation's group and by reading its channel."""
     from channels.layers import get_channel_layer
 
-    from conversations import cluster
-    from conversations.groups import conversation_group
+    from conversations.chat.groups import conversation_group
+    from conversations.cluster import registry as cluster
 
     owner = "another-process"
     layer = get_channel_layer()
     owner_channel = await layer.new_channel()
-    monkeypatch.setattr("conversations.consumers.SNAPSHOT_RETRY_SECONDS", 0.0)
+    monkeypatch.setattr("conversations.chat.consumers.SNAPSHOT_RETRY_SECONDS", 0.0)
 
     async def processes() -> dict:
         return {owner: cluster.ProcessInfo(owner, channel=owner_channel, ready=True)}
@@ -129,7 +129,7 @@ async def test_a_tab_follows_the_reasoning_an_owner_elsewhere_relays_and_asks_it
     async def liveness() -> cluster.Liveness:
         return cluster.Liveness({cluster.PROCESS_ID, owner}, {cluster.PROCESS_ID, owner})
 
-    monkeypatch.setattr("conversations.consumers._processes", processes)
+    monkeypatch.setattr("conversations.chat.consumers._processes", processes)
     monkeypatch.setattr(cluster, "liveness", liveness)
 
     alice = await sync_to_async(make_user)("alice")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conversations import tree as tree_ops
+from conversations.chat import tree as tree_ops
 from conversations.models import Conversation, Message
 
 pytestmark = pytest.mark.django_db

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from conversations import tree as tree_ops
-from conversations.housekeeping import purge_deleted_conversations
+from conversations.chat import tree as tree_ops
+from conversations.chat.housekeeping import purge_deleted_conversations
 from conversations.models import Conversation, Message
 
 pytestmark = pytest.mark.django_db

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 from inference.config import EngineConfig
-from inference.engine import LLMEngine
-from inference.model_loader import load_model
-from inference.outputs import StreamDelta
-from inference.sampling_params import SamplingParams
-from inference.testing import make_tiny_model_dir
+from inference.engine.llm_engine import LLMEngine
+from inference.engine.outputs import StreamDelta
+from inference.runner.model_loader import load_model
+from inference.sampling.params import SamplingParams
+from tests.support.fakes import make_tiny_model_dir
 
 TINY_ENGINE_DEFAULTS: dict[str, Any] = {
     "num_kv_blocks": 256,

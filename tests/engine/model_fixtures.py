@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from inference.model_config import ModelConfig
-from inference.model_files import default_model_path
-from inference.model_loader import ensure_gguf_converted, load_model
 from inference.models import LlamaForCausalLM
-from inference.testing import make_tiny_model_dir
+from inference.runner.model_files import default_model_path
+from inference.runner.model_loader import ensure_gguf_converted, load_model
 from inference.tokenizer import Tokenizer
+from tests.support.fakes import make_tiny_model_dir
 
 # name -> (arch, config overrides)
 TINY_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {

@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from inference.async_engine import AsyncEngine
 from inference.config import EngineConfig
+from inference.engine.async_engine import AsyncEngine
 from inference.errors import EngineOverloadedError, PromptTooLongError
-from inference.sampling_params import SamplingParams
+from inference.sampling.params import SamplingParams
 from tests.engine.engine_fixtures import TINY_ENGINE_DEFAULTS, TinyModel, greedy, random_prompts
 
 

@@ -1,12 +1,12 @@
 """The benchmark's workloads and measurements, run small on the tiny model (the real
-benchmark is ``python -m inference.bench``)."""
+benchmark is ``python -m benchmarks.bench``)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from inference.bench_runs import run_multi_turn, run_ours_throughput
-from inference.bench_workload import Workload, make_throughput_workload, workload_flops
+from benchmarks.bench_runs import run_multi_turn, run_ours_throughput
+from benchmarks.bench_workload import Workload, make_throughput_workload, workload_flops
 from tests.engine.engine_fixtures import TinyModel
 
 
@@ -48,7 +48,7 @@ def test_workload_flops_counts_linear_layers_head_and_attention() -> None:
 
 
 def test_memory_pressure_workload_counts_recomputation_and_tier_hits(tiny: TinyModel, tmp_path) -> None:
-    from inference.bench_memory import _questions, pool_blocks_for_a_third, run_conversations
+    from benchmarks.bench_memory import _questions, pool_blocks_for_a_third, run_conversations
 
     questions = _questions(6, 2, words=(20, 30))
     blocks = pool_blocks_for_a_third(tiny.tokenizer, questions, 4, 16)
@@ -67,7 +67,7 @@ def test_memory_pressure_workload_counts_recomputation_and_tier_hits(tiny: TinyM
 
 
 def test_single_stream_and_memory_breakdown(tiny: TinyModel) -> None:
-    from inference.bench_single_stream import (
+    from benchmarks.bench_single_stream import (
         memory_breakdown,
         single_stream_decode,
         single_stream_per_op,
@@ -89,7 +89,7 @@ def test_single_stream_and_memory_breakdown(tiny: TinyModel) -> None:
 
 
 def test_single_stream_rows_report_the_one_call_step_against_per_op_calls() -> None:
-    from inference.bench_report import single_stream_rows
+    from benchmarks.bench_report import single_stream_rows
 
     results = {
         "ratios": {"single_stream_fraction_of_bandwidth_bound": 0.5},

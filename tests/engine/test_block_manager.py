@@ -11,8 +11,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from inference.block_manager import BlockManager
-from inference.sequence import Sequence
+from inference.engine.sequence import Sequence
+from inference.kv.block_manager import BlockManager
 
 BS = 4
 

@@ -4,8 +4,8 @@ are as high as without salting."""
 
 from __future__ import annotations
 
-from inference.block_manager import BlockManager, salt_hash
-from inference.sequence import Sequence
+from inference.engine.sequence import Sequence
+from inference.kv.block_manager import BlockManager, salt_hash
 from tests.engine.engine_fixtures import TinyModel, greedy
 from tests.engine.test_block_manager import BS, admit, run
 

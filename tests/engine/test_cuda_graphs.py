@@ -15,20 +15,20 @@ import pytest
 import torch
 
 from inference.config import EngineConfig
-from inference.cuda_graphs import (
+from inference.engine.llm_engine import LLMEngine
+from inference.models import llama
+from inference.runner.cuda_graphs import (
     MAX_GRAPH_BATCH,
     CUDAGraphRunner,
     StaticDecodeInputs,
     graph_batch_sizes,
     pick_graph_size,
 )
-from inference.engine import LLMEngine
-from inference.model_loader import load_model
-from inference.model_runner import PackedBatch
-from inference.models import llama
-from inference.testing import allocate_kv_cache, build_context
+from inference.runner.model_loader import load_model
+from inference.runner.model_runner import PackedBatch
 from kernels.reference import paged_attention_ref, store_kv_ref
 from tests.engine.engine_fixtures import TINY_ENGINE_DEFAULTS, greedy, random_prompts, run_to_completion
+from tests.support.fakes import allocate_kv_cache, build_context
 
 ROOT = Path(__file__).resolve().parents[2]
 BS = 16

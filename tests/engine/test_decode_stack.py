@@ -1,4 +1,4 @@
-"""The one-call CPU decode step (``kernels.cpu_decode_stack``): bit-identical to the
+"""The one-call CPU decode step (``kernels.cpu.decode_stack``): bit-identical to the
 model's per-op path on fp32 panels and on quantized blocks, taken only by models it
 applies to, and refusing a KV cache or slot it would read or write out of bounds.
 
@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from inference.model_loader import load_model
 from inference.models.llama_stack import build_decode_stack
-from inference.testing import build_context, make_tiny_model_dir
-from kernels import cpu_decode_stack, cpu_quant
-from kernels.cpu_quant import QuantRows
+from inference.runner.model_loader import load_model
+from kernels.cpu import decode_stack as cpu_decode_stack
+from kernels.cpu import quant as cpu_quant
+from kernels.cpu.quant import QuantRows
+from tests.support.fakes import build_context, make_tiny_model_dir
 
 BLOCK = 4
 

@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 import torch
 
-import inference.mla_attention as mla_attention
-from inference.engine import LLMEngine
+import inference.layers.mla_attention as mla_attention
+from inference.engine.llm_engine import LLMEngine
 from inference.errors import UnsupportedModelError
+from inference.layers.moe import TopkRouter
 from inference.model_config import ModelConfig
-from inference.model_loader import load_model
 from inference.models import DeepseekV3ForCausalLM, LlamaForCausalLM, kv_spec_for
-from inference.models.moe import TopkRouter
-from inference.testing import PagedSequenceRunner, greedy_generate, make_tiny_model_dir, tiny_hf_config
+from inference.runner.model_loader import load_model
 from tests.engine.engine_fixtures import TinyModel, greedy, random_prompts, run_to_completion
+from tests.support.fakes import PagedSequenceRunner, greedy_generate, make_tiny_model_dir, tiny_hf_config
 
 YARN = {
     "rope_type": "yarn",
@@ -32,7 +32,7 @@ YARN = {
     "beta_fast": 32,
     "beta_slow": 1,
 }
-# name -> config overrides (on top of inference.testing.TINY_DEEPSEEK_DEFAULTS)
+# name -> config overrides (on top of tests.support.fakes.TINY_DEEPSEEK_DEFAULTS)
 VARIANTS: dict[str, dict[str, Any]] = {
     "q-lora": {},
     "direct-q-yarn": {"q_lora_rank": None, "rope_parameters": YARN, "norm_topk_prob": False},

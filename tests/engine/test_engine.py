@@ -8,7 +8,7 @@ import random
 import pytest
 
 from inference.errors import EngineOverloadedError, PromptTooLongError
-from inference.sampling_params import SamplingParams
+from inference.sampling.params import SamplingParams
 from tests.engine.engine_fixtures import TinyModel, greedy, random_prompts, run_to_completion
 
 CHAT = [
@@ -316,7 +316,7 @@ def test_logprobs_are_returned_per_token(tiny: TinyModel) -> None:
 def test_greedy_tokens_are_the_same_without_the_c_kernels(tiny, monkeypatch) -> None:
     """The C kernels (packed GEMM, layer ops, decode attention) and the PyTorch paths
     they replace decode the same tokens, and both match transformers."""
-    from kernels import cpu_build
+    from kernels.cpu import build as cpu_build
 
     prompts = random_prompts(tiny.tokenizer, 6, seed=23)
     params = greedy(max_tokens=12)

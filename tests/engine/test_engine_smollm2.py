@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from inference.config import EngineConfig
-from inference.engine import LLMEngine
-from inference.sampling_params import SamplingParams
+from inference.engine.llm_engine import LLMEngine
+from inference.sampling.params import SamplingParams
 from tests.engine.engine_fixtures import greedy, run_to_completion
 from tests.engine.model_fixtures import LoadedPair
 

@@ -3,7 +3,7 @@ request behind the whole flood (round-robin admission across owners)."""
 
 from __future__ import annotations
 
-from inference.sequence import RequestStatus
+from inference.engine.sequence import RequestStatus
 from tests.engine.engine_fixtures import TinyModel, greedy, random_prompts, run_to_completion
 
 SEATS = 2

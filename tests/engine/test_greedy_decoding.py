@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inference.testing import greedy_generate
 from tests.engine.model_fixtures import LoadedPair
+from tests.support.fakes import greedy_generate
 
 PROMPTS = ["Once upon a time", "def fibonacci(n):", "Paris is the capital of"]
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from inference.block_manager import prefix_hashes
-from inference.engine import LLMEngine
-from inference.sequence import RequestStatus, Sequence
+from inference.engine.llm_engine import LLMEngine
+from inference.engine.sequence import RequestStatus, Sequence
+from inference.kv.block_manager import prefix_hashes
 from tests.engine.engine_fixtures import TinyModel, greedy, random_prompts, run_to_completion
 
 
@@ -143,9 +143,9 @@ def test_a_corrupted_block_file_is_recomputed_not_served(tiny: TinyModel, tmp_pa
 
 WARM_RESTART = """
 import json, sys
-from inference.engine import LLMEngine
+from inference.engine.llm_engine import LLMEngine
 from inference.config import EngineConfig
-from inference.sampling_params import SamplingParams
+from inference.sampling.params import SamplingParams
 model, kv_dir, block_size, prompt = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4])
 engine = LLMEngine(EngineConfig(model=model, device="cpu", num_kv_blocks=64, kv_disk_dir=kv_dir, block_size=block_size))
 request = engine.add_request(prompt, SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
@@ -192,7 +192,7 @@ def test_warm_restart_in_a_second_process_hits_the_tier_and_another_block_size_e
     assert warm["cached"] == warm["disk"] == known
     uncached = run_to_completion(tiny.engine(enable_prefix_caching=False), [turn2], greedy(4))[0]
     assert warm["tokens"] == uncached.token_ids
-    with caplog.at_level(logging.WARNING, logger="inference.kv_disk"):
+    with caplog.at_level(logging.WARNING, logger="inference.kv.disk"):
         other = tiny.engine(num_kv_blocks=64, kv_disk_dir=str(tmp_path), block_size=bs // 2)
     assert len(other.tiers.disk) == 0 and not list(tmp_path.glob("*.kv"))
     assert len([r for r in caplog.records if "fingerprint changed" in r.message]) == 1
@@ -205,7 +205,7 @@ def test_a_disk_tier_of_size_zero_or_unwritable_leaves_one_tier_with_one_warning
 ) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
-    with caplog.at_level(logging.WARNING, logger="inference.kv_disk"):
+    with caplog.at_level(logging.WARNING, logger="inference.kv.disk"):
         zero = tiny.engine(num_kv_blocks=14, kv_disk_dir=str(tmp_path / "kv"), kv_disk_gb=0)
         unwritable = tiny.engine(num_kv_blocks=14, kv_disk_dir=str(blocker / "kv"))
     assert zero.tiers is None and unwritable.tiers is None

@@ -17,13 +17,13 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from inference.block_manager import BlockManager, prefix_hashes
-from inference.kv_disk import _HEADER, FINGERPRINT_FILE, DiskTier
-from inference.kv_host import HostTier
-from inference.kv_tiers import TierStack
-from inference.sampling_params import SamplingParams
-from inference.scheduler import Scheduler
-from inference.sequence import Request, RequestStatus, Sequence
+from inference.engine.scheduler import Scheduler
+from inference.engine.sequence import Request, RequestStatus, Sequence
+from inference.kv.block_manager import BlockManager, prefix_hashes
+from inference.kv.disk import _HEADER, FINGERPRINT_FILE, DiskTier
+from inference.kv.host import HostTier
+from inference.kv.tiers import TierStack
+from inference.sampling.params import SamplingParams
 
 BS = 4
 SHAPE = (2, 3, 5)  # any trailing shape: the tiers never look inside a block
@@ -101,7 +101,7 @@ def test_warm_restart_finds_blocks_and_a_new_fingerprint_empties_the_tier(
     assert torch.equal(again.read(5, 0, (1, 2, 3, 4)), block_value(5))
     again.close()
     caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="inference.kv_disk"):
+    with caplog.at_level(logging.WARNING, logger="inference.kv.disk"):
         other = DiskTier(tmp_path, 10**6, SHAPE, torch.float64, {"weights": "w", "block_size": 8})
     assert len(other) == 0 and not list(tmp_path.glob("*.kv"))
     warnings = [r.message for r in caplog.records if r.levelno >= logging.WARNING]
@@ -133,7 +133,7 @@ def test_size_zero_or_an_unwritable_directory_turns_the_tier_off_with_one_warnin
 ) -> None:
     blocker = tmp_path / "a-file"
     blocker.write_text("not a directory")
-    with caplog.at_level(logging.WARNING, logger="inference.kv_disk"):
+    with caplog.at_level(logging.WARNING, logger="inference.kv.disk"):
         zero = DiskTier(tmp_path / "kv", 0, SHAPE, torch.float64, {})
         unwritable = DiskTier(blocker / "kv", 10**6, SHAPE, torch.float64, {})
     assert not zero.enabled and not unwritable.enabled
@@ -150,7 +150,7 @@ def test_a_full_disk_during_writes_turns_the_tier_off_once(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(disk, "_write_file", no_space)
-    with caplog.at_level(logging.WARNING, logger="inference.kv_disk"):
+    with caplog.at_level(logging.WARNING, logger="inference.kv.disk"):
         disk.write(1, 0, (1,), block_value(1))
         disk.flush()
         disk.write(2, 0, (2,), block_value(2))

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from inference import model_loader
 from inference.errors import UnsupportedModelError
 from inference.model_config import ModelConfig
-from inference.model_files import default_model_path
-from inference.model_loader import gguf_cache_dir, load_model
-from inference.testing import make_tiny_model_dir, tiny_hf_config
+from inference.runner import model_loader
+from inference.runner.model_files import default_model_path
+from inference.runner.model_loader import gguf_cache_dir, load_model
+from tests.support.fakes import make_tiny_model_dir, tiny_hf_config
 
 
 @pytest.fixture(scope="module")

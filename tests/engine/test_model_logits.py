@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inference.testing import PagedSequenceRunner
 from tests.engine.model_fixtures import TINY_VARIANTS, LoadedPair
+from tests.support.fakes import PagedSequenceRunner
 
 TOL = 1e-3
 PROMPT = "The quick brown fox jumps over the lazy dog. Paged attention keeps KV in blocks!"

@@ -8,10 +8,10 @@ import random
 import pytest
 import torch
 
-from inference import attention
-from inference.testing import build_context
-from kernels import cpu_decode
+from inference.layers import attention
+from kernels.cpu import decode as cpu_decode
 from kernels.reference import paged_attention_ref, store_kv_ref
+from tests.support.fakes import build_context
 
 
 def random_case(lens_new: list[int], lens_cached: list[int], q_heads: int, kv_heads: int, seed: int = 0):

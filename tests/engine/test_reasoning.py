@@ -6,10 +6,15 @@ from __future__ import annotations
 import pytest
 
 from inference.config import EngineConfig
-from inference.engine import LLMEngine
-from inference.reasoning import ReasoningSplitter, template_reasoning_tags
-from inference.sampling_params import SamplingParams
-from inference.testing import R1_STYLE_TEMPLATE, SCRIPTED_ANSWER, SCRIPTED_REASONING, scripted_reasoning_model
+from inference.engine.llm_engine import LLMEngine
+from inference.sampling.params import SamplingParams
+from inference.sampling.reasoning_parser import ReasoningSplitter, template_reasoning_tags
+from tests.support.fakes import (
+    R1_STYLE_TEMPLATE,
+    SCRIPTED_ANSWER,
+    SCRIPTED_REASONING,
+    scripted_reasoning_model,
+)
 
 REASONING, ANSWER = SCRIPTED_REASONING, SCRIPTED_ANSWER
 

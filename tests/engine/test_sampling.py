@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inference.sampler import Sampler, apply_penalties
-from inference.sampling_params import SamplingParams
-from inference.sequence import Sequence
+from inference.engine.sequence import Sequence
+from inference.sampling.params import SamplingParams
+from inference.sampling.sampler import Sampler, apply_penalties
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inference.testing import smollm2_tokenizer_dir
 from inference.tokenizer import Tokenizer
+from tests.support.fakes import smollm2_tokenizer_dir
 
 IM_END = 2
 

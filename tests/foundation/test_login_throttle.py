@@ -49,7 +49,7 @@ def test_a_locked_username_does_not_lock_other_usernames_or_other_clients(client
 def test_the_lock_ends_when_the_window_passes(client, make_user):
     from django.core.cache import cache
 
-    from conversations import login_throttle
+    from conversations.accounts import login_throttle
 
     user = unique_user(make_user)
     for _ in range(3):

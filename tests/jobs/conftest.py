@@ -6,7 +6,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from chatsite.celery import app as celery_app
-from conversations import tree as tree_ops
+from conversations.chat import tree as tree_ops
 from conversations.models import Conversation, Message
 
 

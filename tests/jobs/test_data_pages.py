@@ -174,7 +174,7 @@ def test_a_bad_file_exits_non_zero_with_one_line(tmp_path):
 
 
 def test_a_redelivered_import_task_does_nothing_the_second_time(alice):
-    from conversations import data_jobs
+    from conversations.transfer import jobs as data_jobs
 
     job = DataJob.objects.create(
         owner=alice, kind="import", payload=(FIXTURES / "chatgpt_branches.json").read_bytes()

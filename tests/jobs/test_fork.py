@@ -7,11 +7,11 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
-from conversations import tree as tree_ops
-from conversations.engine import aget_engine
-from conversations.fork import fork_at
+from conversations.chat import tree as tree_ops
+from conversations.chat.fork import fork_at
+from conversations.chat.tree import Tree, TreeError
 from conversations.models import Conversation, Message
-from conversations.tree import Tree, TreeError
+from conversations.ops.engine_handle import aget_engine
 from tests.chat.conftest import Socket
 
 

@@ -10,10 +10,10 @@ from django.contrib.sessions.models import Session
 from django.utils import timezone
 
 from chatsite.celery import app as celery_app
-from conversations import housekeeping
-from conversations.answer_rows import stale_after
+from conversations.chat import housekeeping
+from conversations.chat.answer_rows import stale_after
+from conversations.chat.tree import send_message
 from conversations.models import ApiRequest, Conversation, DataJob, Message
-from conversations.tree import send_message
 
 pytestmark = pytest.mark.django_db
 

@@ -17,10 +17,10 @@ from celery.exceptions import Retry
 from channels.db import database_sync_to_async
 
 from chatsite.celery import app as celery_app
-from conversations import titles
-from conversations import tree as tree_ops
-from conversations.engine import aget_engine
+from conversations.chat import titles
+from conversations.chat import tree as tree_ops
 from conversations.models import Conversation, Message
+from conversations.ops.engine_handle import aget_engine
 from conversations.tasks import generate_title
 from tests.chat.conftest import Socket
 from tests.jobs.conftest import answer
@@ -88,7 +88,7 @@ def test_the_task_retries_later_when_no_site_process_answers(alice, settings):
     answer(first, "Sure.")
     not_loaded = {"ready": False, "state": "not_loaded"}
     with (
-        mock.patch("conversations.titles.engine_status", return_value=not_loaded),
+        mock.patch("conversations.chat.titles.engine_status", return_value=not_loaded),
         mock.patch.object(generate_title, "retry", side_effect=Retry()) as retry,
         pytest.raises(Retry),
     ):

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from conversations.chat.tree import Tree
 from conversations.models import Conversation, Message
 from conversations.transfer import InvalidFile, export_json, export_markdown, import_bytes, render_json
-from conversations.tree import Tree
 
 FIXTURES = Path(__file__).parent / "fixtures"
 pytestmark = pytest.mark.django_db

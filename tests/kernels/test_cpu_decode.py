@@ -1,4 +1,4 @@
-"""The C decode-attention kernel (``kernels.cpu_decode``) against ``paged_attention_ref``,
+"""The C decode-attention kernel (``kernels.cpu.decode``) against ``paged_attention_ref``,
 and the engine's CPU dispatch to it (or to the PyTorch path when it cannot be built)."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import random
 import pytest
 import torch
 
-from inference import attention
-from inference.testing import build_context
-from kernels import cpu_decode
+from inference.layers import attention
+from kernels.cpu import decode as cpu_decode
 from kernels.reference import paged_attention_ref
 from tests.kernels.cases import PagedBatch, make_batch, max_err, reference
+from tests.support.fakes import build_context
 
 
 @pytest.fixture(autouse=True)
@@ -126,7 +126,7 @@ def test_block_id_outside_the_cache_raises_instead_of_reading_it() -> None:
         kernel(dataclasses.replace(batch, context_lens=too_long))
 
 
-# ---- dispatch in inference.attention -----------------------------------------------------------
+# ---- dispatch in inference.layers.attention -----------------------------------------------------------
 
 
 def decode_step(lengths: list[int], *, q_heads=6, kv_heads=2, head_dim=64, block_size=16, seed=0):

@@ -1,4 +1,4 @@
-"""The C per-layer ops (``kernels.cpu_layer_ops``) against their PyTorch definitions:
+"""The C per-layer ops (``kernels.cpu.layer_ops``) against their PyTorch definitions:
 RMSNorm with a fused residual add, rotary embedding + K/V store, greedy argmax."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from inference.models.llama import apply_rotary
-from kernels import cpu_layer_ops
+from kernels.cpu import layer_ops as cpu_layer_ops
 from kernels.reference import store_kv_ref
 
 

@@ -1,4 +1,4 @@
-"""The packed C GEMM (``kernels.cpu_linear``) against ``torch.nn.functional.linear``,
+"""The packed C GEMM (``kernels.cpu.linear``) against ``torch.nn.functional.linear``,
 and the model's linear layers using it."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from inference.models.llama import Linear
-from kernels import cpu_linear
+from kernels.cpu import linear as cpu_linear
 
 
 @pytest.fixture(autouse=True)
@@ -135,8 +135,8 @@ def test_model_mlp_uses_the_fused_kernel(monkeypatch) -> None:
 
 def test_engine_start_packs_the_weights_before_the_first_request(tmp_path) -> None:
     from inference.config import EngineConfig
-    from inference.engine import LLMEngine
-    from inference.testing import make_tiny_model_dir
+    from inference.engine.llm_engine import LLMEngine
+    from tests.support.fakes import make_tiny_model_dir
 
     path = make_tiny_model_dir(tmp_path / "tiny", arch="qwen2", seed=1)  # q/k/v biases too
     engine = LLMEngine(EngineConfig(model=str(path), device="cpu", num_kv_blocks=8))

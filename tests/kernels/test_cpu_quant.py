@@ -1,4 +1,4 @@
-"""GGUF block-quantized weights (``kernels.cpu_quant``): our repacked blocks de-quantize
+"""GGUF block-quantized weights (``kernels.cpu.quant``): our repacked blocks de-quantize
 to exactly gguf-py's values (what transformers' GGUF loader calls), and the C kernel's
 products match ``F.linear`` on those values within fp32 rounding.
 
@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, dequantize
 
-from kernels import cpu_quant
+from kernels.cpu import quant as cpu_quant
 
 TYPES = list(cpu_quant.GGUF_TYPES)
 

@@ -2,7 +2,7 @@
 
 The interpreter runs kernels as NumPy and skips the compiler, so errors such as a
 non-constexpr global read inside a kernel pass every interpreted test and only
-fail on a GPU. ``kernels.compile_check`` compiles each launcher's variants to a
+fail on a GPU. ``tools.gpu_check.compile_check`` compiles each launcher's variants to a
 cubin with the ptxas in the triton wheel; run here in a subprocess because this
 process has ``TRITON_INTERPRET=1``.
 """
@@ -31,7 +31,7 @@ def _has_nvidia_backend() -> bool:
 def test_kernels_compile_for_sm90():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     result = subprocess.run(
-        [sys.executable, "-m", "kernels.compile_check", "--quick", "--arch", "90"],
+        [sys.executable, "-m", "tools.gpu_check.compile_check", "--quick", "--arch", "90"],
         cwd=ROOT,
         env=env,
         capture_output=True,

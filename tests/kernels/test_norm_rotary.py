@@ -9,7 +9,7 @@ from kernels.reference import rms_norm_ref, rotary_ref
 from tests.kernels.cases import ATOL, DEVICE, max_err, requires_backend
 
 requires_backend()
-triton_ops = pytest.importorskip("kernels.triton_ops")
+triton_ops = pytest.importorskip("kernels.triton.ops")
 
 
 def _ulp_tol(dtype: torch.dtype, magnitude: float) -> float:

@@ -1,4 +1,4 @@
-"""The Triton kernel over quantized panels (``kernels.quant_matmul``) against
+"""The Triton kernel over quantized panels (``kernels.triton.quant_matmul``) against
 ``F.linear`` on the exactly de-quantized weights, one small case per GGUF type (run
 under the interpreter where there is no GPU)."""
 
@@ -8,12 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels import cpu_quant
+from kernels.cpu import quant as cpu_quant
 from tests.kernels.cases import DEVICE, requires_backend
 from tests.kernels.test_cpu_quant import random_blocks
 
 requires_backend()
-quant_matmul = pytest.importorskip("kernels.quant_matmul").quant_matmul
+quant_matmul = pytest.importorskip("kernels.triton.quant_matmul").quant_matmul
 
 
 @pytest.mark.parametrize("type_name", list(cpu_quant.GGUF_TYPES))

@@ -9,7 +9,7 @@ from kernels.reference import store_kv_ref
 from tests.kernels.cases import DEVICE, requires_backend
 
 requires_backend()
-triton_ops = pytest.importorskip("kernels.triton_ops")
+triton_ops = pytest.importorskip("kernels.triton.ops")
 
 
 @pytest.mark.parametrize(

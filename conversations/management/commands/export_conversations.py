@@ -6,8 +6,8 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from conversations.data_jobs import render_export
 from conversations.models import Conversation
+from conversations.transfer.jobs import render_export
 
 
 class Command(BaseCommand):

@@ -1,0 +1,464 @@
+"""From API requests to engine requests, and from engine deltas to OpenAI bodies.
+
+One ``Generation`` runs one API call: one engine request per prompt (chat has one,
+a text completion may batch several), each with ``n`` completions. Choice ``i`` of
+prompt ``p`` is choice ``p * n + i`` in the response, as in OpenAI's API.
+
+Leaving ``Generation.deltas()`` early — the client went away and Django cancelled the
+view or the streaming response — closes the engine streams and aborts the engine
+requests, so their KV blocks are freed within one scheduler step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from conversations.api.errors import ApiError, invalid, overloaded
+
+log = logging.getLogger(__name__)
+
+# Engine option names back to the API's, for the ``param`` of a 400.
+_ENGINE_FIELD_TO_PARAM = {"beam_width": "n", "best_of": "n"}
+
+
+@dataclass
+class ChoiceState:
+    index: int
+    text: list[str] = field(default_factory=list)
+    num_output_tokens: int = 0
+    finish_reason: str | None = None
+    num_deltas: int = 0
+    chars_before: int = 0  # characters of text before the latest delta
+    reasoning: list[str] = field(default_factory=list)  # chat: <think> text, apart from the answer
+    num_chars: int = 0  # characters of text so far (kept, not summed per delta)
+    # (token id, {top id: logprob}) per generated token, when logprobs were asked for.
+    logprobs: list[tuple[int, dict[int, float]]] = field(default_factory=list)
+
+
+@dataclass
+class PromptState:
+    num_prompt_tokens: int = 0
+    num_cached_tokens: int = 0
+
+
+def sampling_params(body: Any, max_tokens: int | None, logprobs: int | None, *, chat: bool = False):
+    """The engine's ``SamplingParams`` for a request body; a 400 naming the field if invalid.
+    Chat separates a reasoning model's ``<think>`` text (``reasoning_content``)."""
+    from inference.sampling.params import SamplingParams
+
+    kwargs: dict[str, Any] = {
+        "n": body.n or 1,
+        "temperature": 1.0 if body.temperature is None else body.temperature,
+        "top_p": 1.0 if body.top_p is None else body.top_p,
+        "top_k": body.top_k or 0,
+        "min_p": body.min_p or 0.0,
+        "repetition_penalty": 1.0 if body.repetition_penalty is None else body.repetition_penalty,
+        "presence_penalty": body.presence_penalty or 0.0,
+        "frequency_penalty": body.frequency_penalty or 0.0,
+        "max_tokens": max_tokens,
+        "ignore_eos": bool(body.ignore_eos),
+        "stop": body.stop,
+        "seed": body.seed,
+        "logprobs": logprobs,
+        "use_beam_search": bool(body.use_beam_search),
+        "length_penalty": 1.0 if body.length_penalty is None else body.length_penalty,
+        "separate_reasoning": chat,
+    }
+    try:
+        return SamplingParams(**kwargs)
+    except ValueError as exc:
+        raise invalid(str(exc), param=_param_from_message(str(exc))) from exc
+
+
+def _param_from_message(message: str) -> str | None:
+    word = message.split(" ", 1)[0].strip(":")
+    if not word.isidentifier():
+        return None
+    return _ENGINE_FIELD_TO_PARAM.get(word, word)
+
+
+def check_context(engine: Any, prompts: list[list[int]], max_tokens: int | None, param: str) -> None:
+    """OpenAI's context-window errors, before the engine sees the request."""
+    limit = engine.max_model_len
+    where = "messages" if param == "messages" else "prompt"
+    for ids in prompts:
+        if not ids:
+            raise invalid(f"The {where} is empty: it has no tokens.", param=param)
+        if len(ids) >= limit:
+            raise prompt_too_long(len(ids), limit - 1, limit, param)
+        if max_tokens is not None and len(ids) + max_tokens > limit:
+            raise invalid(
+                f"This model's maximum context length is {limit} tokens. However, you requested "
+                f"{len(ids) + max_tokens} tokens ({len(ids)} in the {where}, {max_tokens} in the "
+                f"completion). Please reduce the length of the {where} or completion.",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
+
+
+def prompt_too_long(num_tokens: int, prompt_limit: int, max_model_len: int, param: str) -> ApiError:
+    where = "messages" if param == "messages" else "prompt"
+    return invalid(
+        f"This model's maximum context length is {max_model_len} tokens, so a prompt may have at "
+        f"most {prompt_limit} tokens. However, your {where} resulted in {num_tokens} tokens. "
+        f"Please reduce the length of the {where}.",
+        param=param,
+        code="context_length_exceeded",
+    )
+
+
+def assistant_message(content: str, reasoning: str) -> dict[str, Any]:
+    """A chat choice's message; a reasoning model's thinking goes in ``reasoning_content``
+    (DeepSeek's field), present only when there is some."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    return message
+
+
+def new_response_id(kind: str) -> str:
+    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex
+
+
+class Generation:
+    def __init__(
+        self,
+        engine: Any,
+        *,
+        kind: str,  # "chat" | "completion"
+        prompts: list[list[int]],
+        params: Any,
+        prompt_param: str,
+        top_logprobs: int | None = None,  # chat: how many alternatives per token (None: no logprobs)
+        echo: list[str] | None = None,  # completions: prompt texts to prepend
+        owner: str | None = None,  # the engine's fair-share owner (the API key)
+        cache_salt: str | None = None,  # vLLM's cache_salt
+    ) -> None:
+        self.engine = engine
+        self.kind = kind
+        self.prompts = prompts
+        self.params = params
+        self.prompt_param = prompt_param
+        self.n = params.n
+        self.top_logprobs = top_logprobs
+        self.echo = echo
+        self.engine_options = {"owner": owner, "cache_salt": cache_salt}
+        self.id = new_response_id(kind)
+        self.created = int(time.time())
+        self.model = engine.model_name
+        self.request_ids = [self.id if len(prompts) == 1 else f"{self.id}-{i}" for i in range(len(prompts))]
+        self.choices = [ChoiceState(i) for i in range(len(prompts) * self.n)]
+        self.prompt_states = [PromptState() for _ in prompts]
+        self.started_at = time.monotonic()
+        self._token_text: dict[int, str] = {}
+
+    # ---- running ------------------------------------------------------------------
+    async def deltas(self) -> AsyncIterator[tuple[ChoiceState, Any]]:
+        """Engine deltas as (choice, delta), after updating the choice's state.
+
+        The engine's errors before the first delta become API errors here."""
+        streams: list[Any] = []
+        try:
+            for ids, rid in zip(self.prompts, self.request_ids, strict=True):
+                streams.append(self.engine.stream(ids, self.params, request_id=rid, **self.engine_options))
+            async for p, delta in _merge(streams):
+                prompt = self.prompt_states[p]
+                prompt.num_prompt_tokens = delta.num_prompt_tokens
+                prompt.num_cached_tokens = delta.num_cached_tokens
+                choice = self.choices[p * self.n + delta.index]
+                choice.chars_before = choice.num_chars
+                choice.num_chars += len(delta.text)
+                choice.num_deltas += 1
+                choice.text.append(delta.text)
+                if delta.reasoning:
+                    choice.reasoning.append(delta.reasoning)
+                choice.num_output_tokens = delta.num_output_tokens
+                if delta.logprobs is not None:
+                    choice.logprobs.extend(zip(delta.token_ids, delta.logprobs, strict=False))
+                if delta.finished:
+                    choice.finish_reason = delta.finish_reason
+                yield choice, delta
+        except ApiError:
+            raise
+        except Exception as exc:
+            error = self._engine_error(exc)
+            if error is exc:
+                raise
+            raise error from exc
+        finally:
+            for stream in streams:
+                with contextlib.suppress(Exception):
+                    await stream.aclose()
+            self.abort()
+
+    def abort(self) -> None:
+        """Abort every engine request of this call; harmless for finished ones."""
+        for rid in self.request_ids:
+            try:
+                self.engine.abort(rid)
+            except Exception:  # an unknown or finished id
+                log.debug("abort of %s failed", rid, exc_info=True)
+
+    def _engine_error(self, exc: Exception) -> Exception:
+        from inference.errors import EngineOverloadedError, PromptTooLongError
+
+        if isinstance(exc, PromptTooLongError):
+            return prompt_too_long(exc.num_tokens, exc.limit, self.engine.max_model_len, self.prompt_param)
+        if isinstance(exc, EngineOverloadedError):
+            return overloaded()
+        if isinstance(exc, ValueError):
+            message = str(exc)
+            param = _param_from_message(message)
+            if param not in {"n", "prompt", "stop", "max_tokens", "seed", "logprobs"}:
+                param = self.prompt_param if "prompt" in message else None
+            return invalid(message, param=param)
+        return exc
+
+    # ---- results ------------------------------------------------------------------
+    @property
+    def finish_reason(self) -> str:
+        reasons = {c.finish_reason for c in self.choices if c.finish_reason}
+        return ",".join(sorted(reasons))
+
+    def usage(self) -> dict[str, Any]:
+        prompt = sum(p.num_prompt_tokens for p in self.prompt_states)
+        completion = sum(c.num_output_tokens for c in self.choices)
+        cached = sum(p.num_cached_tokens for p in self.prompt_states)
+        return {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        }
+
+    def text_of(self, choice: ChoiceState) -> str:
+        text = "".join(choice.text)
+        if self.echo is not None:
+            text = self.echo[choice.index // self.n] + text
+        return text
+
+    def response_body(self) -> dict[str, Any]:
+        if self.kind == "chat":
+            choices = [
+                {
+                    "index": c.index,
+                    "message": assistant_message(self.text_of(c), "".join(c.reasoning)),
+                    "logprobs": self.chat_logprobs(c.logprobs),
+                    "finish_reason": c.finish_reason,
+                }
+                for c in self.choices
+            ]
+            kind = "chat.completion"
+        else:
+            choices = [
+                {
+                    "index": c.index,
+                    "text": self.text_of(c),
+                    "logprobs": self.completion_logprobs(
+                        c.logprobs, len(self.echo[c.index // self.n]) if self.echo else 0
+                    ),
+                    "finish_reason": c.finish_reason,
+                }
+                for c in self.choices
+            ]
+            kind = "text_completion"
+        return {
+            "id": self.id,
+            "object": kind,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            "usage": self.usage(),
+            "system_fingerprint": None,
+        }
+
+    # ---- stream chunks --------------------------------------------------------------
+    def chunk(self, choices: list[dict[str, Any]], include_usage: bool, usage: dict | None = None) -> dict:
+        body: dict[str, Any] = {
+            "id": self.id,
+            "object": "chat.completion.chunk" if self.kind == "chat" else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": None,
+            "choices": choices,
+        }
+        if include_usage:
+            body["usage"] = usage
+        return body
+
+    def opening_chunks(self) -> list[list[dict[str, Any]]]:
+        """Chat: one chunk per choice whose delta carries the role."""
+        if self.kind != "chat":
+            return []
+        return [
+            [
+                {
+                    "index": c.index,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                }
+            ]
+            for c in self.choices
+        ]
+
+    def delta_chunks(self, choice: ChoiceState, delta: Any) -> list[list[dict[str, Any]]]:
+        """The chunks (their ``choices`` lists) one engine delta turns into."""
+        pairs = list(zip(delta.token_ids, delta.logprobs, strict=False)) if delta.logprobs is not None else []
+        text = delta.text
+        offset = choice.chars_before
+        if self.echo is not None:
+            echo = self.echo[choice.index // self.n]
+            offset += len(echo)
+            if choice.num_deltas == 1:
+                text = echo + text
+        out: list[list[dict[str, Any]]] = []
+        if self.kind == "chat":
+            if delta.reasoning:  # DeepSeek's stream: reasoning chunks carry no content
+                out.append(
+                    [
+                        {
+                            "index": choice.index,
+                            "delta": {"reasoning_content": delta.reasoning},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ]
+                )
+            if text or (pairs and not delta.reasoning):
+                logprobs = self.chat_logprobs(pairs)
+                out.append(
+                    [
+                        {
+                            "index": choice.index,
+                            "delta": {"content": text},
+                            "logprobs": logprobs,
+                            "finish_reason": None,
+                        }
+                    ]
+                )
+            if delta.finished:
+                out.append(
+                    [
+                        {
+                            "index": choice.index,
+                            "delta": {},
+                            "logprobs": None,
+                            "finish_reason": delta.finish_reason,
+                        }
+                    ]
+                )
+        elif text or pairs or delta.finished:
+            out.append(
+                [
+                    {
+                        "index": choice.index,
+                        "text": text,
+                        "logprobs": self.completion_logprobs(pairs, offset),
+                        "finish_reason": delta.finish_reason if delta.finished else None,
+                    }
+                ]
+            )
+        return out
+
+    # ---- logprobs --------------------------------------------------------------------
+    def token_text(self, token_id: int) -> str:
+        text = self._token_text.get(token_id)
+        if text is None:
+            text = self.engine.tokenizer.decode([token_id], skip_special_tokens=False)
+            self._token_text[token_id] = text
+        return text
+
+    def chat_logprobs(self, pairs: list[tuple[int, dict[int, float]]]) -> dict[str, Any] | None:
+        if self.top_logprobs is None:
+            return None
+        content = []
+        for token_id, top in pairs:
+            token = self.token_text(token_id)
+            best = sorted(top.items(), key=lambda kv: kv[1], reverse=True)[: self.top_logprobs]
+            content.append(
+                {
+                    "token": token,
+                    "logprob": _finite(top.get(token_id)),
+                    "bytes": list(token.encode()),
+                    "top_logprobs": [
+                        {
+                            "token": (t := self.token_text(tid)),
+                            "logprob": _finite(lp),
+                            "bytes": list(t.encode()),
+                        }
+                        for tid, lp in best
+                    ],
+                }
+            )
+        return {"content": content}
+
+    def completion_logprobs(
+        self, pairs: list[tuple[int, dict[int, float]]], offset: int
+    ) -> dict[str, Any] | None:
+        if self.params.logprobs is None:
+            return None
+        tokens, token_logprobs, top_logprobs, text_offset = [], [], [], []
+        for token_id, top in pairs:
+            token = self.token_text(token_id)
+            tokens.append(token)
+            token_logprobs.append(_finite(top.get(token_id)))
+            best = sorted(top.items(), key=lambda kv: kv[1], reverse=True)[: self.params.logprobs]
+            top_logprobs.append({self.token_text(tid): _finite(lp) for tid, lp in best})
+            text_offset.append(offset)
+            offset += len(token)
+        return {
+            "tokens": tokens,
+            "token_logprobs": token_logprobs,
+            "top_logprobs": top_logprobs,
+            "text_offset": text_offset,
+        }
+
+
+def _finite(value: float | None) -> float:
+    """JSON has no -inf; OpenAI reports -9999.0 for impossible tokens."""
+    if value is None or value != value or value == float("-inf"):
+        return -9999.0
+    return float(value)
+
+
+async def _merge(streams: list[AsyncIterator[Any]]) -> AsyncIterator[tuple[int, Any]]:
+    """Items of several async iterators as (stream index, item), as they come."""
+    if len(streams) == 1:
+        async for item in streams[0]:
+            yield 0, item
+        return
+    queue: asyncio.Queue = asyncio.Queue()
+    done = object()
+
+    async def pump(i: int, stream: AsyncIterator[Any]) -> None:
+        try:
+            async for item in stream:
+                queue.put_nowait((i, item, None))
+        except Exception as exc:
+            queue.put_nowait((i, None, exc))
+        finally:
+            queue.put_nowait((i, done, None))
+
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        remaining = len(tasks)
+        while remaining:
+            i, item, exc = await queue.get()
+            if exc is not None:
+                raise exc
+            if item is done:
+                remaining -= 1
+                continue
+            yield i, item
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,95 @@
+"""A live answer's database rows: its inputs, its partial saves, and orphans.
+
+Each step is synchronous Django ORM code; the async ones are wrapped with
+``database_sync_to_async`` for the generation manager's tasks.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.utils import timezone
+
+from conversations.cluster import registry as cluster
+from conversations.cluster.registry import PROCESS_ID
+from conversations.models import Conversation, Message
+
+# A streaming row is touched at least this often even without new text.
+HEARTBEAT_SECONDS = 10.0
+
+
+def stale_after() -> float:
+    """Seconds after which an untouched ``streaming`` row counts as orphaned."""
+    return max(60.0, 10 * settings.PARTIAL_SAVE_SECONDS, 2 * HEARTBEAT_SECONDS)
+
+
+@database_sync_to_async
+def load_prompt_inputs(message_id: int) -> tuple[Conversation, list[dict]] | None:
+    try:
+        answer = Message.objects.select_related("conversation").defer("token_ids").get(pk=message_id)
+    except Message.DoesNotExist:
+        return None
+    from conversations.chat.tree import Tree
+
+    tree = Tree.load(answer.conversation)
+    parent = tree.by_id.get(answer.parent_id)
+    path = tree.path_to(parent) if parent is not None else []
+    path = [
+        m
+        for m in path
+        if m.status != Message.Status.ERROR and (m.content or m.role != Message.Role.ASSISTANT)
+    ]
+    stored = dict(Message.objects.filter(pk__in=[m.pk for m in path]).values_list("pk", "token_ids"))
+    history = [
+        {
+            "id": m.pk,
+            "role": m.role,
+            "content": m.content,
+            "token_ids": stored.get(m.pk),
+            "reasoning": m.reasoning,
+        }
+        for m in path
+    ]
+    return answer.conversation, history
+
+
+@database_sync_to_async
+def update_message(message_id: int, **fields: Any) -> int:
+    fields.setdefault("updated_at", timezone.now())
+    return Message.objects.filter(pk=message_id).update(**fields)
+
+
+@database_sync_to_async
+def store_user_segment(message_id: int, ids: list[int]) -> None:
+    Message.objects.filter(pk=message_id, token_ids__isnull=True).update(token_ids=ids)
+
+
+def mark_orphans_interrupted(
+    messages: list[Message], live_ids: set[int], liveness: cluster.Liveness | None = None
+) -> None:
+    """Synchronous: ``streaming`` messages left by a process that died are stored and shown
+    as interrupted: those whose owner is dead, and those of this process (or of no recorded
+    owner) that no generation here runs and nobody saved lately."""
+    cutoff = timezone.now() - timedelta(seconds=stale_after())
+    liveness = liveness or cluster.Liveness({PROCESS_ID})
+
+    def orphaned(m: Message) -> bool:
+        if m.status != Message.Status.STREAMING or m.pk in live_ids:
+            return False
+        if liveness.is_dead(m.owner_process):
+            return True
+        if m.owner_process and m.owner_process != PROCESS_ID:
+            return False
+        return bool(m.updated_at and m.updated_at < cutoff)
+
+    orphans = [m for m in messages if orphaned(m)]
+    if not orphans:
+        return
+    Message.objects.filter(pk__in=[m.pk for m in orphans], status=Message.Status.STREAMING).update(
+        status=Message.Status.INTERRUPTED, finish_reason="abort"
+    )
+    for m in orphans:
+        m.status, m.finish_reason = Message.Status.INTERRUPTED, "abort"

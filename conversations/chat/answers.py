@@ -1,0 +1,495 @@
+"""Answers generated independently of any one websocket.
+
+One :class:`GenerationManager` per event loop (one per Daphne process) runs every
+answer as its own ``asyncio`` task. Sockets come and go as *watchers* of a
+conversation:
+
+- **Fan-out.** Each delta is pushed, in-process and without awaiting, to every watcher
+  of the conversation (each consumer forwards them over its own socket). A watcher that
+  joins mid-answer gets the text so far first, then the live deltas; both happen on the
+  event loop's thread, so nothing is lost or repeated in between.
+- **Grace.** When the last watcher of a conversation leaves, a timer of
+  ``GENERATION_GRACE_SECONDS`` starts for each of its live answers; a watcher coming
+  back cancels it. When it fires the engine request is aborted and the partial answer
+  saved as ``interrupted``.
+- **Partial saves.** A saver task writes the text so far every ``PARTIAL_SAVE_SECONDS``
+  (and touches the row now and then even without new text), so a crash loses at most
+  that much; an untouched ``streaming`` row that no live generation owns is shown as
+  interrupted (``conversations.chat.answer_rows``).
+- **Other processes.** With several processes (``conversations.cluster.registry``) each live answer
+  has one owner, recorded in ``Message.owner_process``. The owner's relay task sends the
+  new text and reasoning to the conversation's group at most ``RELAY_HZ`` times a second,
+  each with its character offset, so tabs in other processes show the same text and
+  thinking (and ask the owner for a snapshot should they miss a piece); when nothing was
+  sent for ``STREAM_HEARTBEAT_SECONDS`` it sends a ``heartbeat`` instead, to local tabs
+  too. The grace period runs only while no tab in any process shows the conversation.
+- **Coarse events** (an answer started or finished, the tree or the list changed) go
+  through the channel layer's groups (``conversations.chat.groups``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+import weakref
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from django.conf import settings
+
+from conversations.chat.answer_rows import (
+    HEARTBEAT_SECONDS,
+    load_prompt_inputs,
+    store_user_segment,
+    update_message,
+)
+from conversations.chat.groups import broadcast, conversation_group
+from conversations.chat.prompts import build_prompt, engine_options
+from conversations.chat.reasoning import Reasoning
+from conversations.cluster import registry as cluster
+from conversations.models import Message
+from conversations.ops.engine_handle import aget_engine
+
+log = logging.getLogger(__name__)
+
+STOP_FALLBACK_SECONDS = 5.0
+# Tabs hear of a streaming answer at least this often (a delta, or else a heartbeat).
+STREAM_HEARTBEAT_SECONDS = 5.0
+# Group messages per second per answer at most (text is coalesced in between).
+RELAY_HZ = 20.0
+
+
+class Watcher(Protocol):
+    def push(self, event: dict) -> None:
+        """Take an event without blocking (a consumer queues it for its socket)."""
+
+
+@dataclass(eq=False)
+class Generation:
+    message_id: int
+    conversation_id: int
+    owner_id: int
+    request_id: str
+    text: str = ""
+    reasoning: Reasoning = field(default_factory=Reasoning)
+    token_ids: list[int] = field(default_factory=list)
+    stop_reason: str | None = None  # "user" | "grace" | "deleted"
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    dropped: int = 0
+    task: asyncio.Task | None = None
+    grace_handle: asyncio.TimerHandle | None = None
+    engine: Any = None
+    saver: asyncio.Task | None = None
+    relay: asyncio.Task | None = None
+    relayed: int = 0  # characters of text sent to the group so far
+    relayed_reasoning: int = 0  # ... of reasoning
+    wake: asyncio.Event = field(default_factory=asyncio.Event)  # new text for the relay
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class GenerationManager:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.generations: dict[int, Generation] = {}
+        self.watchers: dict[int, set[Watcher]] = defaultdict(set)
+        self.background: set[asyncio.Task] = set()
+        self.process_tasks: list[asyncio.Task] = []  # conversations.cluster.process_loop, if started
+
+    # Watchers ----------------------------------------------------------------------
+    def watch(self, conversation_id: int, watcher: Watcher) -> None:
+        self.watchers[conversation_id].add(watcher)
+        for gen in self.live_in(conversation_id):
+            self._cancel_grace(gen)
+
+    def unwatch(self, conversation_id: int, watcher: Watcher) -> None:
+        watchers = self.watchers.get(conversation_id)
+        if watchers is None:
+            return
+        watchers.discard(watcher)
+        if not watchers:
+            del self.watchers[conversation_id]
+            for gen in self.live_in(conversation_id):
+                self.check_grace(gen)
+
+    def check_grace(self, gen: Generation) -> None:
+        """With no tab here, run the grace period unless a tab in another process shows the
+        conversation (asked of Redis; the process loop repeats this every few seconds)."""
+        if self.watcher_count(gen.conversation_id):
+            self._cancel_grace(gen)
+        elif not cluster.enabled():
+            if gen.grace_handle is None:
+                self._schedule_grace(gen)
+        else:
+            task = self.loop.create_task(self._check_remote_watchers(gen))
+            self.background.add(task)  # held until done: the loop keeps only weak references
+            task.add_done_callback(self.background.discard)
+
+    async def _check_remote_watchers(self, gen: Generation) -> None:
+        try:
+            elsewhere = await cluster.watched_elsewhere(gen.conversation_id)
+        except Exception:
+            log.warning("cannot read the watchers of %s", gen.conversation_id, exc_info=True)
+            elsewhere = False
+        if gen.message_id not in self.generations or self.watcher_count(gen.conversation_id):
+            return
+        if elsewhere:
+            self._cancel_grace(gen)
+        elif gen.grace_handle is None:
+            self._schedule_grace(gen)
+
+    def watcher_count(self, conversation_id: int) -> int:
+        return len(self.watchers.get(conversation_id, ()))
+
+    def _emit(self, conversation_id: int, event: dict) -> None:
+        for watcher in list(self.watchers.get(conversation_id, ())):
+            try:
+                watcher.push(event)
+            except Exception:
+                log.exception("a watcher refused an event")
+
+    # Queries -----------------------------------------------------------------------
+    def live_in(self, conversation_id: int) -> list[Generation]:
+        return [g for g in self.generations.values() if g.conversation_id == conversation_id]
+
+    def get(self, message_id: int) -> Generation | None:
+        return self.generations.get(message_id)
+
+    def live_reasoning(self, message_id: int) -> str | None:
+        gen = self.generations.get(message_id)
+        return gen.reasoning.text if gen is not None else None
+
+    def live_text(self, message_id: int) -> str | None:
+        gen = self.generations.get(message_id)
+        return gen.text if gen is not None else None
+
+    # Control -----------------------------------------------------------------------
+    def start(self, *, conversation_id: int, owner_id: int, message_id: int) -> Generation:
+        """Generate the answer ``message_id`` (a ``streaming`` row already in the tree)."""
+        if message_id in self.generations:
+            return self.generations[message_id]
+        gen = Generation(
+            message_id=message_id,
+            conversation_id=conversation_id,
+            owner_id=owner_id,
+            request_id=f"chat-{message_id}-{uuid.uuid4().hex[:8]}",
+        )
+        self.generations[message_id] = gen
+        gen.task = self.loop.create_task(self._run(gen), name=gen.request_id)
+        gen.relay = self.loop.create_task(self._relay(gen), name=f"{gen.request_id}-relay")
+        if not self.watcher_count(conversation_id):
+            self.check_grace(gen)
+        return gen
+
+    def stop(self, message_id: int, reason: str = "user") -> bool:
+        """Abort the answer (the engine frees it within a step); the text so far is kept."""
+        gen = self.generations.get(message_id)
+        if gen is None:
+            return False
+        if gen.stop_reason is None:
+            gen.stop_reason = reason
+        self._cancel_grace(gen)
+        if gen.engine is not None:
+            try:
+                gen.engine.abort(gen.request_id)
+            except Exception:
+                log.exception("engine.abort failed")
+        # Should the engine never answer, stop waiting for it.
+        self.loop.call_later(STOP_FALLBACK_SECONDS, self._force_cancel, gen)
+        return True
+
+    def stop_conversation(self, conversation_id: int, reason: str = "deleted") -> None:
+        for gen in self.live_in(conversation_id):
+            self.stop(gen.message_id, reason)
+
+    def _force_cancel(self, gen: Generation) -> None:
+        if gen.task is not None and not gen.task.done() and not gen.done.is_set():
+            gen.task.cancel()
+
+    def _schedule_grace(self, gen: Generation) -> None:
+        self._cancel_grace(gen)
+        gen.grace_handle = self.loop.call_later(
+            settings.GENERATION_GRACE_SECONDS, self.stop, gen.message_id, "grace"
+        )
+
+    def _cancel_grace(self, gen: Generation) -> None:
+        if gen.grace_handle is not None:
+            gen.grace_handle.cancel()
+            gen.grace_handle = None
+
+    # The task ----------------------------------------------------------------------
+    async def _run(self, gen: Generation) -> None:
+        from inference import EngineOverloadedError, PromptTooLongError
+
+        error = ""
+        timing: dict[str, float] = {"started": time.monotonic()}
+        saver: asyncio.Task | None = None
+        try:
+            saver = await self._generate(gen, timing)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+            gen.stop_reason = gen.stop_reason or "cancelled"
+        except PromptTooLongError as exc:
+            error = (
+                f"This message is too long for the model: the prompt needs {exc.num_tokens} tokens "
+                f"and the context has room for {exc.limit}. Shorten it or start a new chat."
+            )
+        except EngineOverloadedError:
+            error = "The server is busy (too many answers are waiting). Please try again in a moment."
+        except ValueError as exc:
+            error = f"These settings cannot be used: {exc}."
+        except Exception as exc:
+            log.exception("generation %s failed", gen.request_id)
+            error = f"The answer failed: {type(exc).__name__}: {exc}"
+        finally:
+            gen.done.set()
+            saver = saver or gen.saver
+            if saver is not None:
+                await asyncio.gather(saver, return_exceptions=True)
+        await self._finish(gen, error, timing)
+
+    async def _generate(self, gen: Generation, timing: dict[str, float]) -> asyncio.Task | None:
+        """Build the prompt and stream the answer into ``gen``; returns the saver task."""
+        from inference import SamplingParams
+
+        loaded = await load_prompt_inputs(gen.message_id)
+        if loaded is None:
+            gen.stop_reason = gen.stop_reason or "deleted"
+            return None
+        conversation, history = loaded
+        engine = gen.engine = await aget_engine()
+        plan = await asyncio.to_thread(
+            build_prompt,
+            engine.tokenizer,
+            conversation.system_prompt,
+            history,
+            engine.max_model_len,
+            conversation.max_tokens,
+        )
+        params = SamplingParams(
+            temperature=conversation.temperature,
+            top_p=conversation.top_p,
+            top_k=conversation.top_k,
+            max_tokens=plan.max_tokens,
+            separate_reasoning=True,
+        )
+        gen.prompt_tokens, gen.dropped = len(plan.token_ids), plan.dropped
+        if plan.user_segment and history:
+            await store_user_segment(history[-1]["id"], plan.user_segment)
+        await update_message(
+            gen.message_id,
+            prompt_tokens=gen.prompt_tokens,
+            context_dropped=plan.dropped,
+            model_name=engine.model_name[:200],
+        )
+        if gen.stop_reason:
+            return None
+        self._emit(
+            gen.conversation_id,
+            {
+                "type": "started",
+                "conversation_id": gen.conversation_id,
+                "message_id": gen.message_id,
+                "context_dropped": plan.dropped,
+                "prompt_tokens": gen.prompt_tokens,
+            },
+        )
+        await broadcast(conversation_group(gen.conversation_id), "started", message_id=gen.message_id)
+        gen.saver = asyncio.create_task(self._saver(gen))
+        stream = engine.stream(
+            plan.token_ids, params, request_id=gen.request_id, **engine_options(gen.owner_id, plan)
+        )
+        try:
+            async for delta in stream:
+                if "first_token" not in timing and (delta.token_ids or delta.text):
+                    timing["first_token"] = time.monotonic()
+                gen.token_ids.extend(delta.token_ids or ())
+                gen.cached_tokens = delta.num_cached_tokens or gen.cached_tokens
+                reasoning = gen.reasoning.add(delta)
+                if delta.text or reasoning:
+                    gen.text += delta.text
+                    gen.wake.set()
+                    self._emit(
+                        gen.conversation_id,
+                        {
+                            "type": "delta",
+                            "conversation_id": gen.conversation_id,
+                            "message_id": gen.message_id,
+                            "text": delta.text,
+                            **reasoning,
+                        },
+                    )
+                if delta.finished:
+                    gen.finish_reason = delta.finish_reason
+                    break
+                if gen.stop_reason:
+                    break
+        finally:
+            await stream.aclose()
+        return gen.saver
+
+    async def _finish(self, gen: Generation, error: str, timing: dict[str, float]) -> None:
+        """The final save, then the news to the watchers and the group."""
+        now = time.monotonic()
+        if error:
+            status = Message.Status.ERROR
+        elif gen.stop_reason or gen.finish_reason in (None, "abort"):
+            status = Message.Status.INTERRUPTED
+        else:
+            status = Message.Status.COMPLETE
+        if status == Message.Status.ERROR:
+            finish_reason = "error"
+        else:
+            finish_reason = gen.finish_reason or ("abort" if status == Message.Status.INTERRUPTED else "")
+        first = timing.get("first_token")
+        count = len(gen.token_ids)
+        fields = {
+            "content": gen.text,
+            **gen.reasoning.message_fields(now),
+            "status": status,
+            "finish_reason": finish_reason,
+            "error": error,
+            "completion_tokens": count,
+            "cached_tokens": gen.cached_tokens,
+            "time_to_first_token_ms": (first - timing["started"]) * 1000 if first else None,
+            "tokens_per_s": count / (now - first) if first and count > 1 and now > first else None,
+        }
+        try:
+            if gen.stop_reason != "deleted":
+                await update_message(gen.message_id, token_ids=gen.token_ids or None, **fields)
+        except Exception:
+            log.exception("final save of message %s failed", gen.message_id)
+        finally:
+            self.generations.pop(gen.message_id, None)
+            self._cancel_grace(gen)
+            if gen.relay is not None:
+                gen.relay.cancel()
+        if cluster.enabled():
+            # The last piece, so that relayed deltas add up to the final text everywhere.
+            await self._relay_piece(gen)
+        message = {"id": gen.message_id, "prompt_tokens": gen.prompt_tokens, "context_dropped": gen.dropped}
+        message.update(fields)
+        self._emit(
+            gen.conversation_id,
+            {"type": "finished", "conversation_id": gen.conversation_id, "message": message},
+        )
+        await broadcast(
+            conversation_group(gen.conversation_id), "finished", message_id=gen.message_id, message=message
+        )
+        # Imported here: conversations.chat.titles builds on this module.
+        from conversations.chat.titles import answer_finished
+
+        answer_finished(gen.conversation_id, gen.message_id, status)
+
+    async def _relay(self, gen: Generation) -> None:
+        """New text and reasoning to the tabs of other processes, coalesced to at most
+        RELAY_HZ group messages a second; a heartbeat to every tab when nothing was sent
+        for a while."""
+        last_signal = time.monotonic()
+        try:
+            while not gen.done.is_set():
+                quiet = time.monotonic() - last_signal
+                try:
+                    await asyncio.wait_for(
+                        gen.wake.wait(), timeout=max(0.0, STREAM_HEARTBEAT_SECONDS - quiet)
+                    )
+                except TimeoutError:
+                    pass
+                gen.wake.clear()
+                if _unrelayed(gen):
+                    if cluster.enabled():
+                        await self._relay_piece(gen)
+                    else:
+                        gen.relayed, gen.relayed_reasoning = len(gen.text), len(gen.reasoning.text)
+                    last_signal = time.monotonic()
+                    await asyncio.sleep(1 / RELAY_HZ)
+                elif time.monotonic() - last_signal >= STREAM_HEARTBEAT_SECONDS:
+                    last_signal = time.monotonic()
+                    event = {"type": "heartbeat", "conversation_id": gen.conversation_id}
+                    self._emit(gen.conversation_id, {**event, "message_id": gen.message_id})
+                    if cluster.enabled():
+                        await broadcast(
+                            conversation_group(gen.conversation_id),
+                            "heartbeat",
+                            message_id=gen.message_id,
+                            length=gen.relayed,
+                            reasoning_length=gen.relayed_reasoning,
+                        )
+        except asyncio.CancelledError:
+            pass
+
+    async def _relay_piece(self, gen: Generation) -> None:
+        """The text and reasoning not yet sent, as one group ``delta``: each part with the
+        offset it starts at, so a tab elsewhere can tell a repeat from a gap."""
+        if not _unrelayed(gen):
+            return
+        offset, text = gen.relayed, gen.text[gen.relayed :]
+        reasoning_offset, reasoning = gen.relayed_reasoning, gen.reasoning.text[gen.relayed_reasoning :]
+        gen.relayed, gen.relayed_reasoning = offset + len(text), reasoning_offset + len(reasoning)
+        await broadcast(
+            conversation_group(gen.conversation_id),
+            "delta",
+            message_id=gen.message_id,
+            offset=offset,
+            text=text,
+            reasoning_offset=reasoning_offset,
+            reasoning=reasoning,
+        )
+
+    async def _saver(self, gen: Generation) -> None:
+        """Writes the text so far every PARTIAL_SAVE_SECONDS until the answer is done."""
+        saved_len = 0
+        last_save = time.monotonic()
+        while not gen.done.is_set():
+            try:
+                await asyncio.wait_for(gen.done.wait(), timeout=settings.PARTIAL_SAVE_SECONDS)
+                return
+            except TimeoutError:
+                pass
+            grown = len(gen.token_ids) != saved_len
+            if not grown and time.monotonic() - last_save < HEARTBEAT_SECONDS:
+                continue
+            count = len(gen.token_ids)
+            try:
+                updated = await update_message(
+                    gen.message_id,
+                    content=gen.text,
+                    reasoning=gen.reasoning.text,
+                    token_ids=gen.token_ids[:count] or None,
+                    completion_tokens=count,
+                )
+            except Exception:
+                log.warning("partial save of message %s failed", gen.message_id, exc_info=True)
+                continue
+            if not updated:  # the message (or its conversation) was deleted
+                self.stop(gen.message_id, "deleted")
+                return
+            saved_len, last_save = count, time.monotonic()
+
+
+def _unrelayed(gen: Generation) -> bool:
+    return len(gen.text) > gen.relayed or len(gen.reasoning.text) > gen.relayed_reasoning
+
+
+_managers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GenerationManager] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def get_manager() -> GenerationManager:
+    """The manager of the running event loop (one per process under Daphne)."""
+    loop = asyncio.get_running_loop()
+    manager = _managers.get(loop)
+    if manager is None:
+        manager = _managers[loop] = GenerationManager(loop)
+        if cluster.enabled() and settings.CLUSTER_ADVERTISE:
+            from conversations.cluster.process_loop import start_process_loop
+
+            start_process_loop(manager)
+    return manager

@@ -1,0 +1,35 @@
+"""The channel-layer groups of the chat: one per conversation, one per user.
+
+Coarse events (an answer started or finished, the tree changed, a title was set) and
+the owner's relay of live text go to a group, reaching every tab in every process.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from channels.layers import get_channel_layer
+
+from conversations.cluster.registry import PROCESS_ID
+
+log = logging.getLogger(__name__)
+
+
+def conversation_group(conversation_id: int) -> str:
+    return f"chat.conversation.{conversation_id}"
+
+
+def user_group(user_id: int) -> str:
+    return f"chat.user.{user_id}"
+
+
+async def broadcast(group: str, event: str, **data: Any) -> None:
+    """A coarse event to every consumer in ``group`` (in any process)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        await layer.group_send(group, {"type": "chat.event", "event": event, "process": PROCESS_ID, **data})
+    except Exception:  # a full or unreachable layer must not break a generation
+        log.warning("group_send to %s failed", group, exc_info=True)

@@ -1,0 +1,65 @@
+"""The websocket consumer's reads and writes of the database, each one call off the event
+loop (``database_sync_to_async``), and the merging of queued deltas for a slow socket."""
+
+from __future__ import annotations
+
+from channels.db import database_sync_to_async
+
+from conversations.chat import tree as tree_ops
+from conversations.chat.answer_rows import mark_orphans_interrupted
+from conversations.cluster import registry as cluster
+from conversations.models import Conversation, Message
+
+
+class NotFound(Exception):
+    pass
+
+
+@database_sync_to_async
+def get_conversation(user, conversation_id) -> Conversation:
+    try:
+        return Conversation.objects.get(pk=int(conversation_id), owner=user)
+    except (Conversation.DoesNotExist, TypeError, ValueError):
+        raise NotFound from None
+
+
+@database_sync_to_async
+def load_thread(
+    conversation: Conversation, live_ids: set[int], liveness: cluster.Liveness
+) -> tuple[tree_ops.Tree, dict]:
+    conversation.refresh_from_db()
+    tree = tree_ops.Tree.load(conversation)
+    mark_orphans_interrupted(list(tree.by_id.values()), live_ids, liveness)
+    return tree, tree_ops.thread_dict(tree)
+
+
+def merge_deltas(first: dict, second: dict) -> dict:
+    """One ``delta`` event saying what two consecutive ones of the same answer said."""
+    merged = {**first, "text": first["text"] + second["text"]}
+    reasoning = first.get("reasoning", "") + second.get("reasoning", "")
+    if reasoning:
+        merged["reasoning"] = reasoning
+    return merged
+
+
+@database_sync_to_async
+def message_in(conversation: Conversation, message_id) -> Message:
+    """The message ``message_id`` of ``conversation``, or NotInConversation."""
+    try:
+        return Message.objects.defer("token_ids").get(pk=int(message_id), conversation=conversation)
+    except (Message.DoesNotExist, TypeError, ValueError):
+        raise tree_ops.NotInConversation(f"no message {message_id!r} in this conversation") from None
+
+
+@database_sync_to_async
+def streaming_owners(conversation_id: int) -> dict[int, str]:
+    return dict(
+        Message.objects.filter(conversation_id=conversation_id, status=Message.Status.STREAMING).values_list(
+            "pk", "owner_process"
+        )
+    )
+
+
+@database_sync_to_async
+def set_owner(message_id: int, owner: str) -> None:
+    Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(owner_process=owner)

@@ -1,0 +1,255 @@
+"""Conversation-aware KV retention: the histories of conversations open in a tab stay warm.
+
+A user with the conversation on screen is the likeliest to send the next turn, so while
+at least one tab of this process shows a conversation, the token ids of its visible
+thread are marked in the engine (``engine.retain``): their KV blocks are evicted last,
+and to the next tier, never dropped. When the last tab leaves, the mark is released.
+The mark is refreshed when an answer finishes (the history grew).
+
+The consumer calls ``switch`` (a tab now shows another conversation, or none) and
+``on_event`` (every event it sends); both return at once and do their work in a task,
+and do nothing until the marking process's engine is loaded (opening a conversation
+never loads the model).
+
+With several processes (``conversations.cluster.registry``) the KV blocks live in the process that
+generated the conversation's latest answer (:func:`last_owner`), where its next turn is
+routed too. The mark is made there: this process sends that owner ``chat.retain`` /
+``chat.release`` (``conversation_id``, ``origin``: this process) and the owner's process
+loop calls :meth:`ConversationRetention.retain_for` / ``release_for``, which read the
+history and mark it under a key naming the origin, so tabs of several processes hold
+independent marks. The local engine is marked instead when the site is one process, the
+owner is this process or none, or the owner is gone; the owner drops the marks of an
+origin that died (its release never comes) in ``forget_processes``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from channels.db import database_sync_to_async
+
+from conversations.cluster import registry as cluster
+from conversations.cluster.registry import PROCESS_ID
+
+log = logging.getLogger(__name__)
+
+
+def retention_key(conversation_id: int, origin: str | None = None) -> str:
+    """The engine key of a conversation's mark; ``origin``: the process whose tabs asked
+    for it, when that is not the engine's own process."""
+    key = f"conversation:{conversation_id}"
+    return f"{key}@{origin}" if origin and origin != PROCESS_ID else key
+
+
+def _engine() -> Any | None:
+    from conversations.ops import engine_handle as engine  # noqa: PLC0415 - read the live module state
+
+    return engine._engine
+
+
+@database_sync_to_async
+def last_owner(conversation_id: int) -> str | None:
+    """The process that generated the conversation's latest answer (its KV is there)."""
+    from conversations.models import Message  # noqa: PLC0415
+
+    return (
+        Message.objects.filter(conversation_id=conversation_id, role=Message.Role.ASSISTANT)
+        .exclude(owner_process="")
+        .order_by("-created_at", "-id")
+        .values_list("owner_process", flat=True)
+        .first()
+    )
+
+
+async def kv_holder(conversation_id: int) -> cluster.ProcessInfo | None:
+    """The live process other than this one whose engine holds the conversation's KV, or
+    None to mark this process's engine (one process, no owner yet, or the owner gone)."""
+    if not cluster.enabled():
+        return None
+    owner = await last_owner(conversation_id)
+    if not owner or owner == PROCESS_ID:
+        return None
+    info = (await cluster.live_processes()).get(owner)
+    return info if info is not None and info.channel else None
+
+
+@database_sync_to_async
+def history_token_ids(conversation_id: int, tokenizer: Any) -> tuple[list[int], dict[str, Any]]:
+    """The ids the next turn's prompt will start with: the visible thread rendered with
+    stored ids (as generation renders it), without a trailing generation prompt, and the
+    cache-salt options its requests use. Empty when the template cannot promise that
+    prefix (``exact`` is False)."""
+    from conversations.chat.prompts import cache_salt_options, chat_messages  # noqa: PLC0415
+    from conversations.chat.tree import Tree  # noqa: PLC0415
+    from conversations.models import Conversation, Message  # noqa: PLC0415
+
+    try:
+        conversation = Conversation.objects.get(pk=conversation_id)
+    except Conversation.DoesNotExist:
+        return [], {}
+    # The messages generation would put in the next prompt (a streaming answer's are not final).
+    thread = [
+        m
+        for m in Tree.load(conversation).thread()
+        if m.status not in (Message.Status.ERROR, Message.Status.STREAMING)
+        and (m.content or m.role != Message.Role.ASSISTANT)
+    ]
+    if not thread:
+        return [], {}
+    stored = dict(Message.objects.filter(pk__in=[m.pk for m in thread]).values_list("pk", "token_ids"))
+    history = [{"role": m.role, "content": m.content, "token_ids": stored.get(m.pk)} for m in thread]
+    encoding = tokenizer.encode_chat_segments(
+        chat_messages(conversation.system_prompt, history), add_generation_prompt=False
+    )
+    if not encoding.exact:
+        return [], {}
+    shared = len(encoding.segments[0]) if conversation.system_prompt else 0
+    ids = [t for segment in encoding.segments for t in segment]
+    return ids, cache_salt_options(conversation.owner_id, shared)
+
+
+class ConversationRetention:
+    """Per process: how many tabs show each conversation and where each one's mark is;
+    and, as an owner, the marks made here for other processes' tabs."""
+
+    def __init__(self) -> None:
+        self.tabs: dict[int, int] = defaultdict(int)
+        self.placed: dict[int, str] = {}  # conversation id -> process holding its mark
+        self.remote: dict[str, set[int]] = defaultdict(set)  # origin -> conversations marked here
+        self._tasks: set[asyncio.Task] = set()
+        # One message to an owner at a time, in order: a release sent while its retain is
+        # still on the way must not overtake it (that mark would never be released).
+        self._sending = asyncio.Lock()
+
+    def switch(self, previous: int | None, current: int | None) -> None:
+        """A tab moved from ``previous`` to ``current`` (either may be None)."""
+        if previous == current:
+            return
+        if previous is not None:
+            self.unwatch(previous)
+        if current is not None:
+            self.watch(current)
+
+    def watch(self, conversation_id: int) -> None:
+        self.tabs[conversation_id] += 1
+        if self.tabs[conversation_id] == 1:
+            self._spawn(self.refresh(conversation_id))
+
+    def unwatch(self, conversation_id: int) -> None:
+        if self.tabs.get(conversation_id, 0) <= 0:
+            return
+        self.tabs[conversation_id] -= 1
+        if not self.tabs[conversation_id]:
+            del self.tabs[conversation_id]
+            self._release_at(conversation_id, self.placed.pop(conversation_id, PROCESS_ID))
+
+    def on_event(self, conversation_id: int | None, event: dict) -> None:
+        """An answer finished in an open conversation: retain the longer history."""
+        if event.get("type") == "finished" and conversation_id in self.tabs:
+            self._spawn(self.refresh(conversation_id))
+
+    async def refresh(self, conversation_id: int) -> None:
+        """Mark the conversation's history where its KV is (moving the mark if an answer
+        from another process made that somewhere else)."""
+        try:
+            holder = await kv_holder(conversation_id)
+        except Exception:  # retention is an optimisation: never break the chat for it
+            log.warning("cannot find the process holding conversation %s", conversation_id, exc_info=True)
+            holder = None
+        if conversation_id not in self.tabs:
+            return  # closed meanwhile
+        where = holder.pid if holder is not None else PROCESS_ID
+        previous = self.placed.get(conversation_id)
+        if previous is not None and previous != where:
+            self._release_at(conversation_id, previous)
+        self.placed[conversation_id] = where
+        if holder is None:
+            await self._retain_here(
+                conversation_id, retention_key(conversation_id), lambda: conversation_id in self.tabs
+            )
+        else:
+            await self._tell(holder.pid, "chat.retain", conversation_id)
+
+    # As the owner of other processes' conversations ------------------------------------
+    def retain_for(self, conversation_id: int, origin: str) -> None:
+        """``chat.retain``: a tab of ``origin`` shows the conversation, whose KV is here."""
+        self.remote[origin].add(conversation_id)
+        self._spawn(
+            self._retain_here(
+                conversation_id,
+                retention_key(conversation_id, origin),
+                lambda: conversation_id in self.remote.get(origin, ()),
+            )
+        )
+
+    def release_for(self, conversation_id: int, origin: str) -> None:
+        """``chat.release``: the last tab of ``origin`` showing the conversation left."""
+        marked = self.remote.get(origin)
+        if marked is not None:
+            marked.discard(conversation_id)
+            if not marked:
+                del self.remote[origin]
+        engine = _engine()
+        if engine is not None:
+            engine.release(retention_key(conversation_id, origin))
+
+    def forget_processes(self, live: set[str]) -> None:
+        """Release the marks made for processes no longer alive."""
+        for origin in [o for o in self.remote if o not in live]:
+            for conversation_id in list(self.remote[origin]):
+                self.release_for(conversation_id, origin)
+
+    # Helpers ---------------------------------------------------------------------------
+    async def _retain_here(self, conversation_id: int, key: str, wanted: Callable[[], bool]) -> None:
+        engine = _engine()
+        if engine is None:
+            return
+        try:
+            ids, salt = await history_token_ids(conversation_id, engine.tokenizer)
+        except Exception:  # retention is an optimisation: never break the chat for it
+            log.warning("could not read conversation %s for KV retention", conversation_id, exc_info=True)
+            return
+        if ids and wanted():  # not released while the history was read
+            engine.retain(key, ids, **salt)
+
+    def _release_at(self, conversation_id: int, where: str) -> None:
+        if where != PROCESS_ID:
+            self._spawn(self._tell(where, "chat.release", conversation_id))
+            return
+        engine = _engine()
+        if engine is not None:
+            engine.release(retention_key(conversation_id))
+
+    async def _tell(self, pid: str, kind: str, conversation_id: int) -> None:
+        """``chat.retain`` / ``chat.release`` to process ``pid`` (if it is still there)."""
+        async with self._sending:
+            try:
+                info = (await cluster.live_processes()).get(pid)
+                if info is not None:
+                    message = {"type": kind, "conversation_id": conversation_id, "origin": PROCESS_ID}
+                    await cluster.send_to_process(info, message)
+            except Exception:
+                log.warning("cannot send %s to process %s", kind, pid, exc_info=True)
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+_per_loop: dict[asyncio.AbstractEventLoop, ConversationRetention] = {}
+
+
+def get_retention() -> ConversationRetention:
+    """This event loop's tracker (one per Daphne process, like the generation manager)."""
+    loop = asyncio.get_running_loop()
+    retention = _per_loop.get(loop)
+    if retention is None:
+        for closed in [other for other in _per_loop if other.is_closed()]:
+            del _per_loop[closed]
+        retention = _per_loop[loop] = ConversationRetention()
+    return retention

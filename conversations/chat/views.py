@@ -1,0 +1,256 @@
+"""Pages and the chat UI's small JSON endpoints.
+
+Every view requires a signed-in user (JSON endpoints answer 401 rather than redirect),
+and a conversation id that is not the user's is a 404, never a 403.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from functools import wraps
+
+from asgiref.sync import async_to_sync
+from django import forms
+from django.conf import settings
+from django.contrib.auth import login
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
+from django.db.models import Q
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+
+from conversations.accounts.forms import SignUpForm
+from conversations.chat import tree as tree_ops
+from conversations.chat.answer_rows import mark_orphans_interrupted
+from conversations.chat.groups import broadcast, conversation_group, user_group
+from conversations.cluster.registry import PROCESS_ID, Liveness
+from conversations.cluster.registry import enabled as cluster_enabled
+from conversations.models import Conversation, Message
+from conversations.ops.engine_handle import engine_status
+from conversations.ops.health import channel_layer_ready, database_ready
+
+LIST_LIMIT = 100
+SEARCH_MAX_CHARS = 200
+
+
+def login_required_json(view):
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return JsonResponse({"detail": "sign in first"}, status=401)
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _own_conversation(request: HttpRequest, pk: int) -> Conversation:
+    return get_object_or_404(Conversation, pk=pk, owner=request.user)
+
+
+def _notify(group: str, event: str, **data) -> None:
+    async_to_sync(broadcast)(group, event, **data)
+
+
+def _json_body(request: HttpRequest) -> dict:
+    if not request.body:
+        return {}
+    try:
+        data = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+# --- Pages ---------------------------------------------------------------------------
+
+
+def _chat_page(request: HttpRequest, conversation: Conversation | None) -> HttpResponse:
+    state = {
+        "conversation_id": conversation.pk if conversation else None,
+        "conversations": _conversation_rows(request.user, ""),
+        "username": request.user.get_username(),
+        "urls": {
+            "list": "/chat/conversations/",
+            "create": "/chat/conversations/new/",
+            "websocket": "/ws/chat/",
+        },
+    }
+    return render(request, "conversations/chat.html", {"state": state, "conversation": conversation})
+
+
+@login_required
+@never_cache
+def home(request: HttpRequest) -> HttpResponse:
+    return _chat_page(request, None)
+
+
+@login_required
+@never_cache
+def conversation_page(request: HttpRequest, pk: int) -> HttpResponse:
+    return _chat_page(request, _own_conversation(request, pk))
+
+
+class LoginView(auth_views.LoginView):
+    """Django's login page; it links to signup only while signup is open."""
+
+    def get_context_data(self, **kwargs):
+        return {**super().get_context_data(**kwargs), "allow_signup": settings.ALLOW_SIGNUP}
+
+
+def signup(request: HttpRequest) -> HttpResponse:
+    if not settings.ALLOW_SIGNUP:
+        raise Http404("Signup is closed on this site.")
+    if request.user.is_authenticated:
+        return redirect("home")
+    form = SignUpForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        user = form.save()
+        login(request, user)
+        return redirect("home")
+    return render(request, "registration/signup.html", {"form": form})
+
+
+@never_cache
+async def healthz(request: HttpRequest) -> JsonResponse:
+    """Readiness: 200 only when the database, the channel layer and the engine are ready,
+    else 503 with the same JSON (a load balancer tells "starting" from "serving")."""
+    (db_ok, db_detail), (layer_ok, layer_detail) = await asyncio.gather(
+        database_ready(), channel_layer_ready()
+    )
+    engine = engine_status()
+    ok = db_ok and layer_ok and engine["ready"]
+    body = {
+        "ok": ok,
+        "database": {"ready": db_ok, "detail": db_detail},
+        "channel_layer": {"ready": layer_ok, "detail": layer_detail},
+        "engine": engine,
+        # Which process answered (several may serve the site; see conversations.cluster.registry).
+        "process": {"id": PROCESS_ID, "cluster": cluster_enabled()},
+    }
+    return JsonResponse(body, status=200 if ok else 503)
+
+
+@never_cache
+def livez(request: HttpRequest) -> JsonResponse:
+    """Liveness: 200 as long as the process serves HTTP; checks nothing else."""
+    return JsonResponse({"ok": True})
+
+
+# --- JSON: the conversation list -----------------------------------------------------
+
+
+def _conversation_rows(user, query: str) -> list[dict]:
+    conversations = Conversation.objects.filter(owner=user)
+    if query:
+        conversations = conversations.filter(
+            Q(title__icontains=query) | Q(messages__content__icontains=query)
+        ).distinct()
+    rows = list(conversations.order_by("-updated_at", "-id").values("id", "title", "updated_at")[:LIST_LIMIT])
+    snippets: dict[int, str] = {}
+    if query and rows:
+        matches = (
+            Message.objects.filter(conversation_id__in=[r["id"] for r in rows], content__icontains=query)
+            .order_by("created_at")
+            .values_list("conversation_id", "content")
+        )
+        for conversation_id, content in matches:
+            if conversation_id not in snippets:
+                snippets[conversation_id] = _snippet(content, query)
+    return [
+        {
+            "id": r["id"],
+            "title": r["title"],
+            "updated_at": r["updated_at"].isoformat(),
+            "snippet": snippets.get(r["id"], ""),
+        }
+        for r in rows
+    ]
+
+
+def _snippet(content: str, query: str, width: int = 80) -> str:
+    at = content.lower().find(query.lower())
+    if at < 0:
+        return ""
+    start = max(0, at - width // 2)
+    text = " ".join(content[start : start + width].split())
+    return ("…" if start else "") + text + ("…" if start + width < len(content) else "")
+
+
+@require_GET
+@login_required_json
+@never_cache
+def conversation_list(request: HttpRequest) -> JsonResponse:
+    query = request.GET.get("q", "").strip()[:SEARCH_MAX_CHARS]
+    return JsonResponse({"conversations": _conversation_rows(request.user, query), "query": query})
+
+
+@require_POST
+@login_required_json
+def conversation_create(request: HttpRequest) -> JsonResponse:
+    conversation = tree_ops.ensure_empty_conversation(request.user)
+    _notify(user_group(request.user.pk), "conversations")
+    return JsonResponse({"conversation": tree_ops.conversation_dict(conversation)}, status=201)
+
+
+@require_GET
+@login_required_json
+@never_cache
+def conversation_detail(request: HttpRequest, pk: int) -> JsonResponse:
+    conversation = _own_conversation(request, pk)
+    tree = tree_ops.Tree.load(conversation)
+    # With several processes, the owners' liveness is the failover loop's business.
+    liveness = Liveness({PROCESS_ID}, known=set()) if cluster_enabled() else None
+    mark_orphans_interrupted(list(tree.by_id.values()), set(), liveness)
+    return JsonResponse(tree_ops.thread_dict(tree))
+
+
+class ConversationForm(forms.ModelForm):
+    title = forms.CharField(max_length=200, strip=True)
+    system_prompt = forms.CharField(max_length=20_000, required=False, strip=False)
+    temperature = forms.FloatField(min_value=0.0, max_value=2.0)
+    top_p = forms.FloatField(min_value=0.01, max_value=1.0)
+    top_k = forms.IntegerField(min_value=0, max_value=1000)
+    max_tokens = forms.IntegerField(min_value=1, max_value=32_768)
+
+    class Meta:
+        model = Conversation
+        fields = ["title", "system_prompt", "temperature", "top_p", "top_k", "max_tokens"]
+
+
+@require_POST
+@login_required_json
+def conversation_update(request: HttpRequest, pk: int) -> JsonResponse:
+    """Rename and/or change the settings; the body (JSON or form) may name any subset."""
+    conversation = _own_conversation(request, pk)
+    incoming = _json_body(request) if request.content_type == "application/json" else request.POST.dict()
+    fields = ConversationForm.Meta.fields
+    data = {name: getattr(conversation, name) for name in fields}
+    data.update({k: v for k, v in incoming.items() if k in fields})
+    old_title = conversation.title
+    form = ConversationForm(data, instance=conversation)
+    if not form.is_valid():
+        return JsonResponse({"errors": form.errors.get_json_data()}, status=400)
+    conversation = form.save(commit=False)
+    if conversation.title != old_title:
+        # A title the user chose is theirs: the model never replaces it.
+        conversation.title_source = Conversation.TitleSource.USER
+    conversation.save()
+    _notify(user_group(request.user.pk), "conversations")
+    _notify(conversation_group(conversation.pk), "settings")
+    return JsonResponse({"conversation": tree_ops.conversation_dict(conversation)})
+
+
+@require_POST
+@login_required_json
+def conversation_delete(request: HttpRequest, pk: int) -> JsonResponse:
+    _own_conversation(request, pk)
+    # Hidden now, purged with its messages by housekeeping after the retention period.
+    Conversation.objects.filter(pk=pk).update(deleted_at=timezone.now())
+    # Open sockets stop its answers and tell their tabs.
+    _notify(conversation_group(pk), "deleted", conversation_id=pk)
+    _notify(user_group(request.user.pk), "conversations")
+    return JsonResponse({"deleted": pk})

@@ -1,0 +1,192 @@
+"""What each process does in the background when several serve the site (REDIS_URL set).
+
+Started once per event loop with its :class:`~conversations.chat.answers.GenerationManager`:
+
+- **Advertise** every ``ADVERTISE_SECONDS``: alive, engine ready, load (running, waiting,
+  free KV, live answers) and the channel this process listens on; also which
+  conversations its tabs show.
+- **Listen** on that channel: ``chat.generate`` (an answer whose row another process
+  created with this process as its owner), ``chat.stop``, ``chat.snapshot`` (send a tab
+  elsewhere the text and reasoning so far of an answer generated here), ``chat.retain`` /
+  ``chat.release`` (keep the KV of a conversation a tab elsewhere shows, whose answers were
+  generated here: ``conversations.chat.retention``).
+- **Fail over** every ``REAP_SECONDS``: ``streaming`` answers owned by a process whose
+  registry entry expired become ``interrupted`` with the text saved so far, and their
+  conversations' tabs are told (see :func:`interrupt_orphans`); the KV retention marks
+  made here for a process that died are released.
+- **Grace**: re-check, for answers with no tab here, whether a tab elsewhere shows them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.db import transaction
+from django.utils import timezone
+
+from conversations.chat.answers import GenerationManager
+from conversations.chat.groups import broadcast, conversation_group
+from conversations.chat.retention import get_retention
+from conversations.chat.tree import message_dict
+from conversations.cluster import registry as cluster
+from conversations.cluster.registry import PROCESS_ID, ProcessInfo
+from conversations.models import Message
+from conversations.ops.engine_handle import current_engine
+
+log = logging.getLogger(__name__)
+
+REAP_SECONDS = 3.0
+# Group events of a failed-over answer carry this instead of a process id: every tab
+# (the reaping process's too) treats them as news from elsewhere.
+REAPER = "failover"
+
+
+def start_process_loop(manager: GenerationManager) -> None:
+    manager.process_tasks = [
+        manager.loop.create_task(_listen(manager), name="cluster-listen"),
+    ]
+
+
+def _raise_if_cancelled() -> None:
+    """Redis clients can turn a cancellation into a connection error: never retry then, or
+    the loop (a test's, or a server's at shutdown) would wait forever for this task."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
+def _info(manager: GenerationManager, channel: str) -> ProcessInfo:
+    info = ProcessInfo(PROCESS_ID, channel=channel, live=len(manager.generations))
+    engine = current_engine()
+    if engine is not None:
+        stats = engine.stats()
+        info.ready = True
+        info.running, info.waiting = stats.running, stats.waiting
+        info.free_kv = stats.kv_blocks_free + stats.kv_blocks_cached
+    return info
+
+
+async def _listen(manager: GenerationManager) -> None:
+    layer = get_channel_layer()
+    # The default prefix: channels_redis reads every process-local channel of a layer
+    # through one Redis list, so a channel with another prefix would starve the consumers'.
+    channel = await layer.new_channel()
+    # Keep a reference: the loop holds tasks only weakly, and one nobody holds can vanish.
+    manager.process_tasks.append(
+        manager.loop.create_task(_housekeeping(manager, channel), name="cluster-housekeeping")
+    )
+    while True:
+        try:
+            message = await layer.receive(channel)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            _raise_if_cancelled()
+            log.warning("receiving on the process channel failed", exc_info=True)
+            await asyncio.sleep(1.0)
+            continue
+        try:
+            await _handle(manager, message)
+        except Exception:
+            log.exception("process message %s failed", message.get("type"))
+
+
+async def _handle(manager: GenerationManager, message: dict) -> None:
+    kind = message.get("type")
+    if kind == "chat.generate":
+        manager.start(
+            conversation_id=message["conversation_id"],
+            owner_id=message["owner_id"],
+            message_id=message["message_id"],
+        )
+    elif kind == "chat.stop":
+        manager.stop(message["message_id"], message.get("reason") or "user")
+    elif kind == "chat.retain":
+        get_retention().retain_for(message["conversation_id"], message["origin"])
+    elif kind == "chat.release":
+        get_retention().release_for(message["conversation_id"], message["origin"])
+    elif kind == "chat.snapshot":
+        text = manager.live_text(message["message_id"])
+        if text is not None:
+            await get_channel_layer().send(
+                message["reply"],
+                {
+                    "type": "chat.event",
+                    "event": "snapshot",
+                    "process": PROCESS_ID,
+                    "message_id": message["message_id"],
+                    "offset": 0,
+                    "text": text,
+                    "reasoning_offset": 0,
+                    "reasoning": manager.live_reasoning(message["message_id"]) or "",
+                },
+            )
+
+
+async def _housekeeping(manager: GenerationManager, channel: str) -> None:
+    last_reap = 0.0
+    while True:
+        try:
+            await cluster.advertise(_info(manager, channel))
+            await cluster.set_watching(list(manager.watchers))
+            for gen in list(manager.generations.values()):
+                if not manager.watcher_count(gen.conversation_id):
+                    manager.check_grace(gen)
+            if time.monotonic() - last_reap >= REAP_SECONDS:
+                last_reap = time.monotonic()
+                liveness = await cluster.liveness()
+                await fail_over(liveness)
+                get_retention().forget_processes(liveness.live)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            _raise_if_cancelled()
+            log.warning("cluster housekeeping failed", exc_info=True)
+        await asyncio.sleep(cluster.ADVERTISE_SECONDS)
+
+
+@database_sync_to_async
+def interrupt_orphans(liveness: cluster.Liveness, message_ids: list[int] | None = None) -> list[dict]:
+    """Streaming answers whose owner is dead become interrupted, keeping the text saved so
+    far; returns their message dicts (with conversation ids)."""
+    dead = (liveness.known or set()) - liveness.live
+    if not dead:
+        return []
+    with transaction.atomic():
+        rows = (
+            Message.objects.select_for_update(skip_locked=True)
+            .filter(status=Message.Status.STREAMING, owner_process__in=dead)
+            .defer("token_ids")
+        )
+        if message_ids is not None:
+            rows = rows.filter(pk__in=message_ids)
+        rows = list(rows)
+        if not rows:
+            return []
+        Message.objects.filter(pk__in=[m.pk for m in rows]).update(
+            status=Message.Status.INTERRUPTED, finish_reason="abort", updated_at=timezone.now()
+        )
+    out = []
+    for m in rows:
+        m.status, m.finish_reason = Message.Status.INTERRUPTED, "abort"
+        out.append({**message_dict(m), "conversation_id": m.conversation_id})
+    return out
+
+
+async def fail_over(liveness: cluster.Liveness, message_ids: list[int] | None = None) -> int:
+    """Interrupt the answers of dead processes and tell their conversations' tabs."""
+    reaped = await interrupt_orphans(liveness, message_ids)
+    for message in reaped:
+        log.warning("answer %s of a dead process is now interrupted", message["id"])
+        await broadcast(
+            conversation_group(message["conversation_id"]),
+            "finished",
+            message_id=message["id"],
+            message=message,
+            process=REAPER,
+        )
+    return len(reaped)

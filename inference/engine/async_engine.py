@@ -1,0 +1,258 @@
+"""The engine for a server: one background thread steps the model, asyncio code streams.
+
+- Callers (any event loop, any thread) submit requests and aborts through a
+  command queue guarded by a condition variable; the engine thread sleeps on it
+  when there is nothing to do, so an idle engine costs no CPU.
+- The engine thread alone touches ``LLMEngine``. After each step it hands each
+  request's deltas to that request's ``asyncio.Queue`` with
+  ``loop.call_soon_threadsafe`` (one call per event loop per step).
+- ``stream()`` aborts its request when the consumer stops early: ``break``,
+  ``aclose()``, task cancellation or garbage collection of the generator all run
+  its ``finally``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from inference.config import EngineConfig
+from inference.engine.llm_engine import LLMEngine
+from inference.engine.outputs import EngineStats, StreamDelta
+from inference.errors import EngineOverloadedError, PromptTooLongError
+from inference.sampling.params import SamplingParams
+from inference.tokenizer import Tokenizer
+
+logger = logging.getLogger(__name__)
+
+_REFRESH_S = 1.0  # while recent throughput is non-zero, idle stats refresh this often
+
+
+@dataclass
+class _Add:
+    request_id: str
+    token_ids: list[int]
+    params: SamplingParams
+    prompt: str | None
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue[Any]
+    # LLMEngine.add_request's keyword options (owner, cache_salt, cache_salt_from).
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class _Abort:
+    request_id: str
+
+
+@dataclass
+class _Retain:
+    key: str
+    token_ids: list[int] | None  # None = release
+    options: dict[str, Any] = field(default_factory=dict)  # cache_salt, cache_salt_from
+
+
+class EngineShutDownError(RuntimeError):
+    pass
+
+
+class AsyncEngine:
+    def __init__(self, config: EngineConfig | None = None, **overrides: Any) -> None:
+        self.engine = LLMEngine(config, **overrides)
+        self.tokenizer: Tokenizer = self.engine.tokenizer
+        self.model_name: str = self.engine.model_name
+        self.max_model_len: int = self.engine.max_model_len
+        self._cond = threading.Condition()
+        self._commands: deque[_Add | _Abort | _Retain] = deque()
+        self._num_pending_adds = 0
+        self._sinks: dict[
+            str, tuple[asyncio.AbstractEventLoop, asyncio.Queue[Any]]
+        ] = {}  # engine thread only
+        self._stats = self.engine.stats()
+        self._shutdown = False
+        self._thread = threading.Thread(target=self._run, name="inference-engine", daemon=True)
+        self._thread.start()
+
+    # ---- caller side (any thread) ---------------------------------------------------
+    async def stream(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams | None = None,
+        request_id: str | None = None,
+        *,
+        owner: str | None = None,
+        cache_salt: str | None = None,
+        cache_salt_from: int = 0,
+    ) -> AsyncIterator[StreamDelta]:
+        """Deltas of one request until it finishes. Raises ``PromptTooLongError`` or
+        ``EngineOverloadedError`` before the first delta. ``owner``, ``cache_salt`` and
+        ``cache_salt_from``: see ``LLMEngine.add_request``."""
+        params = params or SamplingParams()
+        token_ids = self.engine.encode_prompt(prompt)
+        try:
+            self.engine.check_prompt(token_ids)
+        except PromptTooLongError:
+            self.engine.metrics.count("rejected")
+            raise
+        request_id = request_id or uuid.uuid4().hex
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        add = _Add(
+            request_id,
+            token_ids,
+            params,
+            prompt if isinstance(prompt, str) else None,
+            asyncio.get_running_loop(),
+            queue,
+            {"owner": owner, "cache_salt": cache_salt, "cache_salt_from": cache_salt_from},
+        )
+        with self._cond:
+            if self._shutdown:
+                raise EngineShutDownError("the engine is shut down")
+            waiting = len(self.engine.scheduler.waiting) + self._num_pending_adds
+            if waiting >= self.engine.config.max_waiting:
+                self.engine.metrics.count("rejected")
+                raise EngineOverloadedError(f"{waiting} requests are already waiting")
+            self._commands.append(add)
+            self._num_pending_adds += 1
+            self._cond.notify()
+        done = False
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    done = True
+                    raise item
+                done = item.request_finished  # set before yielding: the consumer may stop here
+                yield item
+                if done:
+                    return
+        finally:
+            if not done:
+                self.abort(request_id)
+
+    def abort(self, request_id: str) -> None:
+        """Thread-safe; the request's blocks are freed before the next step runs."""
+        with self._cond:
+            self._commands.append(_Abort(request_id))
+            self._cond.notify()
+
+    def retain(self, key: str, token_ids: list[int], **options: Any) -> None:
+        """Thread-safe ``LLMEngine.retain`` (same options): applied before the next step."""
+        self._command(_Retain(key, [int(t) for t in token_ids], options))
+
+    def release(self, key: str) -> None:
+        """Thread-safe ``LLMEngine.release``."""
+        self._command(_Retain(key, None))
+
+    def _command(self, command: _Abort | _Retain) -> None:
+        with self._cond:
+            self._commands.append(command)
+            self._cond.notify()
+
+    def stats(self) -> EngineStats:
+        """A snapshot taken by the engine thread after its latest step."""
+        return self._stats
+
+    def shutdown(self, timeout: float | None = 10.0) -> None:
+        with self._cond:
+            self._shutdown = True
+            self._cond.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def __enter__(self) -> AsyncEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # ---- engine thread --------------------------------------------------------------
+    def _run(self) -> None:
+        engine = self.engine
+        while True:
+            with self._cond:
+                while not self._commands and not engine.has_unfinished() and not self._shutdown:
+                    # Idle: sleep until a command arrives (refreshing the decaying
+                    # tokens/s figure now and then, only while it is non-zero).
+                    if not self._cond.wait(_REFRESH_S if self._stats.tokens_per_s else None):
+                        self._stats = engine.stats()
+                if self._shutdown:
+                    break
+                commands = list(self._commands)
+                self._commands.clear()
+            outbox: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[Any], Any]]] = {}
+            for command in commands:
+                self._apply(command, outbox)
+            if engine.has_unfinished():
+                try:
+                    deltas = engine.step()
+                except Exception as exc:  # a model bug must not hang every client
+                    logger.exception("engine step failed; failing all requests")
+                    self._fail_all(exc, outbox)
+                    deltas = []
+                for delta in deltas:
+                    sink = self._sinks.get(delta.request_id)
+                    if sink is None:
+                        continue
+                    outbox.setdefault(sink[0], []).append((sink[1], delta))
+                    if delta.request_finished:
+                        del self._sinks[delta.request_id]
+            self._stats = engine.stats()
+            self._deliver(outbox)
+        outbox = {}
+        self._fail_all(EngineShutDownError("the engine shut down"), outbox)
+        self._deliver(outbox)
+        engine.close()
+
+    def _apply(self, command: _Add | _Abort | _Retain, outbox: dict[Any, list[tuple[Any, Any]]]) -> None:
+        if isinstance(command, _Abort):
+            self.engine.abort(command.request_id)
+            return
+        if isinstance(command, _Retain):
+            if command.token_ids is None:
+                self.engine.release(command.key)
+            else:
+                self.engine.retain(command.key, command.token_ids, **command.options)
+            return
+        with self._cond:
+            self._num_pending_adds -= 1
+        try:
+            request = self.engine.add_request(
+                command.token_ids, command.params, command.request_id, **command.options
+            )
+            request.prompt = command.prompt
+        except Exception as exc:  # duplicate id, overload, bad params: the caller's error
+            outbox.setdefault(command.loop, []).append((command.queue, exc))
+            return
+        self._sinks[command.request_id] = (command.loop, command.queue)
+
+    def _fail_all(self, exc: BaseException, outbox: dict[Any, list[tuple[Any, Any]]]) -> None:
+        for request_id, (loop, queue) in list(self._sinks.items()):
+            try:
+                outcome = "abort" if isinstance(exc, EngineShutDownError) else "error"
+                self.engine.abort(request_id, outcome)
+            except Exception:  # pragma: no cover - best effort after a failure
+                logger.exception("abort of %s failed", request_id)
+            outbox.setdefault(loop, []).append((queue, exc))
+        self._sinks.clear()
+
+    def _deliver(self, outbox: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[Any], Any]]]) -> None:
+        for loop, items in outbox.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, items)
+            except RuntimeError:
+                # The caller's loop is closed: nobody is listening, stop the work.
+                for _queue, item in items:
+                    if isinstance(item, StreamDelta) and not item.request_finished:
+                        self.engine.abort(item.request_id)
+
+
+def _put_all(items: list[tuple[asyncio.Queue[Any], Any]]) -> None:
+    for queue, item in items:
+        queue.put_nowait(item)

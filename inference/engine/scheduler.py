@@ -1,0 +1,362 @@
+"""Continuous batching: which tokens of which sequences run in the next step.
+
+There are no prefill and decode phases (vLLM v1 style). Every sequence has
+``num_computed_tokens`` and wants to catch up to ``num_tokens``; one step gives
+each, under one token budget, as many tokens as fit: running requests first (a
+decode is one token, a long prompt continues its chunk), then waiting requests
+in arrival order. A step thus mixes decodes and prefill chunks, new requests
+join any step, and finished ones leave at once.
+
+Fair share: requests carry an ``owner`` (a chat user, an API key). Admission from
+the waiting queue picks, among the owners with waiting requests, the one holding the
+fewest running seats (ties: whose oldest waiting request came first), and admits
+that owner's oldest request. One owner with hundreds of queued requests thus gets
+every other seat, not all of them, and a chat message waits for a free seat rather
+than behind the whole flood. Unowned requests count as one owner; with no owners
+at all this is plain arrival order.
+
+When the pool cannot hold the next tokens, a running request is preempted: its
+blocks are freed (their cached prefixes stay revivable) and it goes back to the
+front of the queue. Nothing new is admitted in a step that preempted.
+
+- **Victim.** The running request preempted the fewest times so far, the newest
+  among those, and never one already given tokens in this step. A request that
+  comes back after a preemption is thus not the next victim again while others
+  have been preempted less (no thrashing).
+- **Swap or recompute** (with lower KV tiers): the victim's full blocks are swapped
+  out (written down where no tier has them yet, read back at re-admission) when the
+  cost model says moving their bytes is faster than recomputing their tokens
+  (``TierStack.prefer_swap``); otherwise it is recomputed.
+- **Loading KV.** A waiting request whose prefix continues in a lower tier gets fresh
+  pool blocks for it and waits in ``loading`` (state ``LOADING_KV``, holding a seat)
+  while the reads run; the other requests keep stepping. When the reads are done it
+  joins the running requests with those blocks computed, and its prefill covers only
+  what no tier had.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from inference.engine.sequence import Request, RequestStatus, Sequence
+from inference.errors import PromptTooLongError
+from inference.kv.block_manager import BlockManager
+
+
+@dataclass
+class ScheduledBatch:
+    seqs: list[Sequence] = field(default_factory=list)
+    num_new_tokens: list[int] = field(default_factory=list)
+    copies: list[tuple[int, int]] = field(default_factory=list)  # copy-on-write (src, dst) blocks
+    preempted: list[Request] = field(default_factory=list)
+    # Requests that cannot grow even with the whole pool to themselves (many beams
+    # of a long sequence): they finish with "length" instead of looping forever.
+    out_of_memory: list[Request] = field(default_factory=list)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.num_new_tokens)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        block_manager: BlockManager,
+        max_num_batched_tokens: int,
+        max_num_seqs: int,
+        max_model_len: int,
+    ) -> None:
+        self.block_manager = block_manager
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_num_seqs = max_num_seqs
+        self.max_model_len = max_model_len
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []  # oldest admission first
+        self.loading: list[Request] = []  # reading KV blocks from a lower tier
+        self.num_preemptions = 0
+        self.num_swaps = 0
+
+    # ---- requests -------------------------------------------------------------------
+    @property
+    def prompt_limit(self) -> int:
+        """Longest prompt accepted: one position is left for the first generated token,
+        and the prompt's K/V must fit the pool."""
+        pool_tokens = self.block_manager.num_blocks * self.block_manager.block_size
+        return min(self.max_model_len - 1, pool_tokens)
+
+    def check_prompt(self, num_tokens: int) -> None:
+        if num_tokens > self.prompt_limit:
+            raise PromptTooLongError(num_tokens, self.prompt_limit)
+        if num_tokens == 0:
+            raise ValueError("prompt must contain at least one token")
+
+    def add(self, request: Request) -> None:
+        self.check_prompt(request.num_prompt_tokens)
+        width = request.params.width
+        if width > min(self.max_num_seqs, self.max_num_batched_tokens):
+            raise ValueError(f"n / beam width {width} exceeds max_num_seqs or max_num_batched_tokens")
+        self.waiting.append(request)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running or self.loading)
+
+    def finish_seq(self, request: Request, seq: Sequence) -> None:
+        """A sequence is done: its blocks go back at once."""
+        self.block_manager.free(seq)
+        request.seqs.remove(seq)
+        request.finished_seqs.append(seq)
+        if not request.seqs:
+            self.retire(request)
+
+    def drop_seq(self, request: Request, seq: Sequence) -> None:
+        """A beam that lost: freed and forgotten."""
+        self.block_manager.free(seq)
+        request.seqs.remove(seq)
+
+    def abort(self, request: Request) -> None:
+        for seq in list(request.seqs):
+            seq.finish_reason = "abort"
+            self.finish_seq(request, seq)
+        self.retire(request)
+
+    def retire(self, request: Request) -> None:
+        """Take a request out of the queues (its sequences are already freed)."""
+        if request.status is RequestStatus.RUNNING:
+            self.running.remove(request)
+        elif request.status is RequestStatus.LOADING_KV:
+            self.loading.remove(request)
+        elif request.status is RequestStatus.WAITING and request in self.waiting:
+            self.waiting.remove(request)
+        request.status = RequestStatus.FINISHED
+
+    # ---- one step -------------------------------------------------------------------
+    def schedule(self) -> ScheduledBatch:
+        batch = ScheduledBatch()
+        budget = self.max_num_batched_tokens
+        self._finish_loading()
+        scheduled: set[int] = set()  # ids of requests given tokens in this step
+        for request in list(self.running):
+            if request.status is not RequestStatus.RUNNING:
+                continue  # preempted earlier in this loop
+            plan = self._plan(request, budget)
+            if not plan:
+                continue
+            if not self._allocate_or_preempt(request, plan, batch, scheduled):
+                continue  # ``request`` preempted itself
+            scheduled.add(id(request))
+            self._add_to_batch(batch, plan)
+            budget -= sum(n for _, n in plan)
+
+        if not batch.preempted:
+            seats = self.max_num_seqs - sum(r.num_seats for r in self.running + self.loading)
+            while self.waiting and budget > 0:
+                request = self._next_waiting()
+                if request.num_seats > seats:
+                    break
+                loading = self._start_loading(request)
+                if loading is None:
+                    break  # its blocks are below the pool: wait for room to load them
+                if loading:
+                    self.waiting.remove(request)
+                    seats -= request.num_seats
+                    continue
+                plan = self._admit(request, budget)
+                if plan is None and not self.running and not self.loading:
+                    # The whole pool is free and it still does not fit (a recomputed
+                    # group of long beams): it never will.
+                    self.waiting.remove(request)
+                    request.status = RequestStatus.FINISHED
+                    batch.out_of_memory.append(request)
+                    continue
+                if plan is None:
+                    break  # pool full: wait for running requests to return blocks
+                self.waiting.remove(request)
+                request.status = RequestStatus.RUNNING
+                self.running.append(request)
+                seats -= request.num_seats
+                self._add_to_batch(batch, plan)
+                budget -= sum(n for _, n in plan)
+        batch.copies = self.block_manager.take_copies()
+        return batch
+
+    def _next_waiting(self) -> Request:
+        """The waiting request to admit next: a preempted one first (it held its seat
+        already), else the oldest of the owner with the fewest running seats."""
+        head = self.waiting[0]
+        if head.num_preemptions or all(r.owner is None for r in self.waiting):
+            return head
+        running: dict[str | None, int] = {}
+        for r in self.running + self.loading:
+            running[r.owner] = running.get(r.owner, 0) + r.num_seats
+        best: Request | None = None
+        best_key: tuple[int, int] | None = None
+        seen: set[str | None] = set()
+        for position, r in enumerate(self.waiting):  # oldest first, so an owner's first is its oldest
+            if r.owner in seen:
+                continue
+            seen.add(r.owner)
+            key = (running.get(r.owner, 0), position)
+            if best_key is None or key < best_key:
+                best, best_key = r, key
+        assert best is not None
+        return best
+
+    def finish_step(self, batch: ScheduledBatch) -> None:
+        """The model ran: the scheduled tokens are now cached; publish full blocks."""
+        for seq, n in zip(batch.seqs, batch.num_new_tokens, strict=True):
+            seq.num_computed_tokens += n
+            self.block_manager.register_full_blocks(seq)
+
+    @staticmethod
+    def _add_to_batch(batch: ScheduledBatch, plan: list[tuple[Sequence, int]]) -> None:
+        for seq, n in plan:
+            batch.seqs.append(seq)
+            batch.num_new_tokens.append(n)
+
+    def _plan(self, request: Request, budget: int) -> list[tuple[Sequence, int]]:
+        """Tokens per sequence of ``request`` within ``budget``.
+
+        The sequences of a forked request (n > 1, beams) are sampled together, so
+        after a preemption none of them takes its last token until all can."""
+        wants = [(s, s.num_tokens - s.num_computed_tokens) for s in request.seqs]
+        if len(wants) == 1:
+            seq, want = wants[0]
+            n = min(want, budget)
+            return [(seq, n)] if n > 0 else []
+        if sum(w for _, w in wants) <= budget:
+            return wants
+        plan = []
+        for seq, want in wants:
+            n = min(want - 1, budget)
+            if n > 0:
+                plan.append((seq, n))
+                budget -= n
+        return plan
+
+    def _allocate_or_preempt(
+        self, request: Request, plan: list[tuple[Sequence, int]], batch: ScheduledBatch, scheduled: set[int]
+    ) -> bool:
+        bm = self.block_manager
+        while sum(bm.blocks_needed(s, n) for s, n in plan) > bm.num_free_blocks:
+            victim = self._choose_victim(scheduled)
+            self._preempt(victim, batch)
+            if victim is request:
+                return False
+        for seq, n in plan:
+            ok = bm.allocate_slots(seq, n)
+            assert ok, "blocks_needed promised enough free blocks"
+        return True
+
+    def _choose_victim(self, scheduled: set[int]) -> Request:
+        """Fewest preemptions first, newest first among equals; requests already given
+        tokens in this step are kept (the one being planned is always a candidate)."""
+        candidates = [(i, r) for i, r in enumerate(self.running) if id(r) not in scheduled]
+        _, victim = min(candidates, key=lambda ir: (ir[1].num_preemptions, -ir[0]))
+        return victim
+
+    def _preempt(self, request: Request, batch: ScheduledBatch) -> None:
+        self.running.remove(request)
+        request.kv_loaded = False
+        request.skip_lower_tiers = not self._swap_out(request)
+        for seq in request.seqs:
+            self.block_manager.free(seq)
+            seq.reset_for_recompute()
+        if not self.running and not self.loading:
+            # It was alone and still did not fit: it never will.
+            request.status = RequestStatus.FINISHED
+            batch.out_of_memory.append(request)
+            return
+        request.status = RequestStatus.WAITING
+        request.num_preemptions += 1
+        self.num_preemptions += 1
+        self.waiting.appendleft(request)
+        batch.preempted.append(request)
+
+    # ---- lower KV tiers -------------------------------------------------------------
+    def _swap_out(self, request: Request) -> bool:
+        """Swap (True) or recompute (False) a preempted request, by the tiers' cost model.
+        Swapping writes down its full blocks that no tier holds yet; they come back
+        through ``_start_loading`` at re-admission."""
+        tiers = self.block_manager.tiers
+        if tiers is None or not tiers.enabled or len(request.seqs) != 1:
+            return False
+        blocks = self.block_manager.registered_blocks(request.seqs[0])
+        missing = [b for b in blocks if tiers.find(b[0], b[1], b[2]) is None]
+        if not tiers.prefer_swap(len(blocks), len(missing), request.seqs[0].num_computed_tokens):
+            return False
+        tiers.swap_out(missing)
+        self.num_swaps += 1
+        return True
+
+    def _start_loading(self, request: Request) -> bool | None:
+        """Admit ``request`` into the loading state if its prefix continues in a lower
+        tier and reading is cheaper than recomputing. False: nothing to load, admit it
+        normally; None: there is, but the pool has no room for it now (admitting it
+        normally would recompute what a tier holds), so it waits like a request the
+        pool cannot take."""
+        bm = self.block_manager
+        tiers = bm.tiers
+        if tiers is None or request.kv_loaded or request.skip_lower_tiers or len(request.seqs) != 1:
+            return False
+        seq = request.seqs[0]
+        hits = bm.match_prefix(seq)
+        lower = bm.match_lower(seq, len(hits))
+        if not lower or not tiers.worth_loading(lower):
+            return False
+        if bm.num_revived(hits) + len(lower) > bm.num_free_blocks:
+            return None if self.running or self.loading else False
+        bm.admit(seq, hits)
+        bm.start_loads(seq, lower)
+        request.status = RequestStatus.LOADING_KV
+        self.loading.append(request)
+        return True
+
+    def _finish_loading(self) -> None:
+        """Requests whose reads are done start running, holding their blocks (the loaded
+        ones now registered in the prefix cache); their prefill continues from there.
+        A block that could not be served is simply recomputed by that prefill."""
+        bm = self.block_manager
+        for request in [r for r in self.loading if bm.loads_done(r.seqs[0])]:
+            seq = request.seqs[0]
+            first = request.num_preemptions == 0
+            served = bm.complete_loads(seq, count_hits=first)
+            self.loading.remove(request)
+            request.kv_loaded = True
+            request.status = RequestStatus.RUNNING
+            self.running.append(request)
+            if first:
+                request.num_loaded_tokens = served
+                request.num_cached_tokens = seq.num_computed_tokens
+                bm.record_lookup(seq.num_tokens, seq.num_computed_tokens, served)
+
+    def wait_for_loads(self, timeout: float) -> None:
+        """Nothing else to run: block briefly on the oldest pending read, not spin."""
+        for request in self.loading:
+            for load in request.seqs[0].pending_loads:
+                if load.future is not None and not load.future.done():
+                    try:
+                        load.future.result(timeout)
+                    except Exception:  # noqa: BLE001 - a failed read is handled by complete_loads
+                        pass
+                    return
+
+    def _admit(self, request: Request, budget: int) -> list[tuple[Sequence, int]] | None:
+        """Give a waiting request its cached prefix and the blocks for its first chunk,
+        or change nothing and return None when the pool cannot take it now."""
+        bm = self.block_manager
+        for seq in request.seqs:
+            bm.admit(seq, bm.match_prefix(seq))
+        plan = self._plan(request, budget)
+        if plan and sum(bm.blocks_needed(s, n) for s, n in plan) <= bm.num_free_blocks:
+            for seq, n in plan:
+                bm.allocate_slots(seq, n)
+            if request.num_preemptions == 0 and not request.forked:
+                seq = request.seqs[0]
+                request.num_cached_tokens = seq.num_computed_tokens
+                bm.record_lookup(seq.num_tokens, seq.num_computed_tokens, request.num_loaded_tokens)
+            return plan
+        for seq in request.seqs:
+            bm.free(seq)
+            seq.reset_for_recompute()
+        return None

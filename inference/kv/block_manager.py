@@ -1,0 +1,421 @@
+"""Paged KV bookkeeping: which pool blocks each sequence uses, and the prefix cache.
+
+- Every block has a reference count: the number of block tables that hold it.
+- A *full* block whose K/V are computed gets a chained hash, xxh64(parent hash ‖
+  its token ids), and is registered in ``hash -> block``. A later sequence whose
+  leading tokens hash the same (tokens re-checked, so a collision cannot corrupt
+  anyone) takes a reference instead of recomputing.
+- A block whose count drops to 0 keeps its hash and joins an LRU list of
+  *cached-free* blocks (an OrderedDict: O(1) append, pop-oldest and removal from
+  the middle when a hit revives it). It is evicted only when the pool needs a block
+  and no never-hashed block is left.
+- **Retention** (``retain(key, token_ids)`` / ``release(key)``): the full blocks of a
+  marked prefix (an open conversation's history) wait in a second cached-free list
+  that is evicted only when the first is empty; an evicted retained block is written
+  to the next tier with ``force`` (never dropped on the way down).
+- **Lower tiers** (``tiers``, optional): a registered block is written through to them,
+  an evicted one handed down, and ``match_lower`` continues a prefix lookup past the
+  pool's last hit; ``start_loads`` copies those blocks into fresh pool blocks
+  (``inference.kv.tiers``).
+- Forking shares a table (counts + 1). A sequence about to write into a block that
+  others also hold (the partly filled tail after a fork) gets a private copy first:
+  the block manager allocates the copy and queues ``(src, dst)`` for the runner.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import xxhash
+
+from inference.engine.sequence import Sequence
+
+if TYPE_CHECKING:
+    from inference.kv.tiers import TierStack
+
+
+@dataclass(eq=False, slots=True)
+class Block:
+    block_id: int
+    ref_count: int = 0
+    hash: int | None = None  # set only while registered in the prefix cache
+    token_ids: tuple[int, ...] = ()  # a registered block's tokens, compared on a hit
+    parent_hash: int = 0
+
+
+@dataclass
+class BlockStats:
+    total: int
+    used: int  # held by at least one sequence
+    cached: int  # free, but holding a revivable prefix
+    free: int  # free and empty
+    hit_tokens: int  # prompt tokens served from the cache (first admissions)
+    queried_tokens: int  # prompt tokens looked up
+
+    @property
+    def hit_rate(self) -> float:
+        return self.hit_tokens / self.queried_tokens if self.queried_tokens else 0.0
+
+
+def chain_hash(parent: int, token_ids: list[int]) -> int:
+    """Hash of a full block given its parent's hash, so equal hashes mean equal prefixes."""
+    return xxhash.xxh64_intdigest(parent.to_bytes(8, "little") + array("q", token_ids).tobytes())
+
+
+def salt_hash(salt: str) -> int:
+    """A cache salt as the 64-bit value mixed into the chain (never 0, which means unsalted)."""
+    return xxhash.xxh64_intdigest(b"cache-salt\0" + salt.encode()) or 1
+
+
+def salted_parent(hashes: list[int], i: int, salt: int = 0, salt_block: int = 0) -> int:
+    """What block ``i``'s hash chains from: salted where the salt starts, which salts
+    that block and, through the chain, every block after it."""
+    parent = hashes[i - 1] if i else 0
+    if salt and i == salt_block:
+        parent ^= salt
+    return parent
+
+
+def prefix_hashes(token_ids: list[int], block_size: int, salt: int = 0, salt_block: int = 0) -> list[int]:
+    """The chained hashes of the full blocks of ``token_ids`` (salted as a sequence with
+    ``cache_salt == salt`` and ``cache_salt_block == salt_block`` would be)."""
+    hashes: list[int] = []
+    for i in range(len(token_ids) // block_size):
+        parent = salted_parent(hashes, i, salt, salt_block)
+        hashes.append(chain_hash(parent, token_ids[i * block_size : (i + 1) * block_size]))
+    return hashes
+
+
+class BlockManager:
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        enable_prefix_caching: bool = True,
+        tiers: TierStack | None = None,
+    ) -> None:
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.tiers = tiers
+        self.blocks = [Block(i) for i in range(num_blocks)]
+        # Never-hashed free blocks (a stack: reuse is order-free) are handed out before
+        # cached ones, so that a cached prefix survives as long as possible.
+        self._empty: list[int] = list(range(num_blocks - 1, -1, -1))
+        self._cached_free: OrderedDict[int, None] = OrderedDict()  # oldest first
+        self._retained_free: OrderedDict[int, None] = OrderedDict()  # cached-free and retained
+        self._by_hash: dict[int, int] = {}
+        self._retain_counts: dict[int, int] = {}  # block hash -> retaining keys
+        self._retained_keys: dict[str, list[int]] = {}
+        self._copies: list[tuple[int, int]] = []
+        self.hit_tokens = 0
+        self.queried_tokens = 0
+
+    # ---- capacity -------------------------------------------------------------------
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def num_free_blocks(self) -> int:
+        return len(self._empty) + len(self._cached_free) + len(self._retained_free)
+
+    @property
+    def num_retained_keys(self) -> int:
+        return len(self._retained_keys)
+
+    @property
+    def num_retained_blocks(self) -> int:
+        """Distinct block hashes some key retains (held in the pool or not)."""
+        return len(self._retain_counts)
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def stats(self) -> BlockStats:
+        free, cached = len(self._empty), len(self._cached_free) + len(self._retained_free)
+        return BlockStats(
+            self.num_blocks,
+            self.num_blocks - free - cached,
+            cached,
+            free,
+            self.hit_tokens,
+            self.queried_tokens,
+        )
+
+    # ---- prefix cache ---------------------------------------------------------------
+    def _hashes(self, seq: Sequence, num_blocks: int) -> list[int]:
+        """The chained hashes of ``seq``'s first ``num_blocks`` full blocks (memoised on seq)."""
+        hashes, bs = seq.block_hashes, self.block_size
+        while len(hashes) < num_blocks:
+            i = len(hashes)
+            hashes.append(chain_hash(self._parent_hash(seq, i), seq.token_ids[i * bs : (i + 1) * bs]))
+        return hashes
+
+    @staticmethod
+    def _parent_hash(seq: Sequence, i: int) -> int:
+        return salted_parent(seq.block_hashes, i, seq.cache_salt, seq.cache_salt_block)
+
+    def match_prefix(self, seq: Sequence) -> list[int]:
+        """Cached blocks that can serve ``seq``'s leading tokens; read-only.
+
+        At least the last token is left out, because the model must run it to produce
+        the logits of the next one; so only blocks entirely before it count."""
+        if not self.enable_prefix_caching:
+            return []
+        bs = self.block_size
+        hits: list[int] = []
+        for i, h in enumerate(self._hashes(seq, (seq.num_tokens - 1) // bs)):
+            block_id = self._by_hash.get(h)
+            if block_id is None:
+                break
+            block = self.blocks[block_id]
+            parent = self._parent_hash(seq, i)
+            if block.parent_hash != parent or block.token_ids != tuple(seq.token_ids[i * bs : (i + 1) * bs]):
+                break  # a 64-bit collision: treat as a miss
+            hits.append(block_id)
+        return hits
+
+    def num_revived(self, hits: list[int]) -> int:
+        """How many of ``hits`` are currently free (taking them shrinks the free pool)."""
+        return sum(1 for b in hits if self.blocks[b].ref_count == 0)
+
+    def admit(self, seq: Sequence, hits: list[int]) -> None:
+        """Give a sequence with no blocks the cached ``hits`` as its leading blocks."""
+        assert not seq.block_table and seq.num_computed_tokens == 0
+        for block_id in hits:
+            self._take(block_id)
+        seq.block_table = list(hits)
+        seq.num_registered_blocks = len(hits)
+        seq.num_computed_tokens = len(hits) * self.block_size
+
+    def record_lookup(self, num_tokens: int, num_hit_tokens: int, num_loaded_tokens: int = 0) -> None:
+        """Count a prompt's first admission in the hit-rate statistics (``num_loaded_tokens``
+        of the hits came from lower tiers just before; the rest were in the pool)."""
+        self.queried_tokens += num_tokens
+        self.hit_tokens += num_hit_tokens
+        if self.tiers is not None:
+            self.tiers.counters.hit_tokens["pool"] += max(0, num_hit_tokens - num_loaded_tokens)
+
+    def registered_blocks(self, seq: Sequence) -> list[tuple[int, int, tuple[int, ...], int]]:
+        """(hash, parent hash, tokens, block id) of ``seq``'s blocks in the prefix cache."""
+        out = []
+        for block_id in seq.block_table[: seq.num_registered_blocks]:
+            block = self.blocks[block_id]
+            if block.hash is not None:
+                out.append((block.hash, block.parent_hash, block.token_ids, block_id))
+        return out
+
+    def register_full_blocks(self, seq: Sequence) -> None:
+        """After a step: publish blocks that became full (and computed) to the cache."""
+        full = seq.num_computed_tokens // self.block_size
+        if not self.enable_prefix_caching or full <= seq.num_registered_blocks:
+            return
+        hashes, bs = self._hashes(seq, full), self.block_size
+        for i in range(seq.num_registered_blocks, full):
+            block = self.blocks[seq.block_table[i]]
+            # Another sequence may have computed the same prefix into a different block
+            # at the same time; the first one registered stays canonical.
+            if block.hash is None and hashes[i] not in self._by_hash:
+                block.hash, block.parent_hash = hashes[i], self._parent_hash(seq, i)
+                block.token_ids = tuple(seq.token_ids[i * bs : (i + 1) * bs])
+                self._by_hash[block.hash] = block.block_id
+                if self.tiers is not None:
+                    self.tiers.block_cached(block.hash, block.parent_hash, block.token_ids, block.block_id)
+        seq.num_registered_blocks = full
+
+    def reset_prefix_cache(self) -> int:
+        """Forget every cached-free prefix (benchmarks start cold). Returns how many."""
+        n = len(self._cached_free) + len(self._retained_free)
+        for free_list in (self._cached_free, self._retained_free):
+            while free_list:
+                block_id, _ = free_list.popitem(last=False)
+                self._evict(self.blocks[block_id])
+                self._empty.append(block_id)
+        return n
+
+    # ---- retention ------------------------------------------------------------------
+    def retain(self, key: str, token_ids: list[int], salt: int = 0, salt_block: int = 0) -> int:
+        """Mark the full blocks of ``token_ids`` as likely to be needed again (an open
+        conversation's history); replaces what ``key`` retained before. ``salt`` /
+        ``salt_block`` are the requests' cache salt, so the same blocks are named.
+        Returns the number of blocks marked."""
+        self.release(key)
+        hashes = prefix_hashes(token_ids, self.block_size, salt, salt_block)
+        self._retained_keys[key] = hashes
+        for h in hashes:
+            self._retain_counts[h] = self._retain_counts.get(h, 0) + 1
+            block_id = self._by_hash.get(h)
+            if block_id is not None and block_id in self._cached_free:
+                del self._cached_free[block_id]
+                self._retained_free[block_id] = None
+        return len(hashes)
+
+    def release(self, key: str) -> None:
+        for h in self._retained_keys.pop(key, []):
+            count = self._retain_counts[h] - 1
+            if count:
+                self._retain_counts[h] = count
+                continue
+            del self._retain_counts[h]
+            block_id = self._by_hash.get(h)
+            if block_id is not None and block_id in self._retained_free:
+                del self._retained_free[block_id]
+                self._cached_free[block_id] = None  # most recently used end
+
+    def is_retained(self, block_hash: int) -> bool:
+        return block_hash in self._retain_counts
+
+    # ---- lower tiers ----------------------------------------------------------------
+    def match_lower(self, seq: Sequence, start: int) -> list[str]:
+        """The tiers holding ``seq``'s blocks ``start, start + 1, ...`` (the hash chain
+        continued below the pool), up to the first block no tier has; same rule as
+        ``match_prefix`` about the last token."""
+        if self.tiers is None or not self.enable_prefix_caching:
+            return []
+        bs = self.block_size
+        found: list[str] = []
+        hashes = self._hashes(seq, (seq.num_tokens - 1) // bs)
+        for i in range(start, len(hashes)):
+            if hashes[i] in self._by_hash:
+                break  # in the pool after all (a later admission will revive it)
+            tier = self.tiers.find(
+                hashes[i], self._parent_hash(seq, i), tuple(seq.token_ids[i * bs : (i + 1) * bs])
+            )
+            if tier is None:
+                break
+            found.append(tier)
+        return found
+
+    def start_loads(self, seq: Sequence, tiers: list[str]) -> None:
+        """Fresh pool blocks for the next ``len(tiers)`` blocks of ``seq`` (admitted with
+        its pool hits), each filled from its tier; ``complete_loads`` finishes them."""
+        assert self.tiers is not None and len(seq.block_table) * self.block_size == seq.num_computed_tokens
+        bs, start = self.block_size, len(seq.block_table)
+        for i, tier in enumerate(tiers, start):
+            block_id = self._allocate()
+            seq.block_table.append(block_id)
+            parent = self._parent_hash(seq, i)
+            tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
+            seq.pending_loads.append(
+                self.tiers.start_load(tier, seq.block_hashes[i], parent, tokens, block_id)
+            )
+
+    def loads_done(self, seq: Sequence) -> bool:
+        return all(load.done() for load in seq.pending_loads)
+
+    def complete_loads(self, seq: Sequence, count_hits: bool = True) -> int:
+        """Copy the finished reads into the pool and count the served blocks as computed
+        (registered in the prefix cache); stops at the first block that could not be
+        served, whose tokens are then recomputed. Returns the tokens served."""
+        assert self.tiers is not None
+        served = 0
+        for load in seq.pending_loads:
+            if not self.tiers.finish_load(load):
+                break
+            if count_hits:  # a first admission's prefix hit (not a swap-in)
+                self.tiers.counters.hit_tokens[load.tier] += self.block_size
+            self.tiers.counters.loaded_blocks += 1
+            served += self.block_size
+        seq.pending_loads = []
+        seq.num_computed_tokens += served
+        self.register_full_blocks(seq)
+        return served
+
+    # ---- allocation -----------------------------------------------------------------
+    def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
+        """Free blocks ``allocate_slots(seq, num_new_tokens)`` would consume (an upper
+        bound: forks sharing one tail each count a copy, though the last needs none)."""
+        end = seq.num_computed_tokens + num_new_tokens
+        new = max(0, self.blocks_for(end) - len(seq.block_table))
+        return new + self._needs_copy(seq)
+
+    def allocate_slots(self, seq: Sequence, num_new_tokens: int) -> bool:
+        """Make positions ``[computed, computed + num_new_tokens)`` writable. Returns False
+        (changing nothing) when the pool is short."""
+        if self.blocks_needed(seq, num_new_tokens) > self.num_free_blocks:
+            return False
+        if self._needs_copy(seq):
+            i = seq.num_computed_tokens // self.block_size
+            src = seq.block_table[i]
+            dst = self._allocate()
+            self._copies.append((src, dst))
+            self._release(src)
+            seq.block_table[i] = dst
+        end = seq.num_computed_tokens + num_new_tokens
+        while len(seq.block_table) < self.blocks_for(end):
+            seq.block_table.append(self._allocate())
+        return True
+
+    def _needs_copy(self, seq: Sequence) -> bool:
+        """Is the next write into a block that another table also holds?"""
+        i = seq.num_computed_tokens // self.block_size
+        return i < len(seq.block_table) and self.blocks[seq.block_table[i]].ref_count > 1
+
+    def take_copies(self) -> list[tuple[int, int]]:
+        """Copy-on-write work for the runner: ``pool[dst] = pool[src]`` before the step."""
+        copies, self._copies = self._copies, []
+        return copies
+
+    def fork(self, parent: Sequence, child: Sequence) -> None:
+        """``child`` shares all of ``parent``'s blocks (its token state is set by the caller)."""
+        for block_id in parent.block_table:
+            self.blocks[block_id].ref_count += 1
+        child.block_table = list(parent.block_table)
+        child.block_hashes = list(parent.block_hashes)
+        child.num_registered_blocks = parent.num_registered_blocks
+        child.num_computed_tokens = parent.num_computed_tokens
+
+    def free(self, seq: Sequence) -> None:
+        """Return a sequence's blocks, tail first, so the tail is evicted before the prefix
+        that other conversations are likelier to share."""
+        for block_id in reversed(seq.block_table):
+            self._release(block_id)
+        seq.block_table = []
+
+    # ---- internals ------------------------------------------------------------------
+    def _take(self, block_id: int) -> None:
+        block = self.blocks[block_id]
+        if block.ref_count == 0:  # a hit revives a cached-free block
+            if block_id in self._cached_free:
+                del self._cached_free[block_id]
+            else:
+                del self._retained_free[block_id]
+        block.ref_count += 1
+
+    def _allocate(self) -> int:
+        if self._empty:
+            block_id = self._empty.pop()
+        else:
+            # Least recently freed first; retained prefixes only when nothing else is left.
+            retained = not self._cached_free
+            free_list = self._retained_free if retained else self._cached_free
+            block_id, _ = free_list.popitem(last=False)
+            block = self.blocks[block_id]
+            if self.tiers is not None:
+                self.tiers.block_evicted(
+                    block.hash, block.parent_hash, block.token_ids, block_id, retained=retained
+                )  # type: ignore[arg-type]
+            self._evict(block)
+        self.blocks[block_id].ref_count = 1
+        return block_id
+
+    def _evict(self, block: Block) -> None:
+        del self._by_hash[block.hash]  # type: ignore[arg-type]
+        block.hash, block.token_ids, block.parent_hash = None, (), 0
+
+    def _release(self, block_id: int) -> None:
+        block = self.blocks[block_id]
+        assert block.ref_count > 0, f"block {block_id} freed twice"
+        block.ref_count -= 1
+        if block.ref_count == 0:
+            if block.hash is not None:
+                # Most recently freed: evicted last (in its list).
+                if block.hash in self._retain_counts:
+                    self._retained_free[block_id] = None
+                else:
+                    self._cached_free[block_id] = None
+            else:
+                self._empty.append(block_id)

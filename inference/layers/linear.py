@@ -1,0 +1,107 @@
+"""Linear layers on the CPU kernels: ``Linear`` (an ``nn.Linear`` whose fp32 CPU products
+go through ``kernels.cpu.linear``, or hold a quantized weight for ``kernels.cpu.quant``)
+and the product helpers the model's fused q/k/v and gate/up paths share."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kernels.cpu import linear as cpu_linear
+from kernels.cpu import quant as cpu_quant
+from kernels.cpu.quant import PackedQuant
+
+
+def weight_key(weight: torch.Tensor) -> tuple[int, int]:
+    """Changes when a weight is replaced or edited in place. Inference tensors have no
+    version counter; weights are replaced, not edited, there."""
+    return weight.data_ptr(), -1 if weight.is_inference() else weight._version
+
+
+def packable(weight: torch.Tensor | None) -> bool:
+    return (
+        weight is not None
+        and weight.device.type == "cpu"
+        and weight.dtype == torch.float32
+        and cpu_linear.available()
+    )
+
+
+def quant_linear(
+    x: torch.Tensor, packed: PackedQuant, bias: torch.Tensor | None, silu_pairs: bool = False
+) -> torch.Tensor:
+    """``kernels.cpu.quant.linear``; de-quantizes first for inputs it does not take
+    (only reached off the engine's CPU fp32 path)."""
+    if x.device.type == "cpu" and x.dtype == torch.float32 and cpu_quant.available():
+        return cpu_quant.linear(x, packed, bias, silu_pairs=silu_pairs)
+    out = F.linear(x, packed.dequantize().to(x.device, x.dtype), bias)
+    if silu_pairs:  # rows interleaved 8 gate, 8 up
+        pairs = out.unflatten(-1, (-1, 2, 8))
+        out = (F.silu(pairs[..., 0, :]) * pairs[..., 1, :]).flatten(-2)
+    return out
+
+
+def linear_released(
+    x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """A product over a packed weight whose fp32 original was dropped; without the C
+    kernel (turned off after packing) the weight is read back out of the panels."""
+    if cpu_linear.available():
+        return cpu_linear.linear_packed(x, packed, out_features, bias)
+    return F.linear(x, packed.transpose(1, 2).reshape(-1, packed.shape[1])[:out_features], bias)
+
+
+def gate_up_released(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:
+    if cpu_linear.available():
+        return cpu_linear.gate_up_silu(x, packed, out_features)
+    half = cpu_linear.GATE_UP_PANEL
+    gate = packed[:, :, :half].transpose(1, 2).reshape(-1, packed.shape[1])[:out_features]
+    up = packed[:, :, half:].transpose(1, 2).reshape(-1, packed.shape[1])[:out_features]
+    return F.silu(F.linear(x, gate)) * F.linear(x, up)
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` (same parameters and names) whose fp32 CPU products go through
+    ``kernels.cpu.linear``: decode steps multiply each weight by only a few rows, where
+    BLAS streams the weights at a fraction of memory speed. The packed copy the kernel
+    reads is made on first use and again whenever the weight changes; ``release_weight``
+    (at engine start) then drops the original, so a weight is held once.
+
+    A GGUF weight of a quantized type is held only as ``quant`` (panels of blocks,
+    ``kernels.cpu.quant``); ``weight`` is None then."""
+
+    _packed: torch.Tensor | None = None
+    _packed_key: tuple[int, int] | None = None
+    quant: PackedQuant | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.quant is not None:
+            return quant_linear(x, self.quant, self.bias)
+        if self.weight is None:  # released: the packed panels are the only copy
+            return linear_released(x, self._packed, self.out_features, self.bias)
+        if cpu_linear.supports(x, self.weight, self.bias):
+            return cpu_linear.linear_packed(x, self.packed_weight(), self.out_features, self.bias)
+        return F.linear(x, self.weight, self.bias)
+
+    def prepare_packed(self) -> None:
+        if packable(self.weight):
+            self.packed_weight()
+
+    def packed_weight(self) -> torch.Tensor:
+        if self.weight is None:
+            return self._packed
+        key = weight_key(self.weight)
+        if self._packed is None or self._packed_key != key:
+            self._packed, self._packed_key = cpu_linear.pack_weight(self.weight), key
+        return self._packed
+
+    def release_weight(self) -> None:
+        """Drop the fp32 weight once the packed copy exists (it serves every product)."""
+        if self.weight is not None and self._packed is not None:
+            self.weight = None
+
+    def set_quantized(self, packed: PackedQuant | None) -> None:
+        """Hold ``packed`` as the weight (None: the weight is served by a fused product
+        of the parent module) and drop the fp32 parameter."""
+        self.quant, self.weight = packed, None

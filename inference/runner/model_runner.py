@@ -1,0 +1,174 @@
+"""Runs one scheduled step on the model: pack, forward, logits of the sampled rows.
+
+Every step is one flat, unpadded batch: the new tokens of all scheduled
+sequences back to back (decodes contribute one each, prefill chunks many), with
+their positions and the pool slot each token's K/V goes to. Attention finds each
+sequence's context through its block table (``AttentionContext``). Only the last
+position of a sequence that reaches its end this step goes through the LM head
+(for SmolLM2's 49k vocabulary the head is a fifth of a token's FLOPs, wasted on
+every prompt token but the last).
+
+On CUDA, decode-only steps replay a CUDA graph captured at start for their batch
+size (``inference.runner.cuda_graphs``) unless ``enforce_eager``; every other step, and
+every step on CPU, runs the model eagerly.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from inference.engine.scheduler import ScheduledBatch
+from inference.kv.spec import KVSpec
+from inference.layers.attention_context import AttentionContext
+from inference.model_config import ModelConfig
+from inference.runner.cuda_graphs import CUDAGraphRunner
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PackedBatch:
+    input_ids: torch.Tensor  # [T]
+    positions: torch.Tensor  # [T]
+    ctx: AttentionContext
+    sample_rows: torch.Tensor  # [N] rows of the hidden states whose logits are needed
+    sampled: list[int]  # indices into batch.seqs of those N sequences
+
+
+class ModelRunner:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        model_config: ModelConfig,
+        num_blocks: int,
+        block_size: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        *,
+        max_num_seqs: int = 1,
+        max_model_len: int | None = None,
+        enforce_eager: bool = False,
+    ) -> None:
+        """``max_num_seqs``: the largest decode batch a step can hold (the engine passes
+        ``min(max_num_seqs, max_num_batched_tokens)``); ``max_model_len`` bounds a block
+        table's width (None = the whole pool). Both size the CUDA graphs' static inputs."""
+        self.model = model
+        if device.type == "cpu" and hasattr(model, "prepare_cpu_kernels"):
+            model.prepare_cpu_kernels()
+        self.block_size = block_size
+        self.device = device
+        # The pool, laid out by the model's KV spec: block-major so that one block of
+        # every layer is one contiguous slab (copy-on-write and CPU offload move it as a unit).
+        self.kv_spec: KVSpec = model.kv_spec
+        self.kv_cache = self.kv_spec.allocate(num_blocks, block_size, dtype, device)
+        self._pin = device.type == "cuda"
+        self.cuda_graphs: CUDAGraphRunner | None = None
+        graphs_ok = getattr(model, "supports_cuda_graphs", True)
+        if device.type == "cuda" and not enforce_eager and graphs_ok:
+            max_len = max_model_len if max_model_len is not None else num_blocks * block_size
+            self.cuda_graphs = self._capture_cuda_graphs(max_num_seqs, -(-max_len // block_size))
+
+    def _capture_cuda_graphs(self, max_batch: int, max_blocks: int) -> CUDAGraphRunner | None:
+        """Capture the decode graphs once, now that the pool exists. A failure is logged
+        and leaves the engine eager (slower, still correct) rather than unusable."""
+        try:
+            import kernels.triton.ops  # noqa: F401, PLC0415 - the only attention path free of host syncs
+        except ImportError as exc:
+            logger.warning("no CUDA graphs: the Triton kernels cannot be imported (%s)", exc)
+            return None
+        try:
+            graphs = CUDAGraphRunner(self.model, self.kv_cache, self.block_size, max_batch, max_blocks)
+            graphs.capture()
+        except Exception:
+            logger.exception("CUDA graph capture failed; decode steps run eagerly (enforce_eager skips it)")
+            return None
+        logger.info(
+            "captured CUDA graphs for decode batch sizes %s (block tables of %d blocks) in %.1fs",
+            graphs.sizes,
+            max_blocks,
+            graphs.capture_s,
+        )
+        return graphs
+
+    def _tensor(self, data: list[int], dtype: torch.dtype) -> torch.Tensor:
+        """Host list -> device tensor; on CUDA through pinned memory without blocking."""
+        t = torch.tensor(data, dtype=dtype)
+        if self._pin:
+            return t.pin_memory().to(self.device, non_blocking=True)
+        return t
+
+    def pack(self, batch: ScheduledBatch) -> PackedBatch:
+        bs = self.block_size
+        input_ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        query_start_loc = [0]
+        context_lens: list[int] = []
+        sample_rows: list[int] = []
+        sampled: list[int] = []
+        for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
+            start, end = seq.num_computed_tokens, seq.num_computed_tokens + n
+            input_ids.extend(seq.token_ids[start:end])
+            positions.extend(range(start, end))
+            table = seq.block_table
+            # Slots block by block: a run of positions inside one block is contiguous.
+            pos = start
+            while pos < end:
+                block_end = min(end, (pos // bs + 1) * bs)
+                base = table[pos // bs] * bs - (pos // bs) * bs
+                slots.extend(range(base + pos, base + block_end))
+                pos = block_end
+            query_start_loc.append(query_start_loc[-1] + n)
+            context_lens.append(end)
+            if end == seq.num_tokens:
+                sample_rows.append(query_start_loc[-1] - 1)
+                sampled.append(i)
+        width = max(len(s.block_table) for s in batch.seqs)
+        tables = [s.block_table + [0] * (width - len(s.block_table)) for s in batch.seqs]
+        ctx = AttentionContext(
+            slot_mapping=self._tensor(slots, torch.int64),
+            query_start_loc=self._tensor(query_start_loc, torch.int32),
+            context_lens=self._tensor(context_lens, torch.int32),
+            block_tables=self._tensor(tables, torch.int32).view(len(tables), width),
+            max_query_len=max(batch.num_new_tokens),
+            max_context_len=max(context_lens),
+        )
+        return PackedBatch(
+            input_ids=self._tensor(input_ids, torch.int64),
+            positions=self._tensor(positions, torch.int64),
+            ctx=ctx,
+            sample_rows=self._tensor(sample_rows, torch.int64),
+            sampled=sampled,
+        )
+
+    @torch.inference_mode()
+    def copy_blocks(self, copies: list[tuple[int, int]]) -> None:
+        """Copy-on-write: give each new block its source's cache (all layers at once,
+        whatever the spec's per-token shape)."""
+        if copies:
+            src = torch.tensor([s for s, _ in copies], device=self.device)
+            dst = torch.tensor([d for _, d in copies], device=self.device)
+            self.kv_cache[dst] = self.kv_cache[src]
+
+    @torch.inference_mode()
+    def execute(self, batch: ScheduledBatch) -> tuple[torch.Tensor | None, list[int]]:
+        """Run the step. Returns (fp32 logits ``[N, vocab]`` or None, the indices into
+        ``batch.seqs`` of the N sequences that get a new token)."""
+        self.copy_blocks(batch.copies)
+        packed = self.pack(batch)
+        hidden = self.run_model(packed)
+        if not packed.sampled:
+            return None, []
+        return self.model.compute_logits(hidden[packed.sample_rows]), packed.sampled
+
+    def run_model(self, packed: PackedBatch) -> torch.Tensor:
+        """The forward pass: a captured CUDA graph for a decode-only step that fits one
+        (the result is then a view of a static buffer, valid until the next step),
+        eager otherwise."""
+        graphs = self.cuda_graphs
+        if graphs is not None and graphs.can_run(packed):
+            return graphs.run(packed)
+        return self.model(packed.input_ids, packed.positions, packed.ctx, self.kv_cache)

@@ -1,0 +1,110 @@
+"""Per-request sampling options, with vLLM's field names and validation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Temperatures below this are treated as greedy: dividing logits by ~0 overflows.
+GREEDY_EPS = 1e-5
+MAX_LOGPROBS = 20
+
+
+@dataclass
+class SamplingParams:
+    n: int = 1  # completions returned
+    best_of: int | None = None  # beam search: beams kept (vLLM's name); defaults to n
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+    top_k: int = 0  # 0 or -1 = disabled
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0  # >1 discourages tokens seen in prompt or output
+    presence_penalty: float = 0.0  # subtracted once from tokens already generated
+    frequency_penalty: float = 0.0  # subtracted per occurrence in the output
+    max_tokens: int | None = 16  # None = until the context is full
+    ignore_eos: bool = False
+    stop: str | list[str] | None = None  # stop strings; not included in the output text
+    stop_token_ids: list[int] | None = None  # extra token ids that end a completion
+    include_stop_str_in_output: bool = False
+    seed: int | None = None  # per request: same seed, same output, whatever else runs
+    logprobs: int | None = None  # top logprobs returned per generated token
+    use_beam_search: bool = False
+    beam_width: int | None = None  # alias of best_of for beam search
+    length_penalty: float = 1.0  # beam score = cumulative logprob / length ** length_penalty
+    # Chat: split <think>…</think> off into StreamDelta.reasoning when the model's template
+    # marks reasoning (inference.sampling.reasoning_parser); raw completions keep the text whole.
+    separate_reasoning: bool = False
+
+    def __post_init__(self) -> None:
+        if isinstance(self.stop, str):
+            self.stop = [self.stop]
+        self.stop = list(self.stop or [])
+        self.stop_token_ids = list(self.stop_token_ids or [])
+        if self.top_k == -1:
+            self.top_k = 0
+        if self.use_beam_search and self.beam_width is None:
+            self.beam_width = max(self.n, self.best_of or self.n)
+        self._validate()
+
+    def _validate(self) -> None:
+        def check(ok: bool, field: str, rule: str) -> None:
+            if not ok:
+                raise ValueError(f"{field} must be {rule}, got {getattr(self, field)!r}")
+
+        check(_is_int(self.n) and self.n >= 1, "n", "an integer >= 1")
+        check(self.best_of is None or (_is_int(self.best_of) and self.best_of >= self.n), "best_of", ">= n")
+        check(_is_num(self.temperature) and self.temperature >= 0, "temperature", "non-negative")
+        check(_is_num(self.top_p) and 0 < self.top_p <= 1, "top_p", "in (0, 1]")
+        check(_is_int(self.top_k) and self.top_k >= 0, "top_k", "-1, 0 (disabled) or a positive integer")
+        check(_is_num(self.min_p) and 0 <= self.min_p <= 1, "min_p", "in [0, 1]")
+        check(_is_num(self.repetition_penalty) and self.repetition_penalty > 0, "repetition_penalty", "> 0")
+        check(
+            _is_num(self.presence_penalty) and -2 <= self.presence_penalty <= 2,
+            "presence_penalty",
+            "in [-2, 2]",
+        )
+        check(
+            _is_num(self.frequency_penalty) and -2 <= self.frequency_penalty <= 2,
+            "frequency_penalty",
+            "in [-2, 2]",
+        )
+        check(
+            self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1),
+            "max_tokens",
+            ">= 1",
+        )
+        check(all(isinstance(s, str) and s for s in self.stop), "stop", "non-empty strings")
+        check(all(_is_int(t) and t >= 0 for t in self.stop_token_ids), "stop_token_ids", "token ids")
+        check(self.seed is None or _is_int(self.seed), "seed", "an integer or None")
+        check(
+            self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs <= MAX_LOGPROBS),
+            "logprobs",
+            f"None or an integer in [0, {MAX_LOGPROBS}]",
+        )
+        check(
+            self.beam_width is None or (_is_int(self.beam_width) and self.beam_width >= self.n),
+            "beam_width",
+            ">= n",
+        )
+        check(_is_num(self.length_penalty), "length_penalty", "a number")
+        check(not (self.use_beam_search and self.stop), "stop", "empty with use_beam_search")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_EPS
+
+    @property
+    def width(self) -> int:
+        """Sequences this request runs at once: beams, or n parallel samples."""
+        return self.beam_width if self.use_beam_search else self.n  # type: ignore[return-value]
+
+    @property
+    def has_penalties(self) -> bool:
+        return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_num(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value  # NaN fails

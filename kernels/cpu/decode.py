@@ -1,0 +1,136 @@
+"""Paged decode attention on CPU: a small C kernel (``kernels/cpu/paged_decode.c``),
+built with gcc on first use and loaded with ctypes (``kernels.cpu.build``).
+
+Same contract as ``inference.layers.attention.decode_attention_torch`` (and
+``kernels.reference.paged_attention_ref`` with one query per sequence), fp32 only.
+The kernel reads each sequence's K/V blocks once, in place through the block table,
+never past its length, with an online softmax; see the C file for the details.
+If the kernel cannot be built, ``available()`` is False and callers use the PyTorch
+path.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+
+from kernels.cpu import build as cpu_build
+from kernels.cpu import checks as cpu_checks
+
+_SYMBOL = "paged_decode_attention_f32"
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    fn = getattr(lib, _SYMBOL)
+    i64, ptr, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
+    fn.argtypes = [
+        *(ptr, i64, i64),  # query, seq and head strides
+        *(ptr, i64, i64, i64),  # k_cache, block / position / head strides
+        *(ptr, i64, i64, i64),  # v_cache
+        i32,  # num_blocks
+        *(ptr, i64, i32),  # block_tables, row stride, width
+        ptr,  # context_lens
+        *(ptr, i64, i64),  # out, seq and head strides
+        *(i32, i32, i32, i32, i32),  # num_seqs, q_heads, kv_heads, head_dim, block_size
+        ctypes.c_float,  # scale
+        i32,  # num_threads
+    ]
+    fn.restype = i32
+
+
+def _library() -> ctypes.CDLL | None:
+    return cpu_build.load_library("paged_decode", _declare)
+
+
+def available() -> bool:
+    """True when the kernel is built (or could be built now) and loaded."""
+    return _library() is not None
+
+
+def supports(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
+    """Whether these tensors can go through the kernel: fp32, on the CPU, each cache
+    row (``head_dim``) contiguous, and the kernel available."""
+    return (
+        query.device.type == "cpu"
+        and query.dtype == k_cache.dtype == v_cache.dtype == torch.float32
+        and k_cache.device.type == "cpu"
+        and v_cache.device.type == "cpu"
+        and k_cache.stride(-1) == 1
+        and v_cache.stride(-1) == 1
+        and query.shape[1] % k_cache.shape[2] == 0
+        and available()
+    )
+
+
+def paged_decode_attention_cpu(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+) -> torch.Tensor:
+    """``query`` ``[B, Hq, D]`` (one new token per sequence, its K/V already stored),
+    ``k_cache``/``v_cache`` ``[num_blocks, block_size, Hkv, D]`` (strided views of the
+    pool are fine), ``block_tables`` ``[B, W]``, ``context_lens`` ``[B]``. Returns
+    ``[B, Hq, D]``. Requires ``supports(query, k_cache, v_cache)``."""
+    lib = cpu_build.require("paged_decode", _declare)
+    check = cpu_checks
+    check.tensor("query", query, dim=3)
+    check.tensor("k_cache", k_cache, dim=4, inner_contiguous=True)
+    check.tensor("v_cache", v_cache, dim=4, inner_contiguous=True)
+    check.tensor("block_tables", block_tables, dtypes=check.INDEX_DTYPES, dim=2)
+    check.tensor("context_lens", context_lens, dtypes=check.INDEX_DTYPES, dim=1)
+    num_seqs, q_heads, head_dim = query.shape
+    num_blocks, block_size, kv_heads, k_dim = k_cache.shape
+    check.size("k_cache", k_dim, head_dim, "the head size (last dimension)")
+    if v_cache.shape != k_cache.shape:
+        raise ValueError(f"v_cache: shape {tuple(v_cache.shape)} differs from k_cache {tuple(k_cache.shape)}")
+    if kv_heads < 1 or q_heads % kv_heads:
+        raise ValueError(f"k_cache: its {kv_heads} KV heads do not divide the query's {q_heads} heads")
+    check.at_least("block_tables", block_tables.shape[0], num_seqs, "the number of rows")
+    check.at_least("context_lens", context_lens.shape[0], num_seqs, "the length")
+    # Every tensor the kernel reads stays referenced by a local until the call returns.
+    tables = block_tables if block_tables.dtype == torch.int32 else block_tables.to(torch.int32)
+    if tables.stride(-1) != 1:
+        tables = tables.contiguous()
+    lens = context_lens.to(torch.int32).contiguous()
+    if query.stride(-1) != 1:
+        query = query.contiguous()
+    out = torch.empty(num_seqs, q_heads, head_dim, dtype=query.dtype)
+    if num_seqs == 0:
+        return out
+    ks, vs = k_cache.stride(), v_cache.stride()
+    rc = getattr(lib, _SYMBOL)(
+        query.data_ptr(),
+        query.stride(0),
+        query.stride(1),
+        k_cache.data_ptr(),
+        ks[0],
+        ks[1],
+        ks[2],
+        v_cache.data_ptr(),
+        vs[0],
+        vs[1],
+        vs[2],
+        num_blocks,
+        tables.data_ptr(),
+        tables.stride(0),
+        tables.shape[1],
+        lens.data_ptr(),
+        out.data_ptr(),
+        out.stride(0),
+        out.stride(1),
+        num_seqs,
+        q_heads,
+        kv_heads,
+        head_dim,
+        block_size,
+        scale,
+        torch.get_num_threads(),
+    )
+    cpu_build.check(
+        rc, _SYMBOL, "a context length exceeds its block table, or a block id is outside the cache"
+    )
+    return out

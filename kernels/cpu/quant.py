@@ -1,0 +1,313 @@
+"""GGUF block-quantized weights for the CPU kernels: parse the GGUF blocks, repack them
+into panels of 16 output features (``kernels/cpu/quant_linear.c`` describes the
+layout), and multiply fp32 activations by them with weights de-quantized in registers.
+
+Supported GGUF types: Q8_0, Q4_0, Q4_1, Q4_K, Q6_K. They map to three panel formats:
+
+- ``q8``  (Q8_0): int8 quants, one fp32 scale per 32 inputs;
+- ``q8s`` (Q6_K): int8 quants (q - 32), one fp32 scale (d x sub-scale) per 16 inputs;
+- ``q4``  (Q4_0, Q4_1, Q4_K): 4-bit quants, fp32 scale and offset per 32 inputs
+  (Q4_0's offset is -8 d, Q4_K's is -dmin x sub-min).
+
+Every de-quantized value ``scale * q + offset`` is bit-identical to gguf-py's numpy
+de-quantization, which transformers' GGUF loader uses (the C file says why). The
+packed tensor is the only copy of a weight the engine keeps.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from kernels.cpu import build as cpu_build
+
+PANEL = 16
+FORMATS = {"q8": 0, "q8s": 1, "q4": 2}
+GROUP = {"q8": 32, "q8s": 16, "q4": 32}
+# Bytes of one group of one panel: scales (+ offsets) then quants.
+GROUP_BYTES = {"q8": 64 + 32 * 16, "q8s": 64 + 16 * 16, "q4": 128 + 32 * 8}
+# GGUF type name -> (panel format, elements per GGUF block, bytes per GGUF block)
+GGUF_TYPES = {
+    "Q8_0": ("q8", 32, 34),
+    "Q4_0": ("q4", 32, 18),
+    "Q4_1": ("q4", 32, 20),
+    "Q4_K": ("q4", 256, 144),
+    "Q6_K": ("q8s", 256, 210),
+}
+
+_SYMBOL = "quant_linear_f32"
+_ROWS_SYMBOL = "quant_rows_f32"
+
+
+@dataclass
+class QuantRows:
+    """A weight ``[N, K]`` as integer quants with per-group scales (and offsets):
+    ``w[n, k] = scale[n, k // G] * q[n, k] + offset[n, k // G]``. The parsed form,
+    before packing (rows can still be permuted or concatenated)."""
+
+    fmt: str
+    q: torch.Tensor  # int8 [N, K] (0..15 for q4)
+    scale: torch.Tensor  # fp32 [N, K / G]
+    offset: torch.Tensor | None  # fp32 [N, K / G] for q4
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.q.shape)  # type: ignore[return-value]
+
+    def take_rows(self, index: torch.Tensor | slice) -> QuantRows:
+        return QuantRows(
+            self.fmt, self.q[index], self.scale[index], None if self.offset is None else self.offset[index]
+        )
+
+    def dequantize(self) -> torch.Tensor:
+        g = GROUP[self.fmt]
+        w = self.scale.repeat_interleave(g, dim=1) * self.q.float()
+        if self.offset is not None:
+            w = w + self.offset.repeat_interleave(g, dim=1)
+        return w
+
+
+def cat_rows(parts: list[QuantRows]) -> QuantRows:
+    if len({p.fmt for p in parts}) != 1 or len({p.shape[1] for p in parts}) != 1:
+        raise ValueError("only weights of one format and inner size concatenate")
+    offsets = [p.offset for p in parts]
+    return QuantRows(
+        parts[0].fmt,
+        torch.cat([p.q for p in parts]),
+        torch.cat([p.scale for p in parts]),
+        None if offsets[0] is None else torch.cat(offsets),  # type: ignore[arg-type]
+    )
+
+
+def interleave_gate_up(gate: QuantRows, up: QuantRows) -> QuantRows:
+    """Rows ordered 8 gate, 8 up, 8 gate, ...: each panel of 16 is one fused SwiGLU
+    panel (``linear(..., silu_pairs=True)``). Needs N a multiple of 8."""
+    n, k = gate.shape
+    if gate.shape != up.shape or n % 8:
+        raise ValueError(f"gate {gate.shape} / up {up.shape}: need equal shapes, N a multiple of 8")
+    both = cat_rows([gate, up])
+    order = torch.arange(2 * n).view(2, n // 8, 8).transpose(0, 1).reshape(-1)
+    return both.take_rows(order)
+
+
+# ---- GGUF blocks -> QuantRows (the same integer arithmetic as gguf-py's numpy code) ----
+
+
+def _f16(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).view(np.float16).astype(np.float32)
+
+
+def _nibbles(qs: np.ndarray, chunk: int) -> np.ndarray:
+    """Bytes ``[..., chunk]`` -> ``[..., 2 * chunk]``: low nibbles, then high ones."""
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+
+
+def parse_gguf_blocks(type_name: str, raw: np.ndarray, shape: tuple[int, int]) -> QuantRows:
+    """``raw``: uint8 ``[N, row_bytes]`` of a GGUF tensor of ``type_name``; ``shape``:
+    ``(N, K)``. Raises ValueError if the bytes do not fit the shape and type."""
+    if type_name not in GGUF_TYPES:
+        raise ValueError(f"GGUF type {type_name} is not supported by the quantized kernels")
+    fmt, block, block_bytes = GGUF_TYPES[type_name]
+    n, k = shape
+    if k % block or raw.shape != (n, k // block * block_bytes):
+        raise ValueError(f"{type_name} data {raw.shape} does not fit a [{n}, {k}] weight")
+    b = raw.reshape(n * (k // block), block_bytes)
+    offset = None
+    if type_name == "Q8_0":
+        scale, q = _f16(b[:, :2]), b[:, 2:].view(np.int8)
+    elif type_name in ("Q4_0", "Q4_1"):
+        start = 2 if type_name == "Q4_0" else 4
+        d = _f16(b[:, :2])
+        q = _nibbles(b[:, start:], 16).astype(np.int8)
+        scale = d
+        offset = d * np.float32(-8) if type_name == "Q4_0" else _f16(b[:, 2:4])
+    elif type_name == "Q4_K":
+        d, dmin = _f16(b[:, :2]), _f16(b[:, 2:4])
+        sc_raw = b[:, 4:16].reshape(-1, 3, 4)
+        dd, mm, md = sc_raw[:, 0], sc_raw[:, 1], sc_raw[:, 2]
+        sc = np.concatenate([dd & 0x3F, (md & 0x0F) | ((dd >> 2) & 0x30)], axis=-1)
+        mn = np.concatenate([mm & 0x3F, (md >> 4) | ((mm >> 2) & 0x30)], axis=-1)
+        scale = d * sc.astype(np.float32)  # [blocks, 8] sub-blocks of 32: exact products
+        offset = -(dmin * mn.astype(np.float32))
+        q = _nibbles(b[:, 16:].reshape(-1, 4, 32), 32).reshape(-1, 256).astype(np.int8)
+    else:  # Q6_K
+        ql, qh = b[:, :128], b[:, 128:192]
+        sc = b[:, 192:208].view(np.int8).astype(np.float32)
+        scale = _f16(b[:, 208:210]) * sc  # [blocks, 16] sub-blocks of 16
+        low = _nibbles(ql.reshape(-1, 2, 64), 64).reshape(-1, 2, 4, 32)
+        high = np.stack([(qh.reshape(-1, 2, 32) >> s) & 3 for s in (0, 2, 4, 6)], axis=2)
+        q = ((low | (high << 4)).astype(np.int8) - np.int8(32)).reshape(-1, 256)
+    groups = k // GROUP[fmt]
+    return QuantRows(
+        fmt,
+        torch.from_numpy(np.ascontiguousarray(q).reshape(n, k)),
+        torch.from_numpy(np.ascontiguousarray(scale, dtype=np.float32).reshape(n, groups)),
+        None if offset is None else torch.from_numpy(np.ascontiguousarray(offset).reshape(n, groups)),
+    )
+
+
+# ---- QuantRows -> panels ----
+
+
+@dataclass
+class PackedQuant:
+    """A weight ``[out_features, in_features]`` in panels: ``data`` is uint8
+    ``[ceil(N / 16), K / G, GROUP_BYTES[fmt]]``."""
+
+    fmt: str
+    data: torch.Tensor
+    out_features: int
+    in_features: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.numel()
+
+    def dequantize(self) -> torch.Tensor:
+        """The fp32 weight ``[N, K]`` (tests, and the fallback without the C kernel)."""
+        return unpack(self).dequantize()
+
+
+def pack(rows: QuantRows) -> PackedQuant:
+    n, k = rows.shape
+    g = GROUP[rows.fmt]
+    if k % g:
+        raise ValueError(f"inner size {k} is not a multiple of {g}")
+    pad = -n % PANEL
+    panels, groups = (n + pad) // PANEL, k // g
+
+    def panel_major(t: torch.Tensor) -> torch.Tensor:  # [N, ...] -> padded [P, 16, ...]
+        t = torch.cat([t, t.new_zeros(pad, *t.shape[1:])]) if pad else t
+        return t.view(panels, PANEL, *t.shape[1:])
+
+    scale = panel_major(rows.scale).permute(0, 2, 1).contiguous().view(torch.uint8)  # [P, groups, 64]
+    parts = [scale]
+    if rows.fmt == "q4":
+        if rows.offset is None:
+            raise ValueError("q4 rows need offsets")
+        parts.append(panel_major(rows.offset).permute(0, 2, 1).contiguous().view(torch.uint8))
+    q = panel_major(rows.q).view(panels, PANEL, groups, g).permute(0, 2, 3, 1)  # [P, groups, G, 16]
+    if rows.fmt == "q4":
+        q = q.to(torch.uint8)
+        q = q[..., :8] | (q[..., 8:] << 4)
+    parts.append(q.contiguous().view(torch.uint8).reshape(panels, groups, -1))
+    data = torch.cat(parts, dim=2).contiguous()
+    assert data.shape[2] == GROUP_BYTES[rows.fmt]
+    return PackedQuant(rows.fmt, data, n, k)
+
+
+def unpack(packed: PackedQuant) -> QuantRows:
+    fmt, g, n, k = packed.fmt, GROUP[packed.fmt], packed.out_features, packed.in_features
+    data = packed.data
+    panels, groups = data.shape[0], k // g
+
+    def rows_major(t: torch.Tensor) -> torch.Tensor:  # [P, groups, 16] -> [N, groups]
+        return t.permute(0, 2, 1).reshape(panels * PANEL, groups)[:n]
+
+    scale = rows_major(data[:, :, :64].contiguous().view(torch.float32))
+    offset, q_start = None, 64
+    if fmt == "q4":
+        offset, q_start = rows_major(data[:, :, 64:128].contiguous().view(torch.float32)), 128
+    qb = data[:, :, q_start:]
+    if fmt == "q4":
+        qb = qb.reshape(panels, groups, g, 8)
+        q = torch.cat([qb & 0x0F, qb >> 4], dim=-1).to(torch.int8)
+    else:
+        q = qb.reshape(panels, groups, g, PANEL).view(torch.int8)
+    q = q.permute(0, 3, 1, 2).reshape(panels * PANEL, k)[:n]
+    return QuantRows(fmt, q.contiguous(), scale.contiguous(), None if offset is None else offset.contiguous())
+
+
+# ---- the C kernel ----
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    i64, i32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
+    fn = getattr(lib, _SYMBOL)
+    fn.argtypes = [ptr, i64, ptr, i32, ptr, ptr, i64, i64, i64, i64, i32, i32]
+    fn.restype = i32
+    rows = getattr(lib, _ROWS_SYMBOL)
+    rows.argtypes = [ptr, i32, i64, i64, ptr, i64, ptr]
+    rows.restype = i32
+
+
+def available() -> bool:
+    return cpu_build.load_library("quant_linear", _declare) is not None
+
+
+def _check_packed(packed: PackedQuant) -> None:
+    if not isinstance(packed, PackedQuant) or packed.fmt not in FORMATS:
+        raise ValueError("packed: expected a PackedQuant from kernels.cpu.quant.pack()")
+    g = GROUP[packed.fmt]
+    expected = (-(-packed.out_features // PANEL), packed.in_features // g, GROUP_BYTES[packed.fmt])
+    data = packed.data
+    if (
+        data.dtype != torch.uint8
+        or data.device.type != "cpu"
+        or tuple(data.shape) != expected
+        or not data.is_contiguous()
+        or packed.in_features % g
+    ):
+        raise ValueError(f"packed: data {tuple(data.shape)} is not the panels of a {packed.fmt} weight")
+
+
+def linear(
+    x: torch.Tensor, packed: PackedQuant, bias: torch.Tensor | None = None, silu_pairs: bool = False
+) -> torch.Tensor:
+    """``F.linear(x, W, bias)`` with ``W = packed.dequantize()``; with ``silu_pairs``
+    (rows from ``interleave_gate_up``) ``silu(x Wg^T) * (x Wu^T)`` instead."""
+    lib = cpu_build.require("quant_linear", _declare)
+    _check_packed(packed)
+    n, k = packed.out_features, packed.in_features
+    if x.device.type != "cpu" or x.dtype != torch.float32 or x.dim() < 1 or x.shape[-1] != k:
+        raise ValueError(f"x: expected fp32 CPU [..., {k}], got {x.dtype} {tuple(x.shape)} on {x.device}")
+    if silu_pairs and (n % PANEL or bias is not None):
+        raise ValueError("silu_pairs: needs a multiple of 16 interleaved rows and no bias")
+    if bias is not None:
+        if bias.dtype != torch.float32 or bias.device.type != "cpu" or tuple(bias.shape) != (n,):
+            raise ValueError(f"bias: expected fp32 CPU [{n}], got {bias.dtype} {tuple(bias.shape)}")
+        bias = bias.contiguous()  # held here for the call
+    rows = cpu_build.as_rows(x, k)
+    out_cols = n // 2 if silu_pairs else n
+    out = torch.empty(rows.shape[0], out_cols, dtype=torch.float32)
+    rc = getattr(lib, _SYMBOL)(
+        rows.data_ptr(),
+        rows.stride(0),
+        packed.data.data_ptr(),
+        FORMATS[packed.fmt],
+        None if bias is None else bias.data_ptr(),
+        out.data_ptr(),
+        out.stride(0),
+        rows.shape[0],
+        n,
+        k,
+        int(silu_pairs),
+        torch.get_num_threads(),
+    )
+    cpu_build.check(rc, _SYMBOL)
+    return out.view(*x.shape[:-1], out_cols)
+
+
+def embedding(ids: torch.Tensor, packed: PackedQuant) -> torch.Tensor:
+    """The de-quantized rows ``ids`` of ``packed``: ``[*ids.shape, K]`` fp32."""
+    _check_packed(packed)
+    if ids.dtype not in (torch.int32, torch.int64) or ids.device.type != "cpu":
+        raise ValueError(f"ids: expected an integer CPU tensor, got {ids.dtype} on {ids.device}")
+    flat = ids.reshape(-1).to(torch.int64).contiguous()  # held here for the call
+    k = packed.in_features
+    out = torch.empty(flat.numel(), k, dtype=torch.float32)
+    lib = cpu_build.load_library("quant_linear", _declare)
+    if lib is None:
+        if flat.numel() and (flat.min() < 0 or flat.max() >= packed.out_features):
+            raise ValueError(f"ids: out of range for {packed.out_features} rows")
+        rows = unpack(packed)
+        return rows.take_rows(flat).dequantize().view(*ids.shape, k)
+    rc = getattr(lib, _ROWS_SYMBOL)(
+        packed.data.data_ptr(), FORMATS[packed.fmt], packed.out_features, k, flat.data_ptr(), flat.numel(),
+        out.data_ptr(),
+    )  # fmt: skip
+    cpu_build.check(rc, _ROWS_SYMBOL, bad_index=f"ids: out of range for {packed.out_features} rows")
+    return out.view(*ids.shape, k)
