@@ -109,3 +109,49 @@ def test_single_stream_rows_report_the_one_call_step_against_per_op_calls() -> N
         3
     ].startswith("NO")
     assert rows["RSS less the KV pool"][1] == "500 MB"
+
+
+def test_the_report_prints_every_ratio_against_its_target(capsys) -> None:
+    from benchmarks.bench import ratios
+    from benchmarks.bench_report import TARGETS, print_table
+
+    runs = {
+        "ours": {"tokens_per_s": 300.0, "seconds": 10.0, "preemptions": 0, "kv_waste_at_peak": 0.01},
+        "hf_static_batches": {
+            "tokens_per_s": 100.0,
+            "batches_measured": 1,
+            "batches_total": 4,
+            "batch_size": 16,
+        },
+        "hf_sequential": {"tokens_per_s": 30.0, "requests_measured": 8, "requests_total": 64},
+        "single_stream": {"tokens_per_s": 150.0, "tokens": 128, "prompt_tokens": 60},
+        "fp32_baseline": None,
+        "multi_turn": {"hit_rate": 0.9, "ttft_turn_last_over_first": 1.2, "ttft_ms_by_turn": [10.0, 12.0]},
+    }
+    machine = {
+        "matmul_flops": 1e11,
+        "bandwidth_bytes_per_s": 2e10,
+        "workload_flops": 1e12,
+        "compute_bound_tokens_per_s": 1000.0,
+        "weight_bytes": 1e8,
+        "memory_bound_decode_tokens_per_s_batch1": 200.0,
+    }
+    computed = ratios(runs, machine)
+    assert computed["ours_vs_hf_static"] == 3.0 and computed["ours_vs_hf_sequential"] == 10.0
+    assert computed["single_stream_fraction_of_bandwidth_bound"] == 0.75
+    assert computed["throughput_quantized_over_fp32"] is None
+    results = {
+        **runs,
+        "ratios": computed,
+        "machine": machine,
+        "workload": {"requests": 64, "prompt_tokens": 1000, "output_tokens": 2000},
+        "load_average_1min": [0.5, 1.0],
+        "threads": 2,
+        "memory": {"rss": 900e6, "kv_pool_allocated": 400e6, "weights": 112e6, "rest": 388e6},
+        "targets": TARGETS,
+    }
+    print_table(results)
+    lines = {line.strip().split("  ")[0]: line for line in capsys.readouterr().out.splitlines() if line}
+    assert "3.00x" in lines["ours / HF static"] and lines["ours / HF static"].endswith("yes")
+    assert "30%" in lines["ours / compute bound"]
+    assert "75%" in lines["share of the bandwidth bound"]
