@@ -1,6 +1,6 @@
 """A streaming answer's reasoning (``<think>`` text of a reasoning model), kept apart
 from its content: the fields it adds to websocket ``delta`` events and to the saved
-message (websocket contract #3 in docs/interfaces.md)."""
+message (the reasoning contract in docs/interfaces.md)."""
 
 from __future__ import annotations
 

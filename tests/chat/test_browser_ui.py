@@ -1,6 +1,6 @@
 """The browser UI in Debian's Chromium against the live Daphne server (tiny model): axe-core on every
 page in light and dark mode, a keyboard-only walkthrough, sanitised hostile answers, and the client
-side of the websocket contracts (watchdog, heartbeat, errors, reasoning, fork, titles).
+side of the websocket contracts in docs/interfaces.md (watchdog, errors, reasoning, fork, titles).
 
 One live server (the session's) and one browser for the module (split by area, each module would
 start its own browser, seconds each on two cores); the page helpers are in ``browser_pages``.
@@ -415,7 +415,7 @@ def test_client_side_of_the_websocket_contracts(live_site, browser):
     live = {"id": answer_id, "role": "assistant", "content": "", "status": "streaming", "reasoning": ""}
     live.update(reasoning_seconds=None, siblings=[answer_id], sibling_index=0)
 
-    # Reasoning (contract #3): open and live while it streams, folded when the answer starts,
+    # Reasoning (the reasoning contract): open and live while it streams, folded when the answer starts,
     # "Thought for N seconds" when finished.
     socket.inject(type="thread", conversation=conversation, messages=[question, live])
     socket.inject(type="delta", message_id=answer_id, text="", reasoning="Let me think", **base)
@@ -429,7 +429,7 @@ def test_client_side_of_the_websocket_contracts(live_site, browser):
     expect(answer.get_by_role("status", name="Answer generating")).to_be_visible()
     assert_no_axe_violations(page, "an answer streaming after its reasoning")
 
-    # The watchdog (contract #1): heartbeats keep it quiet; 15 s of silence re-reads the thread.
+    # The watchdog contract: heartbeats keep it quiet; 15 s of silence re-reads the thread.
     opens = len(socket.sent_of("open"))
     threads = sum(1 for e in socket.received if e["type"] == "thread")
     for _ in range(4):
@@ -451,7 +451,7 @@ def test_client_side_of_the_websocket_contracts(live_site, browser):
     expect(answer.locator("details.reasoning")).not_to_have_attribute("open", "")
     expect(page.locator("#announcer")).to_have_text("Answer: Yes")
 
-    # Errors (contract #2) are shown and destroy nothing: the thread stays, the draft comes back.
+    # Errors are shown and destroy nothing (the errors contract): the thread stays, the draft comes back.
     prompt = page.get_by_role("textbox", name="Message")
     socket.held.add("send")
     prompt.fill("Tell me more")
@@ -479,7 +479,7 @@ def test_client_side_of_the_websocket_contracts(live_site, browser):
     editor.press("Escape")
     expect(page.locator("article.msg-user .msg-text")).to_have_text("Why?")
 
-    # Titles (contract #5) and fork (contract #4).
+    # The titles and fork contracts.
     socket.inject(type="title", conversation_id=conversation_id, title="A better title")
     expect(page.get_by_role("heading", name="A better title")).to_be_visible()
     # Hold the real fork: the server now forks for real, and only the injected reply must count.

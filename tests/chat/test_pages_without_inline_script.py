@@ -1,5 +1,6 @@
-"""The site's pages run under a CSP that allows scripts from 'self' only (contract #7): no inline
-script, no inline event handler, no style attribute, scripts and images from the site itself."""
+"""The site's pages run under a CSP that allows scripts from 'self' only (the no-inline-script
+contract in docs/interfaces.md): no inline script, no inline event handler, no style attribute,
+scripts and images from the site itself."""
 
 from __future__ import annotations
 

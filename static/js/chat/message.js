@@ -10,7 +10,8 @@ export function reasoningSummary(m) {
   return `Thought for ${n} second${n === 1 ? "" : "s"}`;
 }
 
-/** The collapsed "Thought for N seconds" block (contract #3); open and live while reasoning streams. */
+/** The collapsed "Thought for N seconds" block (the reasoning contract in docs/interfaces.md);
+ * open and live while reasoning streams. */
 function reasoningNode(m) {
   const details = document.createElement("details");
   details.className = "reasoning";

@@ -1,5 +1,5 @@
 /* The websocket: connects, reconnects with backoff, queues requests while it is down, and
- * re-reads the thread when a streaming answer goes quiet (contract #1 in docs/interfaces.md). */
+ * re-reads the thread when a streaming answer goes quiet (the watchdog contract in docs/interfaces.md). */
 
 import { isStreaming } from "./store.js";
 
