@@ -31,7 +31,7 @@ async def application(scope, receive, send):
     # several processes this one advertises itself (and fails over dead ones' answers)
     # before its first websocket arrives. Daphne has no startup hook to do it earlier.
     if scope["type"] != "lifespan":
-        from conversations.chat.answers import get_manager
+        from conversations.chat.manager import get_manager
 
         get_manager()
     return await router(scope, receive, send)

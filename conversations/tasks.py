@@ -4,8 +4,8 @@ worker runs them when ``REDIS_URL`` is set (``celery -A chatsite worker`` and on
 
 Each task is a thin wrapper: the work is in plain functions (``conversations.chat.titles``,
 ``conversations.transfer``, ``conversations.chat.housekeeping``, ``conversations.transfer.jobs``)
-that the tests call directly. Nothing here imports the inference engine: a worker never
-loads a model.
+that the tests call directly, and the site starts them by name (``conversations.enqueue``).
+Nothing here imports the inference engine: a worker never loads a model.
 """
 
 from __future__ import annotations
@@ -15,13 +15,14 @@ import logging
 from celery import shared_task
 from django.conf import settings
 
+from conversations import enqueue
 from conversations.chat import housekeeping, titles
 from conversations.transfer import jobs as data_jobs
 
 log = logging.getLogger(__name__)
 
 
-@shared_task(bind=True, max_retries=None)
+@shared_task(name=enqueue.GENERATE_TITLE, bind=True, max_retries=None)
 def generate_title(self, conversation_id: int) -> str | None:
     try:
         return titles.write_title(conversation_id, local_only=bool(self.request.is_eager))
@@ -40,12 +41,12 @@ def generate_title(self, conversation_id: int) -> str | None:
         return None
 
 
-@shared_task
+@shared_task(name=enqueue.RUN_EXPORT)
 def run_export(job_id: int) -> None:
     data_jobs.run_export(job_id)
 
 
-@shared_task
+@shared_task(name=enqueue.RUN_IMPORT)
 def run_import(job_id: int) -> None:
     data_jobs.run_import(job_id)
 

@@ -1,6 +1,6 @@
 """Admin for API keys (create with the key shown once, revoke) and the API usage log.
 
-Imported by conversations/admin.py.
+Imported by ``conversations.admin``, the admin registry.
 """
 
 from __future__ import annotations

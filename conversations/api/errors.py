@@ -139,6 +139,13 @@ def error_from_exception(exc: Exception) -> ApiError:
     return internal_error()
 
 
+def api_not_found(request: HttpRequest, path: str = "") -> HttpResponse:
+    """The view for unknown paths under /v1: OpenAI's error shape there too."""
+    return ApiError(
+        404, f"Unknown request URL: {request.method} {request.path}.", code="unknown_url"
+    ).response()
+
+
 def install_handlers(api: NinjaAPI, on_error) -> None:
     """Every exception becomes an OpenAI-shaped response; ``on_error(request, error)``
     records it. Unexpected exceptions are logged here and answered with a bare 500."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Max, Q, Sum
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
@@ -67,16 +67,3 @@ def revoke_api_key(request: HttpRequest, key_id: int) -> HttpResponse:
     key.revoke()
     messages.success(request, f"Revoked the key {key.prefix}….")
     return redirect("api_keys")
-
-
-def api_not_found(request: HttpRequest, path: str = "") -> JsonResponse:
-    """Unknown paths under /v1 answer in OpenAI's error shape too."""
-    body = {
-        "error": {
-            "message": f"Unknown request URL: {request.method} {request.path}.",
-            "type": "invalid_request_error",
-            "param": None,
-            "code": "unknown_url",
-        }
-    }
-    return JsonResponse(body, status=404)

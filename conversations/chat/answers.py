@@ -33,13 +33,13 @@ import asyncio
 import logging
 import time
 import uuid
-import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from django.conf import settings
 
+from conversations.chat import titles
 from conversations.chat.answer_rows import (
     HEARTBEAT_SECONDS,
     load_prompt_inputs,
@@ -382,10 +382,7 @@ class GenerationManager:
         await broadcast(
             conversation_group(gen.conversation_id), "finished", message_id=gen.message_id, message=message
         )
-        # Imported here: conversations.chat.titles builds on this module.
-        from conversations.chat.titles import answer_finished
-
-        answer_finished(gen.conversation_id, gen.message_id, status)
+        titles.answer_finished(gen.conversation_id, gen.message_id, status)
 
     async def _relay(self, gen: Generation) -> None:
         """New text and reasoning to the tabs of other processes, coalesced to at most
@@ -475,21 +472,3 @@ class GenerationManager:
 
 def _unrelayed(gen: Generation) -> bool:
     return len(gen.text) > gen.relayed or len(gen.reasoning.text) > gen.relayed_reasoning
-
-
-_managers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GenerationManager] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def get_manager() -> GenerationManager:
-    """The manager of the running event loop (one per process under Daphne)."""
-    loop = asyncio.get_running_loop()
-    manager = _managers.get(loop)
-    if manager is None:
-        manager = _managers[loop] = GenerationManager(loop)
-        if cluster.enabled() and settings.CLUSTER_ADVERTISE:
-            from conversations.cluster.process_loop import start_process_loop
-
-            start_process_loop(manager)
-    return manager

@@ -37,8 +37,9 @@ limit is reached), ``not_found`` (a message that is not in this user's open conv
 answer in the conversation. A conversation id that is not the user's closes the socket
 with code 4404.
 
-The cross-process pieces live in conversations/cluster/registry.py and process_loop.py, the
-database calls in consumer_queries.py, the tree logic in tree.py.
+The cross-process pieces live in ``conversations.cluster.registry`` and
+``conversations.cluster.process_loop``, the database calls in ``conversations.chat.queries``,
+the tree logic in ``conversations.chat.tree``.
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.db import DatabaseError
 
 from conversations.chat import tree as tree_ops
-from conversations.chat.answers import get_manager
 from conversations.chat.groups import broadcast, conversation_group, user_group
+from conversations.chat.manager import get_manager
 from conversations.chat.queries import (
     NotFound,
     get_conversation,

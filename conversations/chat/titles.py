@@ -4,7 +4,7 @@ The flow, with a real worker (``REDIS_URL`` set):
 
 1. A site process finishes a conversation's first answer and calls :func:`answer_finished`
    (on its event loop; nothing there blocks). That enqueues ``conversations.tasks.generate_title``
-   with ``delay_on_commit`` and makes sure the process serves title requests
+   after the commit (``conversations.enqueue``) and makes sure the process serves title requests
    (:func:`ensure_title_service`).
 2. The worker loads the first exchange and asks *a live site process's* engine for a title
    through the channel layer: it sends the prompt to the shared channel ``engine.titles``,
@@ -36,6 +36,7 @@ from django.db import close_old_connections, connections
 
 from conversations.chat.groups import broadcast, conversation_group, user_group
 from conversations.chat.tree import Tree
+from conversations.enqueue import GENERATE_TITLE, enqueue_on_commit
 from conversations.models import Conversation, Message
 from conversations.ops.engine_handle import aget_engine, engine_status
 
@@ -272,11 +273,9 @@ async def _enqueue(conversation_id: int, message_id: int) -> None:
 
 
 def _enqueue_sync(conversation_id: int, message_id: int) -> None:
-    from conversations.tasks import generate_title
-
     close_old_connections()
     try:
         if is_first_answer(message_id):
-            generate_title.delay_on_commit(conversation_id)
+            enqueue_on_commit(GENERATE_TITLE, conversation_id)
     finally:
         connections.close_all()  # this pool thread's connections only

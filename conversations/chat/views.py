@@ -6,32 +6,25 @@ and a conversation id that is not the user's is a 404, never a 403.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from functools import wraps
 
 from asgiref.sync import async_to_sync
 from django import forms
-from django.conf import settings
-from django.contrib.auth import login
-from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.db.models import Q
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, render
 from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from conversations.accounts.forms import SignUpForm
 from conversations.chat import tree as tree_ops
 from conversations.chat.answer_rows import mark_orphans_interrupted
 from conversations.chat.groups import broadcast, conversation_group, user_group
 from conversations.cluster.registry import PROCESS_ID, Liveness
 from conversations.cluster.registry import enabled as cluster_enabled
 from conversations.models import Conversation, Message
-from conversations.ops.engine_handle import engine_status
-from conversations.ops.health import channel_layer_ready, database_ready
 
 LIST_LIMIT = 100
 SEARCH_MAX_CHARS = 200
@@ -92,52 +85,6 @@ def home(request: HttpRequest) -> HttpResponse:
 @never_cache
 def conversation_page(request: HttpRequest, pk: int) -> HttpResponse:
     return _chat_page(request, _own_conversation(request, pk))
-
-
-class LoginView(auth_views.LoginView):
-    """Django's login page; it links to signup only while signup is open."""
-
-    def get_context_data(self, **kwargs):
-        return {**super().get_context_data(**kwargs), "allow_signup": settings.ALLOW_SIGNUP}
-
-
-def signup(request: HttpRequest) -> HttpResponse:
-    if not settings.ALLOW_SIGNUP:
-        raise Http404("Signup is closed on this site.")
-    if request.user.is_authenticated:
-        return redirect("home")
-    form = SignUpForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        user = form.save()
-        login(request, user)
-        return redirect("home")
-    return render(request, "registration/signup.html", {"form": form})
-
-
-@never_cache
-async def healthz(request: HttpRequest) -> JsonResponse:
-    """Readiness: 200 only when the database, the channel layer and the engine are ready,
-    else 503 with the same JSON (a load balancer tells "starting" from "serving")."""
-    (db_ok, db_detail), (layer_ok, layer_detail) = await asyncio.gather(
-        database_ready(), channel_layer_ready()
-    )
-    engine = engine_status()
-    ok = db_ok and layer_ok and engine["ready"]
-    body = {
-        "ok": ok,
-        "database": {"ready": db_ok, "detail": db_detail},
-        "channel_layer": {"ready": layer_ok, "detail": layer_detail},
-        "engine": engine,
-        # Which process answered (several may serve the site; see conversations.cluster.registry).
-        "process": {"id": PROCESS_ID, "cluster": cluster_enabled()},
-    }
-    return JsonResponse(body, status=200 if ok else 503)
-
-
-@never_cache
-def livez(request: HttpRequest) -> JsonResponse:
-    """Liveness: 200 as long as the process serves HTTP; checks nothing else."""
-    return JsonResponse({"ok": True})
 
 
 # --- JSON: the conversation list -----------------------------------------------------

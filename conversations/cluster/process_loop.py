@@ -1,6 +1,7 @@
 """What each process does in the background when several serve the site (REDIS_URL set).
 
-Started once per event loop with its :class:`~conversations.chat.answers.GenerationManager`:
+Started once per event loop with its :class:`~conversations.chat.answers.GenerationManager`
+(by ``conversations.chat.manager``):
 
 - **Advertise** every ``ADVERTISE_SECONDS``: alive, engine ready, load (running, waiting,
   free KV, live answers) and the channel this process listens on; also which
@@ -22,13 +23,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.db import transaction
 from django.utils import timezone
 
-from conversations.chat.answers import GenerationManager
 from conversations.chat.groups import broadcast, conversation_group
 from conversations.chat.retention import get_retention
 from conversations.chat.tree import message_dict
@@ -36,6 +37,9 @@ from conversations.cluster import registry as cluster
 from conversations.cluster.registry import PROCESS_ID, ProcessInfo
 from conversations.models import Message
 from conversations.ops.engine_handle import current_engine
+
+if TYPE_CHECKING:
+    from conversations.chat.answers import GenerationManager
 
 log = logging.getLogger(__name__)
 

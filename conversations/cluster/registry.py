@@ -11,7 +11,7 @@ process advertises itself in Redis with a short expiry and reads the others' ent
 - ``{prefix}:proc:{pid}`` — JSON ``{channel, ready, running, waiting, free_kv, live}``,
   expiring ``PROCESS_TTL_SECONDS`` after the latest refresh: a process that died is gone
   from routing within that time, and its answers are failed over (see
-  ``conversations.failover``);
+  ``conversations.cluster.process_loop.fail_over``);
 - ``{prefix}:watch:{conversation_id}`` — a hash ``pid -> unix expiry``: the processes with
   a tab showing that conversation, so the owner of a live answer runs its grace period
   only when no tab anywhere shows it.

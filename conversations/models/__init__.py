@@ -1,5 +1,6 @@
 from conversations.models.api import ApiKey, ApiRequest
 from conversations.models.chat import Conversation, Message
 from conversations.models.jobs import DataJob
+from conversations.models.ops import EngineStatus
 
-__all__ = ["ApiKey", "ApiRequest", "Conversation", "DataJob", "Message"]
+__all__ = ["ApiKey", "ApiRequest", "Conversation", "DataJob", "EngineStatus", "Message"]

@@ -125,13 +125,3 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.role}: {self.content[:40]}"
-
-
-class EngineStatus(models.Model):
-    """No table: gives the admin a read-only "Engine status" page (see conversations.admin)."""
-
-    class Meta:
-        managed = False
-        verbose_name = "engine status"
-        verbose_name_plural = "engine status"
-        default_permissions = ("view",)

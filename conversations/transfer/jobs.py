@@ -8,6 +8,7 @@ import logging
 from django.db import transaction
 from django.utils import timezone
 
+from conversations.enqueue import RUN_EXPORT, RUN_IMPORT, enqueue_on_commit
 from conversations.models import Conversation, DataJob, Message
 from conversations.transfer import InvalidFile, export_json, export_markdown, import_bytes, render_json
 
@@ -31,21 +32,17 @@ def render_export(owner, fmt: str, conversation_id: int | None = None) -> bytes:
 
 
 def start_export(owner, fmt: str) -> DataJob:
-    from conversations.tasks import run_export
-
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
     job = DataJob.objects.create(
         owner=owner, kind=DataJob.Kind.EXPORT, format=fmt, filename=f"conversations-{stamp}.{EXTENSIONS[fmt]}"
     )
-    run_export.delay_on_commit(job.pk)
+    enqueue_on_commit(RUN_EXPORT, job.pk)
     return job
 
 
 def start_import(owner, filename: str, raw: bytes) -> DataJob:
-    from conversations.tasks import run_import
-
     job = DataJob.objects.create(owner=owner, kind=DataJob.Kind.IMPORT, filename=filename[:200], payload=raw)
-    run_import.delay_on_commit(job.pk)
+    enqueue_on_commit(RUN_IMPORT, job.pk)
     return job
 
 

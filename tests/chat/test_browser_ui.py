@@ -374,13 +374,8 @@ def test_client_side_of_the_websocket_contracts(live_site, browser):
     page = context.new_page()
     problems = Problems(page)
     sign_up(page, url, "contracts")
-    from conversations.models import Message
-
-    # Issue 12 adds these fields on another branch; until they exist the payload shape is tested alone.
-    saved_reasoning = {f.name for f in Message._meta.get_fields()} >= {"reasoning", "reasoning_seconds"}
     saved = {"role": "assistant", "content": "Because.", "status": "complete"}
-    if saved_reasoning:
-        saved.update(reasoning="Saved thoughts.", reasoning_seconds=2.2)
+    saved.update(reasoning="Saved thoughts.", reasoning_seconds=2.2)
     conversation_id, (question_id, answer_id) = make_conversation(
         "contracts", [{"role": "user", "content": "Why?"}, saved]
     )
@@ -390,9 +385,8 @@ def test_client_side_of_the_websocket_contracts(live_site, browser):
     page.goto(f"{url}/c/{conversation_id}/")
     answer = page.locator("article.msg-assistant")
     expect(answer.locator(".msg-content")).to_have_text("Because.")
-    if saved_reasoning:
-        expect(answer.locator("details.reasoning summary")).to_have_text("Thought for 2 seconds")
-        expect(answer.locator("details.reasoning")).not_to_have_attribute("open", "")
+    expect(answer.locator("details.reasoning summary")).to_have_text("Thought for 2 seconds")
+    expect(answer.locator("details.reasoning")).not_to_have_attribute("open", "")
     base = {"conversation_id": conversation_id}
     conversation = {
         "id": conversation_id,

@@ -25,7 +25,7 @@ def test_healthz_needs_no_login(client):
 
 @pytest.mark.django_db(transaction=True)
 def test_healthz_is_503_until_the_engine_is_ready_and_200_after(client, monkeypatch):
-    from conversations.chat import views
+    from conversations.ops import views
 
     monkeypatch.setattr(views, "engine_status", lambda: {"ready": False, "state": "loading"})
     response = client.get("/healthz")
@@ -39,8 +39,7 @@ def test_healthz_is_503_until_the_engine_is_ready_and_200_after(client, monkeypa
 def test_healthz_is_503_when_the_channel_layer_does_not_answer_in_time(client, monkeypatch):
     import asyncio
 
-    from conversations.chat import views
-    from conversations.ops import health
+    from conversations.ops import health, views
 
     class HangingLayer:
         async def new_channel(self):

@@ -4,22 +4,66 @@
 import { api, toast, announce } from "./dom.js";
 import { createSocket } from "./socket.js";
 
-export function createActions(store, boot) {
-  const urls = boot.urls;
+/* The conversation list, fetched again `delay` ms after the latest call (calls in between coalesce). */
+function listRefresher(store, listUrl) {
   let listTimer = 0;
+  return function refreshConversations(delay = 0) {
+    clearTimeout(listTimer);
+    listTimer = setTimeout(async () => {
+      const query = store.state.query;
+      try {
+        const data = await api(`${listUrl}?q=${encodeURIComponent(query)}`);
+        store.dispatch({ type: "conversations", query, conversations: data.conversations });
+      } catch (err) {
+        /* the next event will retry */
+      }
+    }, delay);
+  };
+}
 
-  const socket = createSocket({
-    url: urls.websocket,
-    store,
-    onEvent: handleServerEvent,
-    onClosed(code) {
-      if (code === 4404) {
-        toast("That conversation does not exist.", "not_found");
+/* What a server event changes, through the store, the socket and the navigation actions. */
+function handleServerEvent(data, { store, socket, show, openConversation, refreshConversations }) {
+  switch (data.type) {
+    case "thread":
+      store.dispatch({ type: "thread", conversation: data.conversation, messages: data.messages });
+      break;
+    case "started":
+    case "delta":
+    case "finished":
+      store.dispatch(data);
+      if (data.type === "finished" && data.message.status === "error") toast(data.message.error || "The answer failed.", "server_error");
+      break;
+    case "title":
+      store.dispatch(data);
+      break;
+    case "conversations":
+      refreshConversations(150);
+      break;
+    case "forked":
+      refreshConversations();
+      openConversation(data.conversation_id, true);
+      announce("Opened the new conversation.");
+      break;
+    case "deleted":
+      if (data.conversation_id === store.state.conversationId) {
+        toast("This conversation was deleted.");
         show(null, true);
       }
-    },
-  });
+      refreshConversations();
+      break;
+    case "error":
+      // Shown, never acted on destructively: the socket stays open and nothing is cleared.
+      store.dispatch({ type: "error", code: data.code || "", message_id: data.message_id, detail: data.detail });
+      toast(data.detail || "Something went wrong.", data.code || "");
+      if (data.code === "not_found") socket.reopen();
+      break;
+    default:
+      break; // heartbeat and pong only feed the socket's watchdog
+  }
+}
 
+/* Requests about the open conversation's messages, sent over the socket. */
+function messageRequests(store, socket) {
   function conversationRequest(type, fields) {
     socket.send({ type, conversation_id: store.state.conversationId, ...fields });
   }
@@ -30,58 +74,36 @@ export function createActions(store, boot) {
     store.dispatch({ type: "sending", value: true });
   }
 
-  function handleServerEvent(data) {
-    switch (data.type) {
-      case "thread":
-        store.dispatch({ type: "thread", conversation: data.conversation, messages: data.messages });
-        break;
-      case "started":
-      case "delta":
-      case "finished":
-        store.dispatch(data);
-        if (data.type === "finished" && data.message.status === "error") toast(data.message.error || "The answer failed.", "server_error");
-        break;
-      case "title":
-        store.dispatch(data);
-        break;
-      case "conversations":
-        refreshConversations(150);
-        break;
-      case "forked":
-        refreshConversations();
-        openConversation(data.conversation_id, true);
-        announce("Opened the new conversation.");
-        break;
-      case "deleted":
-        if (data.conversation_id === store.state.conversationId) {
-          toast("This conversation was deleted.");
-          show(null, true);
-        }
-        refreshConversations();
-        break;
-      case "error":
-        // Shown, never acted on destructively: the socket stays open and nothing is cleared.
-        store.dispatch({ type: "error", code: data.code || "", message_id: data.message_id, detail: data.detail });
-        toast(data.detail || "Something went wrong.", data.code || "");
-        if (data.code === "not_found") socket.reopen();
-        break;
-      default:
-        break; // heartbeat and pong only feed the socket's watchdog
-    }
-  }
+  return {
+    stop() {
+      store.state.messages
+        .filter((m) => m.status === "streaming")
+        .forEach((m) => conversationRequest("stop", { message_id: m.id }));
+    },
+    edit: (messageId, content) => answerRequest("edit", { message_id: messageId, content }),
+    regenerate: (messageId) => answerRequest("regenerate", { message_id: messageId }),
+    switchTo: (messageId) => conversationRequest("switch", { message_id: messageId }),
+    deleteMessage: (messageId) => conversationRequest("delete", { message_id: messageId }),
+    fork: (messageId) => conversationRequest("fork", { message_id: messageId }),
+  };
+}
 
-  function refreshConversations(delay = 0) {
-    clearTimeout(listTimer);
-    listTimer = setTimeout(async () => {
-      const query = store.state.query;
-      try {
-        const data = await api(`${urls.list}?q=${encodeURIComponent(query)}`);
-        store.dispatch({ type: "conversations", query, conversations: data.conversations });
-      } catch (err) {
-        /* the next event will retry */
+export function createActions(store, boot) {
+  const urls = boot.urls;
+  const refreshConversations = listRefresher(store, urls.list);
+  const app = { store, show, openConversation, refreshConversations };
+  const socket = createSocket({
+    url: urls.websocket,
+    store,
+    onEvent: (data) => handleServerEvent(data, app),
+    onClosed(code) {
+      if (code === 4404) {
+        toast("That conversation does not exist.", "not_found");
+        show(null, true);
       }
-    }, delay);
-  }
+    },
+  });
+  app.socket = socket;
 
   function show(id, push, conversation) {
     store.dispatch({ type: "show", id, conversation });
@@ -110,6 +132,7 @@ export function createActions(store, boot) {
     openConversation,
     ensureConversation,
     show,
+    ...messageRequests(store, socket),
     async send(content) {
       const id = await ensureConversation();
       const messages = store.state.messages;
@@ -117,16 +140,6 @@ export function createActions(store, boot) {
       socket.send({ type: "send", conversation_id: id, content, parent_id: leaf ? leaf.id : null });
       store.dispatch({ type: "sending", value: true });
     },
-    stop() {
-      store.state.messages
-        .filter((m) => m.status === "streaming")
-        .forEach((m) => conversationRequest("stop", { message_id: m.id }));
-    },
-    edit: (messageId, content) => answerRequest("edit", { message_id: messageId, content }),
-    regenerate: (messageId) => answerRequest("regenerate", { message_id: messageId }),
-    switchTo: (messageId) => conversationRequest("switch", { message_id: messageId }),
-    deleteMessage: (messageId) => conversationRequest("delete", { message_id: messageId }),
-    fork: (messageId) => conversationRequest("fork", { message_id: messageId }),
     setQuery(query) {
       store.dispatch({ type: "query", query });
       refreshConversations(200);

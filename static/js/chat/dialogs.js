@@ -2,6 +2,7 @@
  * back to where it was when it closes. */
 
 import { $ } from "./dom.js";
+import { SHORTCUTS, chordKeys } from "./shortcuts.js";
 
 function showModal(dialog) {
   const opener = document.activeElement;
@@ -26,6 +27,33 @@ export function confirm(title, text, confirmLabel = "Delete") {
     dialog.addEventListener("close", () => resolve(dialog.returnValue === "confirm"), { once: true });
     showModal(dialog);
   });
+}
+
+function keysCell(shortcut) {
+  const cell = document.createElement("td");
+  shortcut.chords.forEach((chord, i) => {
+    if (i > 0) cell.append(shortcut.joiner ?? " or ");
+    chordKeys(chord).forEach((name, j) => {
+      if (j > 0) cell.append(" + ");
+      const kbd = document.createElement("kbd");
+      kbd.textContent = name;
+      cell.append(kbd);
+    });
+  });
+  if (shortcut.where) cell.append(` ${shortcut.where}`);
+  return cell;
+}
+
+/* Fills the help dialog's table from the one list of shortcuts. */
+export function renderHelp() {
+  const rows = SHORTCUTS.map((shortcut) => {
+    const action = document.createElement("td");
+    action.textContent = shortcut.action;
+    const row = document.createElement("tr");
+    row.append(keysCell(shortcut), action);
+    return row;
+  });
+  $("shortcut-rows").replaceChildren(...rows);
 }
 
 export function openHelp() {

@@ -6,41 +6,13 @@ import { confirm } from "./dialogs.js";
 
 const SETTINGS = ["system_prompt", "temperature", "top_p", "top_k", "max_tokens"];
 
-export function createHeader(store, actions) {
+/* Rename in place: the title gives way to a text field until it is saved or cancelled. */
+function installRename(store, actions) {
   const title = $("conversation-title");
   const renameBtn = $("rename");
   const renameForm = $("rename-form");
   const renameInput = $("rename-input");
-  const panel = $("settings-panel");
-  const settingsToggle = $("settings-toggle");
-  const form = $("settings-form");
-  const saved = $("settings-saved");
-  const menuBtn = $("conversation-menu-toggle");
-  const menu = $("conversation-menu");
 
-  function render() {
-    const c = store.state.conversation;
-    title.textContent = c ? c.title : "New chat";
-    document.title = c ? `${c.title} · Chat` : "Chat";
-    renameBtn.disabled = !c;
-    menuBtn.disabled = !c;
-    if (c) {
-      $("export-json").href = `/conversations/${c.id}/export.json`;
-      $("export-md").href = `/conversations/${c.id}/export.md`;
-      fillSettings(c);
-    } else {
-      closeMenu(false);
-      panel.hidden = true;
-      settingsToggle.setAttribute("aria-expanded", "false");
-    }
-  }
-
-  function fillSettings(c) {
-    if (panel.contains(document.activeElement)) return;
-    for (const name of SETTINGS) form.elements[name].value = c[name];
-  }
-
-  // Rename ------------------------------------------------------------------------------
   function startRename() {
     if (!store.state.conversation) return;
     renameInput.value = store.state.conversation.title;
@@ -73,9 +45,33 @@ export function createHeader(store, actions) {
       toast(err.message);
     }
   });
+}
 
-  // Settings ----------------------------------------------------------------------------
-  async function toggleSettings() {
+function settingsError(err) {
+  const errors = err.data && err.data.errors;
+  const first = errors && Object.entries(errors)[0];
+  return first ? `${first[0].replace("_", " ")}: ${first[1][0].message}` : err.message;
+}
+
+/* The conversation's settings (system prompt and sampling), in a panel that opens below the header. */
+function createSettingsPanel(store, actions) {
+  const panel = $("settings-panel");
+  const settingsToggle = $("settings-toggle");
+  const form = $("settings-form");
+  const saved = $("settings-saved");
+  let savedTimer;
+
+  function fill(c) {
+    if (panel.contains(document.activeElement)) return;
+    for (const name of SETTINGS) form.elements[name].value = c[name];
+  }
+
+  function hide() {
+    panel.hidden = true;
+    settingsToggle.setAttribute("aria-expanded", "false");
+  }
+
+  async function toggle() {
     const opening = panel.hidden;
     if (opening) {
       try {
@@ -89,23 +85,14 @@ export function createHeader(store, actions) {
     settingsToggle.setAttribute("aria-expanded", String(opening));
     saved.textContent = "";
     if (opening) {
-      fillSettings(store.state.conversation);
+      fill(store.state.conversation);
       form.elements.system_prompt.focus();
     } else {
       settingsToggle.focus();
     }
   }
-  settingsToggle.addEventListener("click", toggleSettings);
-  $("settings-close").addEventListener("click", toggleSettings);
-  panel.addEventListener("keydown", (e) => {
-    if (e.key === "Escape") {
-      e.stopPropagation();
-      toggleSettings();
-    }
-  });
-  let savedTimer;
-  form.addEventListener("submit", async (e) => {
-    e.preventDefault();
+
+  async function save() {
     if (!store.state.conversation) return;
     const f = form.elements;
     const body = { system_prompt: f.system_prompt.value };
@@ -117,42 +104,83 @@ export function createHeader(store, actions) {
       clearTimeout(savedTimer);
       savedTimer = setTimeout(() => (saved.textContent = ""), 2500);
     } catch (err) {
-      const errors = err.data && err.data.errors;
-      const first = errors && Object.entries(errors)[0];
-      toast(first ? `${first[0].replace("_", " ")}: ${first[1][0].message}` : err.message, "invalid");
+      toast(settingsError(err), "invalid");
+    }
+  }
+
+  settingsToggle.addEventListener("click", toggle);
+  $("settings-close").addEventListener("click", toggle);
+  panel.addEventListener("keydown", (e) => {
+    if (e.key === "Escape") {
+      e.stopPropagation();
+      toggle();
     }
   });
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    save();
+  });
+  return { fill, hide, toggle };
+}
 
-  // The conversation menu (a disclosure: links and one button, reached with Tab) -------------
-  function openMenu() {
+/* The conversation menu (a disclosure: links and one button, reached with Tab). */
+function createConversationMenu() {
+  const menuBtn = $("conversation-menu-toggle");
+  const menu = $("conversation-menu");
+
+  function open() {
     menu.hidden = false;
     menuBtn.setAttribute("aria-expanded", "true");
     menu.querySelector("a, button").focus();
   }
-  function closeMenu(returnFocus = true) {
+  function close(returnFocus = true) {
     if (menu.hidden) return;
     menu.hidden = true;
     menuBtn.setAttribute("aria-expanded", "false");
     if (returnFocus) menuBtn.focus();
   }
-  menuBtn.addEventListener("click", () => (menu.hidden ? openMenu() : closeMenu()));
+  menuBtn.addEventListener("click", () => (menu.hidden ? open() : close()));
   menu.addEventListener("keydown", (e) => {
     if (e.key === "Escape") {
       e.stopPropagation();
-      closeMenu();
+      close();
     }
   });
   document.addEventListener("click", (e) => {
-    if (!menu.hidden && !menu.contains(e.target) && !menuBtn.contains(e.target)) closeMenu(false);
+    if (!menu.hidden && !menu.contains(e.target) && !menuBtn.contains(e.target)) close(false);
   });
   menu.addEventListener("focusout", (e) => {
-    if (e.relatedTarget && !menu.contains(e.relatedTarget) && e.relatedTarget !== menuBtn) closeMenu(false);
+    if (e.relatedTarget && !menu.contains(e.relatedTarget) && e.relatedTarget !== menuBtn) close(false);
   });
+  return { close };
+}
+
+export function createHeader(store, actions) {
+  const title = $("conversation-title");
+  installRename(store, actions);
+  const settings = createSettingsPanel(store, actions);
+  const menu = createConversationMenu();
+
+  function render() {
+    const c = store.state.conversation;
+    title.textContent = c ? c.title : "New chat";
+    document.title = c ? `${c.title} · Chat` : "Chat";
+    $("rename").disabled = !c;
+    $("conversation-menu-toggle").disabled = !c;
+    if (c) {
+      $("export-json").href = `/conversations/${c.id}/export.json`;
+      $("export-md").href = `/conversations/${c.id}/export.md`;
+      settings.fill(c);
+    } else {
+      menu.close(false);
+      settings.hide();
+    }
+  }
 
   async function deleteConversation() {
     const c = store.state.conversation;
     if (!c) return;
-    closeMenu(false);
+    menu.close(false);
     const ok = await confirm("Delete this chat?", `“${c.title}” and all its messages will be deleted.`);
     if (!ok) return;
     try {
@@ -168,5 +196,5 @@ export function createHeader(store, actions) {
     if (["show", "thread", "conversation", "title"].includes(action.type)) render();
   });
   render();
-  return { deleteConversation, toggleSettings };
+  return { deleteConversation, toggleSettings: settings.toggle };
 }

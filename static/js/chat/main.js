@@ -4,7 +4,7 @@
 import { $, toast } from "./dom.js";
 import { createActions } from "./actions.js";
 import { createComposer } from "./composer.js";
-import { confirm, openHelp } from "./dialogs.js";
+import { confirm, openHelp, renderHelp } from "./dialogs.js";
 import { createHeader } from "./header.js";
 import { installShortcuts } from "./keyboard.js";
 import { createSidebar } from "./sidebar.js";
@@ -30,6 +30,7 @@ async function newChat() {
 }
 
 $("new-chat").addEventListener("click", newChat);
+renderHelp();
 $("help-open").addEventListener("click", openHelp);
 store.subscribe((state, action) => {
   if (action.type === "connection") {

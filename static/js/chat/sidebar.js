@@ -5,19 +5,18 @@ import { $, timeAgo } from "./dom.js";
 
 const NARROW = window.matchMedia("(max-width: 820px)");
 
-export function createSidebar(store, actions) {
+/* The drawer's open and shut states; only one side takes focus on a phone: the open drawer,
+ * or the page with the drawer shut. */
+function createDrawer() {
   const app = $("app");
   const sidebar = $("sidebar");
   const main = $("main");
   const scrim = $("scrim");
   const openBtn = $("open-sidebar");
-  const list = $("conversation-list");
-  const listEmpty = $("conversation-empty");
   const search = $("search");
 
   const isOpen = () => app.classList.contains("sidebar-open");
 
-  /** Only one side takes focus on a phone: the open drawer, or the page with the drawer shut. */
   function syncInert() {
     const narrow = NARROW.matches;
     sidebar.inert = narrow && !isOpen();
@@ -42,31 +41,62 @@ export function createSidebar(store, actions) {
     if (returnFocus && hadFocus && NARROW.matches) openBtn.focus();
   }
 
+  $("close-sidebar").addEventListener("click", () => close());
+  openBtn.addEventListener("click", () => open());
+  scrim.addEventListener("click", () => close());
+  sidebar.addEventListener("keydown", (e) => {
+    if (e.key === "Escape" && isOpen()) {
+      e.stopPropagation();
+      close();
+    }
+  });
+  NARROW.addEventListener("change", () => {
+    if (!NARROW.matches) close(false);
+    syncInert();
+  });
+  syncInert();
+  return { isOpen, open, close };
+}
+
+/* One conversation's link; a plain click opens it in this page (`onOpen`), a modified one is
+ * left to the browser (a new tab or window). */
+function conversationItem(c, active, onOpen) {
+  const li = document.createElement("li");
+  const a = document.createElement("a");
+  a.href = `/c/${c.id}/`;
+  a.className = "conversation-link" + (active ? " active" : "");
+  if (active) a.setAttribute("aria-current", "page");
+  const title = document.createElement("span");
+  title.className = "conversation-name";
+  title.textContent = c.title;
+  const meta = document.createElement("span");
+  meta.className = "conversation-meta";
+  meta.textContent = c.snippet || timeAgo(c.updated_at);
+  a.append(title, meta);
+  a.addEventListener("click", (event) => {
+    if (event.metaKey || event.ctrlKey || event.shiftKey || event.button !== 0) return;
+    event.preventDefault();
+    onOpen(c.id);
+  });
+  li.appendChild(a);
+  return li;
+}
+
+export function createSidebar(store, actions) {
+  const list = $("conversation-list");
+  const listEmpty = $("conversation-empty");
+  const search = $("search");
+  const drawer = createDrawer();
+
+  function openFromList(id) {
+    actions.openConversation(id, true);
+    drawer.close(false);
+    $("prompt").focus();
+  }
+
   function render() {
     const state = store.state;
-    const items = state.conversations.map((c) => {
-      const li = document.createElement("li");
-      const a = document.createElement("a");
-      a.href = `/c/${c.id}/`;
-      a.className = "conversation-link" + (c.id === state.conversationId ? " active" : "");
-      if (c.id === state.conversationId) a.setAttribute("aria-current", "page");
-      const title = document.createElement("span");
-      title.className = "conversation-name";
-      title.textContent = c.title;
-      const meta = document.createElement("span");
-      meta.className = "conversation-meta";
-      meta.textContent = c.snippet || timeAgo(c.updated_at);
-      a.append(title, meta);
-      a.addEventListener("click", (event) => {
-        if (event.metaKey || event.ctrlKey || event.shiftKey || event.button !== 0) return;
-        event.preventDefault();
-        actions.openConversation(c.id, true);
-        close(false);
-        $("prompt").focus();
-      });
-      li.appendChild(a);
-      return li;
-    });
+    const items = state.conversations.map((c) => conversationItem(c, c.id === state.conversationId, openFromList));
     const focusedId = list.contains(document.activeElement) ? document.activeElement.getAttribute("href") : null;
     list.replaceChildren(...items);
     if (focusedId) {
@@ -77,28 +107,15 @@ export function createSidebar(store, actions) {
     listEmpty.textContent = state.query ? "No chats match your search." : "No conversations yet.";
   }
 
-  $("close-sidebar").addEventListener("click", () => close());
-  openBtn.addEventListener("click", () => open());
-  scrim.addEventListener("click", () => close());
-  sidebar.addEventListener("keydown", (e) => {
-    if (e.key === "Escape" && isOpen()) {
-      e.stopPropagation();
-      close();
-    }
-  });
   search.addEventListener("input", () => actions.setQuery(search.value.trim()));
-  NARROW.addEventListener("change", () => {
-    if (!NARROW.matches) close(false);
-    syncInert();
-  });
   setInterval(() => store.state.query || render(), 60000);
 
   store.subscribe((state, action) => {
     if (["conversations", "show", "thread", "title", "conversation"].includes(action.type)) render();
   });
-  syncInert();
   render();
 
+  const { open, close, isOpen } = drawer;
   return {
     open,
     close,

@@ -8,65 +8,82 @@ import { findMessage, isBusy, lastUserMessage } from "./store.js";
 
 const ANNOUNCE_CHARS = 600;
 
-export function createThreadView(store, actions, { confirm }) {
+/** The element to focus after a re-render: the same control, its group's other control, or the composer. */
+function focusKeyOf(thread, el) {
+  return el && thread.contains(el) && el.dataset ? el.dataset.focusKey : null;
+}
+
+function restoreFocus(thread, key) {
+  if (!key) return;
+  const [index] = key.split(":");
+  const candidates = [key, `${index}:prev`, `${index}:next`];
+  for (const k of candidates) {
+    const el = thread.querySelector(`[data-focus-key="${k}"]`);
+    if (el && !el.disabled) {
+      el.focus();
+      return;
+    }
+  }
+  $("prompt").focus();
+}
+
+/* The streamed text and reasoning of a drawn message, updated in place; false when the message
+ * must be drawn again instead (its first reasoning text: the block appears). */
+function updateStreamed(article, m) {
+  const reasoning = article.querySelector(".reasoning");
+  if (m.reasoning && !reasoning) return false;
+  if (reasoning) {
+    reasoning.querySelector(".reasoning-body").textContent = m.reasoning;
+    reasoning.querySelector("summary").textContent = reasoningSummary(m);
+    if (m.content && !reasoning.dataset.folded) {
+      reasoning.open = false; // the answer has begun: fold the thoughts away once
+      reasoning.dataset.folded = "1";
+    }
+  }
+  const content = article.querySelector(".msg-content");
+  if (m.content) renderMarkdown(content, m.content, true);
+  return true;
+}
+
+function announceFinished(thread, message) {
+  if (message.role !== "assistant") return;
+  if (message.status === "interrupted") announce("Answer stopped.");
+  else if (message.status === "error") announce(`The answer failed: ${message.error || ""}`);
+  else {
+    const article = thread.querySelector(`[data-id="${message.id}"] .msg-content`);
+    let text = article ? article.textContent.trim() : message.content;
+    if (text.length > ANNOUNCE_CHARS) text = text.slice(0, ANNOUNCE_CHARS) + "…";
+    announce(`Answer: ${text}`);
+  }
+}
+
+/* Drawing the thread: all of it, one message, or the streamed text of some at most once per
+ * frame. `context()` gives what message.js needs beyond the message (edit state, actions). */
+function createRenderer(store, context) {
   const scroll = $("thread-scroll");
   const thread = $("thread");
   const empty = $("empty-state");
   const dirty = new Set();
   let frame = 0;
-  let editing = null; // {id, draft}: the one message being edited, kept across re-renders
-  let submittedEdit = null; // an edit the server has not accepted yet: an error reopens it
 
   const nearBottom = () => scroll.scrollHeight - scroll.scrollTop - scroll.clientHeight < 120;
   function scrollToBottom(smooth) {
     scroll.scrollTo({ top: scroll.scrollHeight, behavior: smooth && !prefersReducedMotion() ? "smooth" : "auto" });
   }
 
-  const ctx = () => {
-    const state = store.state;
-    return {
-      busy: isBusy(state),
-      actions,
-      editing,
-      startEdit,
-      endEdit,
-      confirmDeleteMessage,
-      isLast: false,
-    };
-  };
-
-  function node(m, index, context) {
+  function node(m, index, ctx) {
     const last = store.state.messages[store.state.messages.length - 1];
-    return messageNode(m, index, { ...context, isLast: last && last.id === m.id });
-  }
-
-  /** The element to focus after a re-render: the same control, its group's other control, or the composer. */
-  function focusKeyOf(el) {
-    return el && thread.contains(el) && el.dataset ? el.dataset.focusKey : null;
-  }
-  function restoreFocus(key) {
-    if (!key) return;
-    const [index] = key.split(":");
-    const candidates = [key, `${index}:prev`, `${index}:next`];
-    for (const k of candidates) {
-      const el = thread.querySelector(`[data-focus-key="${k}"]`);
-      if (el && !el.disabled) {
-        el.focus();
-        return;
-      }
-    }
-    $("prompt").focus();
+    return messageNode(m, index, { ...ctx, isLast: last && last.id === m.id });
   }
 
   function renderAll() {
     const state = store.state;
     const stick = nearBottom() || thread.childElementCount === 0;
-    const focusKey = focusKeyOf(document.activeElement);
-    if (editing && !findMessage(state, editing.id)) editing = null;
-    const context = ctx();
-    thread.replaceChildren(...state.messages.map((m, i) => node(m, i, context)));
+    const focusKey = focusKeyOf(thread, document.activeElement);
+    const ctx = context();
+    thread.replaceChildren(...state.messages.map((m, i) => node(m, i, ctx)));
     empty.hidden = state.messages.length > 0;
-    restoreFocus(focusKey);
+    restoreFocus(thread, focusKey);
     if (stick) scrollToBottom(false);
   }
 
@@ -76,9 +93,9 @@ export function createThreadView(store, actions, { confirm }) {
     const old = thread.querySelector(`[data-id="${id}"]`);
     if (index < 0 || !old) return;
     const stick = nearBottom();
-    const focusKey = focusKeyOf(document.activeElement);
-    old.replaceWith(node(state.messages[index], index, ctx()));
-    restoreFocus(focusKey);
+    const focusKey = focusKeyOf(thread, document.activeElement);
+    old.replaceWith(node(state.messages[index], index, context()));
+    restoreFocus(thread, focusKey);
     if (stick) scrollToBottom(false);
   }
 
@@ -93,54 +110,104 @@ export function createThreadView(store, actions, { confirm }) {
       for (const dirtyId of dirty) {
         const m = findMessage(store.state, dirtyId);
         const article = m && thread.querySelector(`[data-id="${dirtyId}"]`);
-        if (!article) continue;
-        const reasoning = article.querySelector(".reasoning");
-        if (m.reasoning && !reasoning) {
-          renderOne(m.id); // the first reasoning text: the block appears
-          continue;
-        }
-        if (reasoning) {
-          reasoning.querySelector(".reasoning-body").textContent = m.reasoning;
-          reasoning.querySelector("summary").textContent = reasoningSummary(m);
-          if (m.content && !reasoning.dataset.folded) {
-            reasoning.open = false; // the answer has begun: fold the thoughts away once
-            reasoning.dataset.folded = "1";
-          }
-        }
-        const content = article.querySelector(".msg-content");
-        if (m.content) renderMarkdown(content, m.content, true);
+        if (article && !updateStreamed(article, m)) renderOne(m.id);
       }
       dirty.clear();
       if (stick) scrollToBottom(false);
     });
   }
 
-  function startEdit(m) {
+  return {
+    thread,
+    renderAll,
+    renderOne,
+    scheduleFrame,
+    forget: (id) => dirty.delete(id),
+    restoreFocus: (key) => restoreFocus(thread, key),
+  };
+}
+
+/* Editing a question in place: one message at a time, kept across re-renders; an edit the
+ * server refuses opens again with its text. */
+function createEditing(store, actions, view) {
+  let editing = null; // {id, draft}: the one message being edited
+  let submitted = null; // an edit the server has not accepted yet: an error reopens it
+
+  function focusEditArea() {
+    const area = view.thread.querySelector(".edit-area");
+    if (area) area.focus();
+    return area;
+  }
+
+  function start(m) {
     editing = { id: m.id, draft: m.content };
-    renderOne(m.id);
-    const area = thread.querySelector(".edit-area");
+    view.renderOne(m.id);
+    const area = focusEditArea();
     if (area) {
-      area.focus();
       area.setSelectionRange(area.value.length, area.value.length);
       area.closest("article").scrollIntoView({ block: "nearest" });
     }
   }
 
-  function endEdit(submit) {
+  function end(submit) {
     if (!editing) return;
     const { id, draft } = editing;
     const text = draft.trim();
     if (submit && !text) return;
     editing = null;
-    renderOne(id);
+    view.renderOne(id);
     if (submit) {
-      submittedEdit = { id, draft };
+      submitted = { id, draft };
       actions.edit(id, text);
       $("prompt").focus();
     } else {
       const index = store.state.messages.findIndex((m) => m.id === id);
-      restoreFocus(`${index}:Edit`);
+      view.restoreFocus(`${index}:Edit`);
     }
+  }
+
+  function reopenRefused(state) {
+    if (!submitted || !findMessage(state, submitted.id)) return;
+    const { id } = submitted;
+    editing = submitted;
+    submitted = null;
+    view.renderOne(id);
+    focusEditArea();
+  }
+
+  return {
+    current: () => editing,
+    start,
+    end,
+    reopenRefused,
+    cancel: () => (editing = null),
+    accepted: () => (submitted = null),
+    /** Before the whole thread is drawn: an edit of a message no longer shown is dropped. */
+    dropStale(state) {
+      if (editing && !findMessage(state, editing.id)) editing = null;
+    },
+  };
+}
+
+export function createThreadView(store, actions, { confirm }) {
+  const view = createRenderer(store, messageContext);
+  const edits = createEditing(store, actions, view);
+
+  function messageContext() {
+    return {
+      busy: isBusy(store.state),
+      actions,
+      editing: edits.current(),
+      startEdit: edits.start,
+      endEdit: edits.end,
+      confirmDeleteMessage,
+      isLast: false,
+    };
+  }
+
+  function renderAll() {
+    edits.dropStale(store.state);
+    view.renderAll();
   }
 
   async function confirmDeleteMessage(m) {
@@ -148,52 +215,31 @@ export function createThreadView(store, actions, { confirm }) {
     if (ok) actions.deleteMessage(m.id);
   }
 
-  function announceFinished(message) {
-    if (message.role !== "assistant") return;
-    if (message.status === "interrupted") announce("Answer stopped.");
-    else if (message.status === "error") announce(`The answer failed: ${message.error || ""}`);
-    else {
-      const article = thread.querySelector(`[data-id="${message.id}"] .msg-content`);
-      let text = article ? article.textContent.trim() : message.content;
-      if (text.length > ANNOUNCE_CHARS) text = text.slice(0, ANNOUNCE_CHARS) + "…";
-      announce(`Answer: ${text}`);
-    }
-  }
-
   store.subscribe((state, action) => {
     switch (action.type) {
       case "show":
-        editing = null;
+        edits.cancel();
         renderAll();
         break;
       case "thread":
-        submittedEdit = null;
+        edits.accepted();
         renderAll();
         break;
       case "error":
-        if (submittedEdit && findMessage(state, submittedEdit.id)) {
-          const { id } = submittedEdit;
-          editing = submittedEdit;
-          submittedEdit = null;
-          renderOne(id);
-          const area = thread.querySelector(".edit-area");
-          if (area) area.focus();
-        }
-        break;
-      case "sending":
+        edits.reopenRefused(state);
         break;
       case "started":
-        renderOne(action.message_id);
+        view.renderOne(action.message_id);
         break;
       case "delta":
-        scheduleFrame(action.message_id);
+        view.scheduleFrame(action.message_id);
         break;
       case "finished":
-        dirty.delete(action.message.id);
+        view.forget(action.message.id);
         // The last answer done: every message's buttons come back, so draw them all again.
-        if (isBusy(state)) renderOne(action.message.id);
+        if (isBusy(state)) view.renderOne(action.message.id);
         else renderAll();
-        announceFinished(findMessage(state, action.message.id) || action.message); // the event has no role
+        announceFinished(view.thread, findMessage(state, action.message.id) || action.message); // the event has no role
         break;
       default:
         break;
@@ -206,8 +252,8 @@ export function createThreadView(store, actions, { confirm }) {
     editLast() {
       const state = store.state;
       const last = lastUserMessage(state);
-      if (last && !isBusy(state)) startEdit(last);
+      if (last && !isBusy(state)) edits.start(last);
     },
-    isEditing: () => editing !== null,
+    isEditing: () => edits.current() !== null,
   };
 }

@@ -1,0 +1,11 @@
+"""Operations endpoints: health probes and Prometheus metrics."""
+
+from django.urls import path
+
+from conversations.ops import metrics, views
+
+urlpatterns = [
+    path("healthz", views.healthz, name="healthz"),
+    path("livez", views.livez, name="livez"),
+    path("metrics", metrics.metrics, name="metrics"),
+]

@@ -1,0 +1,39 @@
+"""Health endpoints for load balancers and orchestrators: readiness and liveness."""
+
+from __future__ import annotations
+
+import asyncio
+
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.cache import never_cache
+
+from conversations.cluster.registry import PROCESS_ID
+from conversations.cluster.registry import enabled as cluster_enabled
+from conversations.ops.engine_handle import engine_status
+from conversations.ops.health import channel_layer_ready, database_ready
+
+
+@never_cache
+async def healthz(request: HttpRequest) -> JsonResponse:
+    """Readiness: 200 only when the database, the channel layer and the engine are ready,
+    else 503 with the same JSON (a load balancer tells "starting" from "serving")."""
+    (db_ok, db_detail), (layer_ok, layer_detail) = await asyncio.gather(
+        database_ready(), channel_layer_ready()
+    )
+    engine = engine_status()
+    ok = db_ok and layer_ok and engine["ready"]
+    body = {
+        "ok": ok,
+        "database": {"ready": db_ok, "detail": db_detail},
+        "channel_layer": {"ready": layer_ok, "detail": layer_detail},
+        "engine": engine,
+        # Which process answered (several may serve the site; see conversations.cluster.registry).
+        "process": {"id": PROCESS_ID, "cluster": cluster_enabled()},
+    }
+    return JsonResponse(body, status=200 if ok else 503)
+
+
+@never_cache
+def livez(request: HttpRequest) -> JsonResponse:
+    """Liveness: 200 as long as the process serves HTTP; checks nothing else."""
+    return JsonResponse({"ok": True})
