@@ -2,7 +2,7 @@
 
     python -m benchmarks.bench [--model DIR] [--json FILE] [--quick] [--threads N] [--memory-pressure]
 
-Workloads (issue 3), on the default model or any supported ``--model``, in one
+Workloads, on the default model or any supported ``--model``, in one
 process, no Django (an MLA model also runs ``benchmarks.bench_mla``'s comparison):
 - throughput: 64 chat requests, prompts of 20-400 tokens, outputs of 16-256 tokens
   (ignore_eos), all submitted at once. Output tokens/s for our engine, for HF
@@ -12,9 +12,9 @@ process, no Django (an MLA model also runs ``benchmarks.bench_mla``'s comparison
 - multi-turn: 8 conversations x 6 turns; prefix-cache hit rate over the history
   tokens and time to first token per turn.
 - KV waste: allocated but unfilled token slots / allocated slots, at peak use.
-- memory pressure (issue 14, ``benchmarks.bench_memory``): 48 conversations over a pool
+- memory pressure (``benchmarks.bench_memory``): 48 conversations over a pool
   holding a third of them, KV tiers off and on; ``--memory-pressure`` runs it alone.
-- single stream (issue 15): one request's decode tokens/s against the bandwidth bound
+- single stream: one request's decode tokens/s against the bandwidth bound
   of the weight bytes it reads per token; resident memory after load split into
   weights, KV pool and the rest; and, unless ``--no-fp32-baseline``, the same
   single-stream and 64-request figures for the de-quantized fp32 weights (the path

@@ -1,4 +1,4 @@
-"""Benchmark parts for issue 15 (used by ``benchmarks.bench``): single-stream decode
+"""Single-stream benchmark parts (used by ``benchmarks.bench``): single-stream decode
 speed against the memory-bandwidth bound of the weight bytes it reads, and resident
 memory after load split into weights, KV pool and the rest.
 

@@ -62,7 +62,7 @@ def parents_first(tree: Tree) -> Iterator[Message]:
         queue.extend(tree.children.get(node.pk, []))
 
 
-# Reasoning (contract 3, issue 12): exported and imported when the model has these fields.
+# Reasoning (the reasoning contract in docs/interfaces.md): exported and imported when the model has these fields.
 OPTIONAL_MESSAGE_FIELDS = {"reasoning": str, "reasoning_seconds": float}
 
 
