@@ -14,16 +14,25 @@ the normalised ``c_kv`` and the rotated ``k_pe``, shared by every head. With
   Only ``r + rope_dim`` numbers per cached token are read.
 
 On CUDA the decode goes through the Triton kernel ``kernels.triton.mla_decode``; everywhere
-else through the PyTorch code below (the same sums).
+else through the PyTorch code below (the same sums). ``MLAttention`` is the layer
+around it: the projections that make the latent and the query, and the output one.
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from inference.layers.attention import _decode_plan, _mixed_split, _triton_ops
 from inference.layers.attention_context import AttentionContext
+from inference.layers.linear import Linear
+from inference.layers.norm import RMSNorm
+from inference.layers.rotary import rotate
+from inference.model_config import MLAConfig, ModelConfig
+
+# DeepSeek's q_a/kv_a norms use RMSNorm's default epsilon, not config.rms_norm_eps.
+_LORA_NORM_EPS = 1e-6
 
 
 def mla_attention(
@@ -141,3 +150,59 @@ def mla_decode_latent_torch(
         )
         out[chunk.rows] = o.view(b, heads, rank)
     return out
+
+
+class MLAttention(nn.Module):
+    """DeepSeek's attention layer: low-rank query (``q_a`` -> norm -> ``q_b``, or one
+    ``q_proj``), the joint latent ``kv_a_proj_with_mqa`` -> (``c_kv``, ``k_pe``), rotary
+    on the rope parts, ``mla_attention`` over the latent pool, output projection."""
+
+    def __init__(self, config: ModelConfig, mla: MLAConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.mla = mla
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_heads
+        hidden, bias = config.hidden_size, config.attention_bias
+        q_out = self.num_heads * (mla.qk_nope_head_dim + mla.qk_rope_head_dim)
+        if mla.q_lora_rank is None:
+            self.q_proj = Linear(hidden, q_out, bias=False)
+        else:
+            self.q_a_proj = Linear(hidden, mla.q_lora_rank, bias=bias)
+            self.q_a_layernorm = RMSNorm(mla.q_lora_rank, _LORA_NORM_EPS)
+            self.q_b_proj = Linear(mla.q_lora_rank, q_out, bias=False)
+        self.kv_a_proj_with_mqa = Linear(hidden, mla.latent_dim, bias=bias)
+        self.kv_a_layernorm = RMSNorm(mla.kv_lora_rank, _LORA_NORM_EPS)
+        self.kv_b_proj = Linear(
+            mla.kv_lora_rank, self.num_heads * (mla.qk_nope_head_dim + mla.v_head_dim), bias=False
+        )
+        self.o_proj = Linear(self.num_heads * mla.v_head_dim, hidden, bias=bias)
+
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        ctx: AttentionContext,
+        kv_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        mla, tokens, heads = self.mla, hidden.shape[0], self.num_heads
+        if mla.q_lora_rank is None:
+            q = self.q_proj(hidden)
+        else:
+            q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(hidden)))
+        q_nope, q_pe = q.view(tokens, heads, -1).split([mla.qk_nope_head_dim, mla.qk_rope_head_dim], dim=-1)
+        c_kv, k_pe = self.kv_a_proj_with_mqa(hidden).split([mla.kv_lora_rank, mla.qk_rope_head_dim], dim=-1)
+        q_pe = rotate(q_pe, cos, sin, mla.rope_interleave)
+        k_pe = rotate(k_pe[:, None], cos, sin, mla.rope_interleave)[:, 0]
+        latent = torch.cat((self.kv_a_layernorm(c_kv.contiguous()), k_pe), dim=-1)
+        w_kv_b = self.kv_b_proj.weight.view(heads, -1, mla.kv_lora_rank)
+        out = mla_attention(
+            q_nope, q_pe, latent, kv_cache[:, 0, self.layer_idx], ctx, w_kv_b, mla.softmax_scale
+        )
+        return self.o_proj(out.reshape(tokens, heads * mla.v_head_dim))
+
+    def prepare_packed(self) -> None:
+        for name in ("q_proj", "q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "o_proj"):
+            proj = getattr(self, name, None)
+            if proj is not None:
+                proj.prepare_packed()

@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from inference.layers.mlp import MLP
 from inference.model_config import ModelConfig, MoEConfig
-from inference.models.llama import MLP
 
 
 class TopkRouter(nn.Module):

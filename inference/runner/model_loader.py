@@ -6,7 +6,7 @@ Two sources:
   takes ~10 s for SmolLM2, so the first load writes the de-quantised weights,
   config and tokenizer as an ordinary HF directory under the weights cache, and
   later loads read that directory instead (about a second). On the CPU in fp32 the
-  engine instead keeps the GGUF's quantized blocks (``inference.runner.gguf_weights``,
+  engine instead keeps the GGUF's quantized blocks (``inference.runner.gguf``,
   ``kernels.cpu.quant``) and takes only the config and tokenizer from the cache.
 
 transformers is used for configs, tokenizers and GGUF parsing only; inference
@@ -33,7 +33,7 @@ from torch import nn
 
 from inference.model_config import ModelConfig
 from inference.models import build_model
-from inference.runner.gguf_weights import load_index, read_gguf_weights
+from inference.runner.gguf.weights import load_index, read_gguf_weights
 from inference.runner.model_files import default_model_path
 from inference.tokenizer import Tokenizer
 from kernels.cpu import quant as cpu_quant
@@ -78,7 +78,7 @@ def weights_cache_root(weights_cache_dir: str | os.PathLike[str] | None = None) 
 
 
 # Part of the cache key: bump it whenever what the cache directory holds changes.
-# 2: a tensor index of the GGUF (``inference.runner.gguf_weights``) next to the weights.
+# 2: a tensor index of the GGUF (``inference.runner.gguf.weights``) next to the weights.
 CACHE_FORMAT = 2
 
 

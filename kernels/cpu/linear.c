@@ -111,16 +111,6 @@ int linear_packed_f32(const float *x, int64_t xs, const float *wp, const float *
     return 0;
 }
 
-/* silu(g) * u = g * sigmoid(g) * u, with sigmoid from e = exp(-|g|) so that nothing
- * overflows: 1 / (1 + e) for g >= 0, e / (1 + e) below. */
-static inline v8f silu_mul8(v8f g, v8f u) {
-    const v8i neg = g < 0;
-    const v8f minus_abs = (v8f)(((v8i)(-g) & ~neg) | ((v8i)g & neg));
-    const v8f e = exp8_nonpos(minus_abs);
-    const v8f num = (v8f)(((v8i)splat8(1.0f) & ~neg) | ((v8i)e & neg));
-    return g * (num / (1.0f + e)) * u;
-}
-
 static inline __attribute__((always_inline)) void tile_gate_up(int mr, const float *x, int64_t xs,
                                                                const float *panel, int64_t K,
                                                                float *y, int64_t ys, int nr) {

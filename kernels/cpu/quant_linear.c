@@ -118,15 +118,6 @@ static inline __attribute__((always_inline)) void dequant_step(int fmt, const ui
     }
 }
 
-/* silu(g) * u without overflow (the same formula as linear.c). */
-static inline v8f silu_mul8(v8f g, v8f u) {
-    const v8i neg = g < 0;
-    const v8f minus_abs = (v8f)(((v8i)(-g) & ~neg) | ((v8i)g & neg));
-    const v8f e = exp8_nonpos(minus_abs);
-    const v8f num = (v8f)(((v8i)splat8(1.0f) & ~neg) | ((v8i)e & neg));
-    return g * (num / (1.0f + e)) * u;
-}
-
 /* Stores one row's 16 accumulators: the first nr outputs, or with silu 8 outputs
  * silu(lo) * hi (nr of them). */
 static inline __attribute__((always_inline)) void store_row(float *y, v8f lo, v8f hi, int nr,

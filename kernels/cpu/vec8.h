@@ -43,6 +43,16 @@ static inline v8f exp8_nonpos(v8f x) {
     return (v8f)((v8i)(y * two_n) & ~under);
 }
 
+/* silu(g) * u = g * sigmoid(g) * u, with sigmoid from e = exp(-|g|) so that nothing
+ * overflows: 1 / (1 + e) for g >= 0, e / (1 + e) below. */
+static inline v8f silu_mul8(v8f g, v8f u) {
+    const v8i neg = g < 0;
+    const v8f minus_abs = (v8f)(((v8i)(-g) & ~neg) | ((v8i)g & neg));
+    const v8f e = exp8_nonpos(minus_abs);
+    const v8f num = (v8f)(((v8i)splat8(1.0f) & ~neg) | ((v8i)e & neg));
+    return g * (num / (1.0f + e)) * u;
+}
+
 /* Runs TILE(mr, x rows, y rows) over `rows` rows: full MR-row tiles (MR is the including
  * kernel's tile height), then one tile for the rest, each with mr a compile-time constant
  * so the tile is fully unrolled. Shared by the fp32 and the quantized GEMMs. */

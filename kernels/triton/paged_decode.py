@@ -9,10 +9,13 @@ denominator) are merged by a second kernel with a log-sum-exp rescale.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import triton
 import triton.language as tl
 
+from kernels.triton.attention_tile import load_kv_tile, online_softmax_step
 from kernels.triton.launch import compute_dtype, dot_precision, next_pow2, num_sms
 
 _LOG2E = 1.4426950408889634
@@ -22,40 +25,23 @@ _NEG_BIG = tl.constexpr(-1.0e30)  # a constexpr: jit code may only read constexp
 
 @triton.jit
 def _decode_kernel(
-    q_ptr,
-    k_cache_ptr,
-    v_cache_ptr,
-    block_tables_ptr,
-    context_lens_ptr,
+    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, context_lens_ptr,
     out_ptr,  # [B, Hq, D] when not SPLIT, else the fp32 partial accumulators [B, Hq, S, D]
     m_ptr,  # [B, Hq, S] fp32 running max (log2 units); unused when not SPLIT
     l_ptr,  # [B, Hq, S] fp32 softmax denominator
     qk_scale,  # softmax scale * log2(e): the kernel works with exp2
-    stride_qb,
-    stride_qh,
-    stride_kc_blk,
-    stride_kc_off,
-    stride_kc_h,
-    stride_vc_blk,
-    stride_vc_off,
-    stride_vc_h,
+    stride_qb, stride_qh,
+    stride_kc_blk, stride_kc_off, stride_kc_h,
+    stride_vc_blk, stride_vc_off, stride_vc_h,
     stride_bt,
-    stride_ob,
-    stride_oh,
-    stride_os,
-    stride_mb,
-    stride_mh,
-    group,
-    head_dim,
+    stride_ob, stride_oh, stride_os,
+    stride_mb, stride_mh,
+    group, head_dim,
     partition,  # tokens per split, a multiple of BLOCK_N
-    BLOCK_SIZE: tl.constexpr,
-    BLOCK_G: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     SPLIT: tl.constexpr,  # a bool, so the split count itself does not force a recompile
-    COMPUTE: tl.constexpr,
-    PRECISION: tl.constexpr,
-):
+    COMPUTE: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
     b = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -91,32 +77,16 @@ def _decode_kernel(
         blk = tl.load(bt_row + n // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
         off = n % BLOCK_SIZE
         kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(
-            k_cache_ptr
-            + blk[:, None] * stride_kc_blk
-            + off[:, None] * stride_kc_off
-            + kvh * stride_kc_h
-            + d[None, :],
-            mask=kv_mask,
-            other=0.0,
-        ).to(COMPUTE)
+        k = load_kv_tile(
+            k_cache_ptr, blk, off, kvh, d, stride_kc_blk, stride_kc_off, stride_kc_h, kv_mask, COMPUTE
+        )
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # [BLOCK_G, BLOCK_N]
         s = tl.where(n_mask[None, :], s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(
-            v_cache_ptr
-            + blk[:, None] * stride_vc_blk
-            + off[:, None] * stride_vc_off
-            + kvh * stride_vc_h
-            + d[None, :],
-            mask=kv_mask,
-            other=0.0,
-        ).to(COMPUTE)
+        p, alpha, m_i, l_i = online_softmax_step(s, m_i, l_i)
+        v = load_kv_tile(
+            v_cache_ptr, blk, off, kvh, d, stride_vc_blk, stride_vc_off, stride_vc_h, kv_mask, COMPUTE
+        )
         acc = acc * alpha[:, None] + tl.dot(p.to(COMPUTE), v, input_precision=PRECISION)
-        m_i = m_new
 
     out_mask = g_mask[:, None] & d_mask[None, :]
     if not SPLIT:
@@ -218,75 +188,78 @@ def paged_decode_attention(
     bound = block_tables.shape[1] * block_size
     if max_context_len is not None:
         bound = min(bound, max_context_len)
-    bound = max(bound, 1)
     block_n = max(16, block_n)
-    if num_splits is None:
-        num_splits = choose_num_splits(batch, kv_heads, bound, query.device)
-    # Round each split up to whole BLOCK_N tiles so splits never share a tile.
-    partition = triton.cdiv(triton.cdiv(bound, num_splits), block_n) * block_n
-    num_splits = triton.cdiv(bound, partition)
+    partition, num_splits = _split_context(max(bound, 1), num_splits, block_n, batch, kv_heads, query.device)
 
     comp = compute_dtype(k_cache)
-    block_g = max(16, next_pow2(group))  # tl.dot needs M >= 16
     block_d = next_pow2(head_dim)
-    if num_splits == 1:
-        acc, m, lsum = out, out, out  # m / l are unused on this path
-        acc_strides = (out.stride(0), out.stride(1), 0)
-        ml_strides = (0, 0)
-    else:
-        acc = torch.empty((batch, q_heads, num_splits, head_dim), dtype=torch.float32, device=query.device)
-        m = torch.empty((batch, q_heads, num_splits), dtype=torch.float32, device=query.device)
-        lsum = torch.empty_like(m)
-        acc_strides = (acc.stride(0), acc.stride(1), acc.stride(2))
-        ml_strides = (m.stride(0), m.stride(1))
+    parts = _Partials.for_splits(out, num_splits)
     _decode_kernel[(batch, kv_heads, num_splits)](
-        query,
-        k_cache,
-        v_cache,
-        block_tables,
-        context_lens,
-        acc,
-        m,
-        lsum,
-        scale * _LOG2E,
-        query.stride(0),
-        query.stride(1),
-        k_cache.stride(0),
-        k_cache.stride(1),
-        k_cache.stride(2),
-        v_cache.stride(0),
-        v_cache.stride(1),
-        v_cache.stride(2),
+        query, k_cache, v_cache, block_tables, context_lens, parts.acc, parts.m, parts.lsum, scale * _LOG2E,
+        query.stride(0), query.stride(1),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
         block_tables.stride(0),
-        *acc_strides,
-        *ml_strides,
-        group,
-        head_dim,
-        partition,
+        *parts.acc_strides,
+        *parts.ml_strides,
+        group, head_dim, partition,
         BLOCK_SIZE=block_size,
-        BLOCK_G=block_g,
-        BLOCK_N=block_n,
-        BLOCK_D=block_d,
-        SPLIT=num_splits > 1,
-        COMPUTE=comp,
-        PRECISION=dot_precision(comp),
-    )
+        BLOCK_G=max(16, next_pow2(group)),  # tl.dot needs M >= 16
+        BLOCK_N=block_n, BLOCK_D=block_d, SPLIT=num_splits > 1,
+        COMPUTE=comp, PRECISION=dot_precision(comp),
+    )  # fmt: skip
     if num_splits > 1:
-        _merge_kernel[(batch, q_heads)](
+        _merge_splits(parts, out, num_splits, head_dim, block_d)
+    return out
+
+
+def _split_context(
+    bound: int, num_splits: int | None, block_n: int, batch: int, kv_heads: int, device: torch.device
+) -> tuple[int, int]:
+    """``(tokens per split, splits)`` for contexts of at most ``bound`` tokens: each
+    split whole ``block_n`` tiles, so splits never share a tile; ``num_splits`` None
+    lets ``choose_num_splits`` pick."""
+    if num_splits is None:
+        num_splits = choose_num_splits(batch, kv_heads, bound, device)
+    partition = triton.cdiv(triton.cdiv(bound, num_splits), block_n) * block_n
+    return partition, triton.cdiv(bound, partition)
+
+
+@dataclass
+class _Partials:
+    """Where the decode kernel writes: with one split straight into ``out`` (``m`` and
+    ``lsum`` unused), else each split's fp32 accumulator, running max and denominator
+    for ``_merge_kernel``."""
+
+    acc: torch.Tensor
+    m: torch.Tensor
+    lsum: torch.Tensor
+    acc_strides: tuple[int, int, int]
+    ml_strides: tuple[int, int]
+
+    @classmethod
+    def for_splits(cls, out: torch.Tensor, num_splits: int) -> _Partials:
+        if num_splits == 1:
+            return cls(out, out, out, (out.stride(0), out.stride(1), 0), (0, 0))
+        batch, q_heads, head_dim = out.shape
+        acc = torch.empty((batch, q_heads, num_splits, head_dim), dtype=torch.float32, device=out.device)
+        m = torch.empty((batch, q_heads, num_splits), dtype=torch.float32, device=out.device)
+        return cls(
             acc,
             m,
-            lsum,
-            out,
-            acc.stride(0),
-            acc.stride(1),
-            acc.stride(2),
-            m.stride(0),
-            m.stride(1),
-            out.stride(0),
-            out.stride(1),
-            num_splits,
-            head_dim,
-            BLOCK_S=next_pow2(num_splits),
-            BLOCK_D=block_d,
+            torch.empty_like(m),
+            (acc.stride(0), acc.stride(1), acc.stride(2)),
+            (m.stride(0), m.stride(1)),
         )
-    return out
+
+
+def _merge_splits(parts: _Partials, out: torch.Tensor, num_splits: int, head_dim: int, block_d: int) -> None:
+    acc, m = parts.acc, parts.m
+    _merge_kernel[(out.shape[0], out.shape[1])](
+        acc, m, parts.lsum, out,
+        acc.stride(0), acc.stride(1), acc.stride(2),
+        m.stride(0), m.stride(1),
+        out.stride(0), out.stride(1),
+        num_splits, head_dim,
+        BLOCK_S=next_pow2(num_splits), BLOCK_D=block_d,
+    )  # fmt: skip

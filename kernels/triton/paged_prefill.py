@@ -19,6 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
+from kernels.triton.attention_tile import load_kv_tile, online_softmax_step
 from kernels.triton.launch import compute_dtype, dot_precision, next_pow2
 
 _LOG2E = 1.4426950408889634
@@ -44,36 +45,17 @@ def _find_seq(query_start_loc_ptr, tile, num_seqs, BLOCK_Q: tl.constexpr):
 
 @triton.jit
 def _prefill_kernel(
-    q_ptr,
-    k_cache_ptr,
-    v_cache_ptr,
-    block_tables_ptr,
-    query_start_loc_ptr,
-    context_lens_ptr,
-    out_ptr,
+    q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, query_start_loc_ptr, context_lens_ptr, out_ptr,
     qk_scale,  # softmax scale * log2(e)
-    stride_qt,
-    stride_qh,
-    stride_kc_blk,
-    stride_kc_off,
-    stride_kc_h,
-    stride_vc_blk,
-    stride_vc_off,
-    stride_vc_h,
+    stride_qt, stride_qh,
+    stride_kc_blk, stride_kc_off, stride_kc_h,
+    stride_vc_blk, stride_vc_off, stride_vc_h,
     stride_bt,
-    stride_ot,
-    stride_oh,
-    num_seqs,
-    group,
-    head_dim,
-    BLOCK_SIZE: tl.constexpr,
-    BLOCK_Q: tl.constexpr,
-    BLOCK_G: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    COMPUTE: tl.constexpr,
-    PRECISION: tl.constexpr,
-):
+    stride_ot, stride_oh,
+    num_seqs, group, head_dim,
+    BLOCK_SIZE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr, COMPUTE: tl.constexpr, PRECISION: tl.constexpr,
+):  # fmt: skip
     tile = tl.program_id(0)
     kvh = tl.program_id(1)
     seq = _find_seq(query_start_loc_ptr, tile, num_seqs, BLOCK_Q)
@@ -115,33 +97,17 @@ def _prefill_kernel(
         blk = tl.load(bt_row + n // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
         off = n % BLOCK_SIZE
         kv_mask = n_mask[:, None] & d_mask[None, :]
-        k = tl.load(
-            k_cache_ptr
-            + blk[:, None] * stride_kc_blk
-            + off[:, None] * stride_kc_off
-            + kvh * stride_kc_h
-            + d[None, :],
-            mask=kv_mask,
-            other=0.0,
-        ).to(COMPUTE)
+        k = load_kv_tile(
+            k_cache_ptr, blk, off, kvh, d, stride_kc_blk, stride_kc_off, stride_kc_h, kv_mask, COMPUTE
+        )
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # [BLOCK_M, BLOCK_N]
         causal = (n[None, :] <= pos[:, None]) & n_mask[None, :]
         s = tl.where(causal, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(
-            v_cache_ptr
-            + blk[:, None] * stride_vc_blk
-            + off[:, None] * stride_vc_off
-            + kvh * stride_vc_h
-            + d[None, :],
-            mask=kv_mask,
-            other=0.0,
-        ).to(COMPUTE)
+        p, alpha, m_i, l_i = online_softmax_step(s, m_i, l_i)
+        v = load_kv_tile(
+            v_cache_ptr, blk, off, kvh, d, stride_vc_blk, stride_vc_off, stride_vc_h, kv_mask, COMPUTE
+        )
         acc = acc * alpha[:, None] + tl.dot(p.to(COMPUTE), v, input_precision=PRECISION)
-        m_i = m_new
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     o_ptrs = out_ptr + rows[:, None] * stride_ot + heads[:, None] * stride_oh + d[None, :]

@@ -16,7 +16,7 @@ import torch
 
 from inference.config import EngineConfig
 from inference.engine.llm_engine import LLMEngine
-from inference.models import llama
+from inference.layers import gqa_attention
 from inference.runner.cuda_graphs import (
     MAX_GRAPH_BATCH,
     CUDAGraphRunner,
@@ -47,7 +47,7 @@ def reference_attention(monkeypatch: pytest.MonkeyPatch) -> None:
             q, k_cache, v_cache, ctx.block_tables, ctx.query_start_loc, ctx.context_lens, scale
         )
 
-    monkeypatch.setattr(llama, "paged_attention", attention)
+    monkeypatch.setattr(gqa_attention, "paged_attention", attention)
 
 
 def decode_batch(

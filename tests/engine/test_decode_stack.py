@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from inference.models.llama_stack import build_decode_stack
+from inference.layers import cpu_packing
+from inference.layers.cpu_decode_stack import build_decode_stack
 from inference.runner.model_loader import load_model
 from kernels.cpu import decode_stack as cpu_decode_stack
 from kernels.cpu import quant as cpu_quant
@@ -40,7 +41,7 @@ def quantize_in_place(model, fmt: str) -> None:
         for name, param in model.named_parameters()
         if name.startswith("model.layers.") and name.endswith("proj.weight")
     }
-    model._install_quantized(rows)
+    cpu_packing.install_quantized(model, rows)
 
 
 def loaded(tmp_path: Path, arch: str, fmt: str | None):

@@ -16,7 +16,7 @@ import torch
 from gguf import GGMLQuantizationType, GGUFWriter, dequantize, quantize
 
 from benchmarks.bench_single_stream import held_tensors
-from inference.runner.gguf_weights import GGUFFormatError, build_index, read_gguf_weights
+from inference.runner.gguf.weights import GGUFFormatError, build_index, read_gguf_weights
 from inference.runner.model_loader import load_model
 from kernels.cpu.quant import QuantRows
 from tests.support.fakes import make_tiny_model_dir
@@ -106,7 +106,7 @@ def test_names_permutation_and_fallback_match_transformers(tmp_path: Path, caplo
         "model.layers.0.mlp.up_proj.weight",
         "model.layers.0.input_layernorm.weight",
     ]
-    with caplog.at_level(logging.INFO, logger="inference.runner.gguf_weights"):
+    with caplog.at_level(logging.INFO, logger="inference.runner.gguf.weights"):
         out = read_gguf_weights(path, build_index(path, names), Config())
     assert sum("Q5_0" in r.message for r in caplog.records) == 1
     processor = LlamaTensorProcessor(config=Config().to_dict())

@@ -53,7 +53,7 @@ def test_missing_compiler_falls_back_to_torch_with_one_warning(no_compiler, monk
 
 
 def test_linear_layers_fall_back_to_torch_without_a_compiler(no_compiler) -> None:
-    from inference.models.llama import Linear
+    from inference.layers.linear import Linear
 
     layer = Linear(24, 40, bias=True)
     x = torch.randn(3, 24)
@@ -124,7 +124,7 @@ def test_a_cache_dir_writable_by_others_is_refused_with_one_warning(shared_cache
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "writable by other users" in warnings[0]
     assert not list(shared_cache.iterdir())  # nothing built or loaded from it
-    from inference.models.llama import Linear
+    from inference.layers.linear import Linear
 
     layer = Linear(24, 40, bias=True)
     x = torch.randn(3, 24)

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from inference.models.llama import apply_rotary
+from inference.layers.rotary import apply_rotary
 from kernels.cpu import layer_ops as cpu_layer_ops
 from kernels.reference import store_kv_ref
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from inference.models.llama import Linear
+from inference.layers.linear import Linear
 from kernels.cpu import linear as cpu_linear
 
 
@@ -118,7 +118,7 @@ def test_fused_silu_saturates_without_overflow() -> None:
 
 
 def test_model_mlp_uses_the_fused_kernel(monkeypatch) -> None:
-    from inference.models.llama import MLP
+    from inference.layers.mlp import MLP
 
     mlp = MLP(SimpleNamespace(hidden_size=32, intermediate_size=40, mlp_bias=False))
     calls = []

@@ -1,6 +1,7 @@
-"""GGUF block-quantized weights (``kernels.cpu.quant``): our repacked blocks de-quantize
-to exactly gguf-py's values (what transformers' GGUF loader calls), and the C kernel's
-products match ``F.linear`` on those values within fp32 rounding.
+"""GGUF block-quantized weights (``inference.runner.gguf.blocks``, ``kernels.cpu.quant``):
+our repacked blocks de-quantize to exactly gguf-py's values (what transformers' GGUF
+loader calls), and the C kernel's products match ``F.linear`` on those values within
+fp32 rounding.
 
 The blocks are written to a small GGUF file with the ``gguf`` package and read back
 as the engine reads them. Their bytes are random (every bit pattern a block can hold)
@@ -16,9 +17,10 @@ import torch
 import torch.nn.functional as F
 from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, dequantize
 
+from inference.runner.gguf.blocks import GGUF_TYPES, parse_gguf_blocks
 from kernels.cpu import quant as cpu_quant
 
-TYPES = list(cpu_quant.GGUF_TYPES)
+TYPES = list(GGUF_TYPES)
 
 
 @pytest.fixture(autouse=True)
@@ -29,7 +31,7 @@ def c_kernel_is_built() -> None:
 def random_blocks(type_name: str, n: int, k: int, seed: int) -> np.ndarray:
     """uint8 ``[n, row bytes]``: random block bytes with finite f16 scales."""
     rng = np.random.default_rng(seed)
-    _, block, block_bytes = cpu_quant.GGUF_TYPES[type_name]
+    _, block, block_bytes = GGUF_TYPES[type_name]
     raw = rng.integers(0, 256, size=(n, k // block, block_bytes), dtype=np.uint8)
     f16_fields = {"Q6_K": [208], "Q4_1": [0, 2], "Q4_K": [0, 2]}.get(type_name, [0])
     for start in f16_fields:
@@ -66,7 +68,7 @@ def test_repacked_blocks_dequantize_to_gguf_values_exactly(gguf_weights, type_na
     gguf_type, raw, shape = gguf_weights[type_name]
     assert gguf_type == type_name
     expected = torch.from_numpy(dequantize(raw, GGMLQuantizationType[type_name]).reshape(shape))
-    packed = cpu_quant.pack(cpu_quant.parse_gguf_blocks(type_name, raw, shape))
+    packed = cpu_quant.pack(parse_gguf_blocks(type_name, raw, shape))
     assert packed.data.dtype == torch.uint8
     assert torch.equal(packed.dequantize(), expected)
     ids = torch.tensor([[0, 39], [17, 16]])
@@ -91,7 +93,7 @@ def assert_fp32_close(out: torch.Tensor, ref: torch.Tensor, x: torch.Tensor, w: 
 )
 def test_quant_linear_matches_f_linear(type_name: str, rows: int, outputs: int, inner: int) -> None:
     raw = random_blocks(type_name, outputs, inner, seed=rows + outputs)
-    packed = cpu_quant.pack(cpu_quant.parse_gguf_blocks(type_name, raw, (outputs, inner)))
+    packed = cpu_quant.pack(parse_gguf_blocks(type_name, raw, (outputs, inner)))
     w = packed.dequantize()
     gen = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, inner, generator=gen)
@@ -103,8 +105,8 @@ def test_quant_linear_matches_f_linear(type_name: str, rows: int, outputs: int, 
 @pytest.mark.parametrize("rows", [1, 6, 13])
 def test_fused_gate_up_silu(rows: int) -> None:
     gate_raw, up_raw = random_blocks("Q4_1", 24, 256, 1), random_blocks("Q4_1", 24, 256, 2)
-    gate = cpu_quant.parse_gguf_blocks("Q4_1", gate_raw, (24, 256))
-    up = cpu_quant.parse_gguf_blocks("Q4_1", up_raw, (24, 256))
+    gate = parse_gguf_blocks("Q4_1", gate_raw, (24, 256))
+    up = parse_gguf_blocks("Q4_1", up_raw, (24, 256))
     packed = cpu_quant.pack(cpu_quant.interleave_gate_up(gate, up))
     x = torch.randn(rows, 256, generator=torch.Generator().manual_seed(rows))
     out = cpu_quant.linear(x, packed, silu_pairs=True)
@@ -113,7 +115,7 @@ def test_fused_gate_up_silu(rows: int) -> None:
 
 
 def test_strided_rows_and_leading_dimensions() -> None:
-    packed = cpu_quant.pack(cpu_quant.parse_gguf_blocks("Q8_0", random_blocks("Q8_0", 20, 64, 3), (20, 64)))
+    packed = cpu_quant.pack(parse_gguf_blocks("Q8_0", random_blocks("Q8_0", 20, 64, 3), (20, 64)))
     base = torch.randn(2, 5, 100)
     x = base[..., 10:74]
     torch.testing.assert_close(
@@ -122,7 +124,7 @@ def test_strided_rows_and_leading_dimensions() -> None:
 
 
 def test_bad_arguments_are_refused_by_name() -> None:
-    packed = cpu_quant.pack(cpu_quant.parse_gguf_blocks("Q8_0", random_blocks("Q8_0", 20, 64, 4), (20, 64)))
+    packed = cpu_quant.pack(parse_gguf_blocks("Q8_0", random_blocks("Q8_0", 20, 64, 4), (20, 64)))
     with pytest.raises(ValueError, match="x:"):
         cpu_quant.linear(torch.randn(2, 32), packed)
     with pytest.raises(ValueError, match="x:"):
@@ -137,4 +139,4 @@ def test_bad_arguments_are_refused_by_name() -> None:
     with pytest.raises(ValueError, match="packed:"):
         cpu_quant.linear(torch.randn(2, 64), truncated)
     with pytest.raises(ValueError, match="does not fit"):
-        cpu_quant.parse_gguf_blocks("Q4_K", random_blocks("Q4_K", 4, 256, 5)[:, :-1], (4, 256))
+        parse_gguf_blocks("Q4_K", random_blocks("Q4_K", 4, 256, 5)[:, :-1], (4, 256))

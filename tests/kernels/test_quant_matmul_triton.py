@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from inference.runner.gguf.blocks import GGUF_TYPES, parse_gguf_blocks
 from kernels.cpu import quant as cpu_quant
 from tests.kernels.cases import DEVICE, requires_backend
 from tests.kernels.test_cpu_quant import random_blocks
@@ -16,11 +17,11 @@ requires_backend()
 quant_matmul = pytest.importorskip("kernels.triton.quant_matmul").quant_matmul
 
 
-@pytest.mark.parametrize("type_name", list(cpu_quant.GGUF_TYPES))
+@pytest.mark.parametrize("type_name", list(GGUF_TYPES))
 def test_triton_quant_matmul_matches_f_linear(type_name: str) -> None:
     rows, outputs, inner = 5, 21, 256  # outputs not a multiple of 16
     raw = random_blocks(type_name, outputs, inner, seed=7)
-    packed = cpu_quant.pack(cpu_quant.parse_gguf_blocks(type_name, raw, (outputs, inner)))
+    packed = cpu_quant.pack(parse_gguf_blocks(type_name, raw, (outputs, inner)))
     w = packed.dequantize()
     x = torch.randn(rows, inner, generator=torch.Generator().manual_seed(3))
     on_device = cpu_quant.PackedQuant(packed.fmt, packed.data.to(DEVICE), outputs, inner)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import partial
+from types import ModuleType
 
 import torch
 
@@ -103,8 +104,23 @@ def rope_cache(max_pos: int, head_dim: int, device: torch.device) -> torch.Tenso
 
 # ---- 1. correctness --------------------------------------------------------------------------
 
-
 SECTION = "correctness"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What one run covers: the head shapes, the prefill (query, context) pairs and the
+    decode context lengths."""
+
+    shapes: list[Shape]
+    prefill_pairs: list[tuple[int, int]]
+    decode_lens: list[int]
+
+
+FULL = Sizes(
+    SHAPES, [(1, 1328), (5, 18), (129, 463), (64, 64), (300, 2100)], [1, 15, 16, 17, 33, 300, 1328, 4000]
+)
+TINY = Sizes(TINY_SHAPES, [(1, 40), (5, 18), (33, 33)], [1, 16, 17, 70])
 
 
 def verdict(err: float, tol: float) -> tuple[str, str]:
@@ -112,20 +128,60 @@ def verdict(err: float, tol: float) -> tuple[str, str]:
     return f"max err {err:.2e}", "ok" if ok else "FAIL"
 
 
-def check_prefill(rep: Report, ops, device, shape: Shape, dtype: torch.dtype, pairs: list) -> None:
-    tol, tag = ATOL[dtype], f"{dtype_name(dtype)} {shape.name}"
+def check_correctness(rep: Report, device: torch.device, dtypes: list[torch.dtype], tiny: bool) -> None:
+    from kernels.triton import ops
+
+    sizes = TINY if tiny else FULL
+    for dtype in dtypes:
+        tol = ATOL[dtype]
+        for shape in sizes.shapes:
+            tag = f"{dtype_name(dtype)} {shape.name}"
+            prefill = partial(check_prefill, rep, ops, device, shape, dtype, tol, sizes.prefill_pairs)
+            decode = partial(check_decode, rep, ops, device, shape, dtype, tol, sizes.decode_lens)
+            rep.guard(SECTION, f"prefill {tag}", prefill)
+            rep.guard(SECTION, f"decode {tag}", decode)
+        name = dtype_name(dtype)
+        rep.guard(
+            SECTION, f"store_kv {name}", partial(check_store_kv, rep, ops, device, sizes.shapes[0], dtype)
+        )
+        rep.guard(SECTION, f"rmsnorm {name}", partial(check_rms_norm, rep, ops, device, dtype))
+        rep.guard(SECTION, f"rotary {name}", partial(check_rotary, rep, ops, device, sizes.shapes[:2], dtype))
+
+    if device.type == "cuda":
+        rep.guard(SECTION, "decode in a CUDA graph", lambda: check_decode_graph(rep, device))
+
+
+def check_prefill(
+    rep: Report,
+    ops: ModuleType,
+    device: torch.device,
+    shape: Shape,
+    dtype: torch.dtype,
+    tol: float,
+    pairs: list[tuple[int, int]],
+) -> None:
     p = make_paged(pairs, shape, dtype, device)
     out = ops.paged_prefill_attention(
         p.query, p.k_cache, p.v_cache, p.block_tables, p.query_start_loc, p.context_lens, p.scale
     )
     ours, status = verdict(max_err(out, attention_ref(p)), tol)
+    tag = f"{dtype_name(dtype)} {shape.name}"
     rep.add(Row(SECTION, f"prefill {tag} {pairs}", ours, f"tol {tol:g}", "", status))
 
 
-def check_decode(rep: Report, ops, device, shape: Shape, dtype: torch.dtype, lens: list[int]) -> None:
-    tol, tag = ATOL[dtype], f"{dtype_name(dtype)} {shape.name}"
-    p = make_paged([(1, n) for n in lens], shape, dtype, device, seed=1)
+def check_decode(
+    rep: Report,
+    ops: ModuleType,
+    device: torch.device,
+    shape: Shape,
+    dtype: torch.dtype,
+    tol: float,
+    decode_lens: list[int],
+) -> None:
+    """Split-K chosen by the launcher, off, and forced to 4 splits."""
+    p = make_paged([(1, n) for n in decode_lens], shape, dtype, device, seed=1)
     expected = attention_ref(p)
+    tag = f"{dtype_name(dtype)} {shape.name}"
     for splits in (None, 1, 4):
         out = ops.paged_decode_attention(
             p.query, p.k_cache, p.v_cache, p.block_tables, p.context_lens, p.scale, num_splits=splits
@@ -135,7 +191,9 @@ def check_decode(rep: Report, ops, device, shape: Shape, dtype: torch.dtype, len
         rep.add(Row(SECTION, f"decode {tag} splits={name}", ours, f"tol {tol:g}", "", status))
 
 
-def check_store(rep: Report, ops, device, shape: Shape, dtype: torch.dtype) -> None:
+def check_store_kv(
+    rep: Report, ops: ModuleType, device: torch.device, shape: Shape, dtype: torch.dtype
+) -> None:
     pool = torch.randn(12, 2, 3, shape.block_size, shape.kv_heads, shape.head_dim).to(device, dtype)
     slots = torch.randperm(12 * shape.block_size)[:50].to(device)
     slots[::7] = -1
@@ -144,11 +202,11 @@ def check_store(rep: Report, ops, device, shape: Shape, dtype: torch.dtype) -> N
     ref.store_kv_ref(kv[:, 0], kv[:, 1], expected[:, 0, 2], expected[:, 1, 2], slots)
     ops.store_kv(kv[:, 0], kv[:, 1], pool[:, 0, 2], pool[:, 1, 2], slots)
     same = torch.equal(pool, expected)
-    status = "ok" if same else "FAIL"
-    rep.add(Row(SECTION, f"store_kv {dtype_name(dtype)}", "bit-exact" if same else "differs", "", "", status))
+    ours, status = ("bit-exact", "ok") if same else ("differs", "FAIL")
+    rep.add(Row(SECTION, f"store_kv {dtype_name(dtype)}", ours, "", "", status))
 
 
-def check_norm(rep: Report, ops, device, dtype: torch.dtype) -> None:
+def check_rms_norm(rep: Report, ops: ModuleType, device: torch.device, dtype: torch.dtype) -> None:
     for hidden in (576, 2048):
         x = torch.randn(37, hidden, device=device).to(dtype)
         res = torch.randn(37, hidden, device=device).to(dtype)
@@ -161,46 +219,20 @@ def check_norm(rep: Report, ops, device, dtype: torch.dtype) -> None:
         rep.add(Row(SECTION, f"rmsnorm+add {dtype_name(dtype)} hidden={hidden}", ours, "", "", status))
 
 
-def check_rotary(rep: Report, ops, device, shapes: list[Shape], dtype: torch.dtype) -> None:
+def check_rotary(
+    rep: Report, ops: ModuleType, device: torch.device, shapes: list[Shape], dtype: torch.dtype
+) -> None:
     for shape in shapes:
-        qkv = torch.randn(64, (shape.q_heads + 2 * shape.kv_heads) * shape.head_dim, device=device).to(dtype)
-        q = qkv[:, : shape.q_heads * shape.head_dim].view(64, shape.q_heads, shape.head_dim)
-        k = qkv[:, shape.q_heads * shape.head_dim : (shape.q_heads + shape.kv_heads) * shape.head_dim]
-        k = k.view(64, shape.kv_heads, shape.head_dim)
+        q_width, kv_width = shape.q_heads * shape.head_dim, shape.kv_heads * shape.head_dim
+        qkv = torch.randn(64, q_width + 2 * kv_width, device=device).to(dtype)
+        q = qkv[:, :q_width].view(64, shape.q_heads, shape.head_dim)
+        k = qkv[:, q_width : q_width + kv_width].view(64, shape.kv_heads, shape.head_dim)
         cache = rope_cache(4096, shape.head_dim, device)
         pos = torch.randint(0, 4096, (64,), device=device)
         rq, rk = ref.rotary_ref(q.clone(), k.clone(), pos, cache)
         ops.rotary_embedding_(q, k, pos, cache)
         ours, status = verdict(max(max_err(q, rq), max_err(k, rk)), 16 * torch.finfo(dtype).eps)
         rep.add(Row(SECTION, f"rotary {dtype_name(dtype)} {shape.name}", ours, "", "", status))
-
-
-def check_correctness(rep: Report, device: torch.device, dtypes: list[torch.dtype], tiny: bool) -> None:
-    from kernels.triton import ops
-
-    shapes = TINY_SHAPES if tiny else SHAPES
-    prefill_pairs = (
-        [(1, 40), (5, 18), (33, 33)] if tiny else [(1, 1328), (5, 18), (129, 463), (64, 64), (300, 2100)]
-    )
-    decode_lens = [1, 16, 17, 70] if tiny else [1, 15, 16, 17, 33, 300, 1328, 4000]
-    for dtype in dtypes:
-        name = dtype_name(dtype)
-        for shape in shapes:
-            tag = f"{name} {shape.name}"
-            rep.guard(
-                SECTION,
-                f"prefill {tag}",
-                partial(check_prefill, rep, ops, device, shape, dtype, prefill_pairs),
-            )
-            rep.guard(
-                SECTION, f"decode {tag}", partial(check_decode, rep, ops, device, shape, dtype, decode_lens)
-            )
-        rep.guard(SECTION, f"store_kv {name}", partial(check_store, rep, ops, device, shapes[0], dtype))
-        rep.guard(SECTION, f"rmsnorm {name}", partial(check_norm, rep, ops, device, dtype))
-        rep.guard(SECTION, f"rotary {name}", partial(check_rotary, rep, ops, device, shapes[:2], dtype))
-
-    if device.type == "cuda":
-        rep.guard(SECTION, "decode in a CUDA graph", lambda: check_decode_graph(rep, device))
 
 
 def check_decode_graph(rep: Report, device: torch.device) -> None:
@@ -257,7 +289,7 @@ def check_decode_graph(rep: Report, device: torch.device) -> None:
     ok = err <= ATOL[dtype]
     rep.add(
         Row(
-            "correctness",
+            SECTION,
             "decode bf16 captured in a CUDA graph, replayed on new inputs",
             f"max err {err:.2e}",
             f"tol {ATOL[dtype]:g}",

@@ -1,6 +1,6 @@
 """A GGUF file's tensors with Hugging Face names, quantized blocks kept as they are.
 
-Tensors of a type the CPU kernels read (``kernels.cpu.quant.GGUF_TYPES``) come back as
+Tensors of a type the CPU kernels read (``blocks.GGUF_TYPES``) come back as
 ``QuantRows`` (integer quants and per-group scales, never de-quantized); F32/F16
 tensors and other types come back as fp32 tensors de-quantized by gguf-py, exactly as
 transformers' loader does it, with one log line per unsupported type.
@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from kernels.cpu.quant import GGUF_TYPES, QuantRows, parse_gguf_blocks
+from inference.runner.gguf.blocks import GGUF_TYPES, parse_gguf_blocks
+from kernels.cpu.quant import QuantRows
 
 logger = logging.getLogger(__name__)
 

@@ -3,8 +3,8 @@ which models qualify, and their layers described for the kernel.
 
 It qualifies when every product of every layer already runs on the CPU kernels from
 panels that are the weight's only copy (quantized GGUF blocks, or fp32 panels after
-``prepare_cpu_kernels`` released the originals), the norms are fp32 and the layers
-share one shape; otherwise the model keeps its per-op path for every step.
+``cpu_packing.pack_weights`` released the originals), the norms are fp32 and the
+layers share one shape; otherwise the model keeps its per-op path for every step.
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import torch
 from kernels.cpu import decode_stack as cpu_decode_stack
 from kernels.cpu.decode_stack import DecodeStack, StackLayer, StackLinear, StackShape
 
-# The model's modules (inference.models.llama) are taken by their attributes: that
-# module imports this one.
+# The decoder is taken by its attributes, down to the panels its layers keep
+# (``gqa_attention.Attention``, ``mlp.MLP``, ``linear.Linear``): the models import
+# this module, so it must not import them.
 
 
 def _single(linear: Any) -> StackLinear | None:

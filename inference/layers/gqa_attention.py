@@ -1,0 +1,122 @@
+"""Grouped-query self-attention of the Llama family (Llama, Mistral, Qwen2): q/k/v
+projections, rotary embeddings, paged attention over the KV cache, output projection.
+
+On the CPU in fp32 q, k and v are one product over packed (or quantized) weights,
+and one C call rotates q and k and stores k and v."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from inference.layers.attention import paged_attention
+from inference.layers.attention_context import AttentionContext
+from inference.layers.linear import Linear, linear_released, packable, quant_linear, weight_key
+from inference.layers.rotary import apply_rotary
+from inference.model_config import ModelConfig
+from kernels.cpu import layer_ops as cpu_layer_ops
+from kernels.cpu import linear as cpu_linear
+from kernels.cpu import quant as cpu_quant
+from kernels.cpu.quant import PackedQuant, QuantRows
+
+
+class Attention(nn.Module):
+    _packed: tuple[torch.Tensor, torch.Tensor | None] | None = None
+    _packed_key: tuple[tuple[int, int], ...] | None = None
+    _qkv_quant: PackedQuant | None = None  # q, k and v rows of one quantized format
+
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.num_heads = config.num_heads
+        self.num_kv_heads = config.num_kv_heads
+        self.head_dim = config.head_dim
+        self.scale = config.head_dim**-0.5
+        qkv_bias = config.attention_bias
+        hidden, q_size, kv_size = (
+            config.hidden_size,
+            self.num_heads * self.head_dim,
+            self.num_kv_heads * self.head_dim,
+        )
+        self.q_proj = Linear(hidden, q_size, bias=qkv_bias)
+        self.k_proj = Linear(hidden, kv_size, bias=qkv_bias)
+        self.v_proj = Linear(hidden, kv_size, bias=qkv_bias)
+        self.o_proj = Linear(q_size, hidden, bias=config.attention_out_bias)
+
+    def forward(
+        self, hidden: torch.Tensor, cos_sin: torch.Tensor, ctx: AttentionContext, kv_cache: torch.Tensor
+    ) -> torch.Tensor:
+        """``cos_sin`` ``[T, D]``: each token's rotary cos (first half) and sin (second)."""
+        tokens, d = hidden.shape[0], self.head_dim
+        hq, hkv = self.num_heads, self.num_kv_heads
+        k_cache, v_cache = kv_cache[:, 0, self.layer_idx], kv_cache[:, 1, self.layer_idx]
+        qkv = self.fused_qkv(hidden)
+        if qkv is not None and cpu_layer_ops.is_cpu_f32(kv_cache) and cpu_layer_ops.available():
+            # Decode steps are dominated by per-op overhead at these sizes: one packed
+            # q/k/v product, then one call rotates q and k in place and stores k and v.
+            cpu_layer_ops.rotary_store(qkv, hq, hkv, cos_sin, ctx.slot_mapping, k_cache, v_cache)
+            q = qkv[:, : hq * d].view(tokens, hq, d)
+            k = qkv[:, hq * d : (hq + hkv) * d].view(tokens, hkv, d)
+            v = qkv[:, (hq + hkv) * d :].view(tokens, hkv, d)
+            out = paged_attention(q, k, v, k_cache, v_cache, ctx, self.scale, kv_stored=True)
+        else:
+            cos, sin = cos_sin[:, None, : d // 2], cos_sin[:, None, d // 2 :]  # broadcast over heads
+            if qkv is not None:
+                q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
+            else:
+                q, k, v = self.q_proj(hidden), self.k_proj(hidden), self.v_proj(hidden)
+            q = apply_rotary(q.reshape(tokens, hq, d), cos, sin)
+            k = apply_rotary(k.reshape(tokens, hkv, d), cos, sin)
+            out = paged_attention(q, k, v.reshape(tokens, hkv, d), k_cache, v_cache, ctx, self.scale)
+        return self.o_proj(out.reshape(tokens, hq * d))
+
+    def fused_qkv(self, hidden: torch.Tensor) -> torch.Tensor | None:
+        """``[T, (Hq + 2 Hkv) D]`` from one product over the packed q/k/v weights, or
+        None where the separate projections serve instead."""
+        out_features = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
+        biases = [p.bias for p in (self.q_proj, self.k_proj, self.v_proj) if p.bias is not None]
+        if self._qkv_quant is not None:
+            return quant_linear(hidden, self._qkv_quant, torch.cat(biases) if biases else None)
+        if self.q_proj.weight is None and self._packed is not None:  # released after packing
+            packed, bias = self._packed
+            return linear_released(hidden, packed, out_features, bias)
+        if cpu_linear.supports(hidden, self.q_proj.weight, self.q_proj.bias):
+            packed, bias = self.packed_qkv()
+            return cpu_linear.linear_packed(hidden, packed, out_features, bias)
+        return None
+
+    def release_weights(self) -> None:
+        if self._packed is not None:
+            for p in (self.q_proj, self.k_proj, self.v_proj):
+                p.weight = None
+        self.o_proj.release_weight()
+
+    def set_quantized(self, rows: dict[str, QuantRows]) -> None:
+        """``rows``: this layer's quantized projections by name (q_proj, ...)."""
+        qkv = [rows.get(n) for n in ("q_proj", "k_proj", "v_proj")]
+        if all(r is not None for r in qkv) and len({r.fmt for r in qkv}) == 1:  # type: ignore[union-attr]
+            self._qkv_quant = cpu_quant.pack(cpu_quant.cat_rows(qkv))  # type: ignore[arg-type]
+            for p in (self.q_proj, self.k_proj, self.v_proj):
+                p.set_quantized(None)
+            rows = {n: r for n, r in rows.items() if n == "o_proj"}
+        for name, r in rows.items():
+            getattr(self, name).set_quantized(cpu_quant.pack(r))
+
+    def prepare_packed(self) -> None:
+        if packable(self.q_proj.weight) and packable(self.k_proj.weight) and packable(self.v_proj.weight):
+            self.packed_qkv()
+        self.o_proj.prepare_packed()
+
+    def packed_qkv(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        if any(p.weight is None for p in projections):
+            return self._packed  # type: ignore[return-value]
+        key = tuple(weight_key(p.weight) for p in projections) + tuple(
+            weight_key(p.bias) for p in projections if p.bias is not None
+        )
+        if self._packed is None or self._packed_key != key:
+            weight = torch.cat([p.weight.detach() for p in projections])
+            biases = [p.bias.detach() for p in projections if p.bias is not None]
+            self._packed = (cpu_linear.pack_weight(weight), torch.cat(biases) if biases else None)
+            self._packed_key = key
+        return self._packed
