@@ -71,7 +71,7 @@ def run_conversations(
     ttft_by_turn: list[float] = []
     needed = output = 0
     hits = {"open": [0, 0], "other": [0, 0]}  # [hit tokens, history tokens] from turn 2 on
-    computed_before = engine.total_computed_tokens
+    computed_before = engine.metrics.total_computed_tokens
     start = time.perf_counter()
     for turn in range(len(questions[0])):
         requests = []
@@ -101,7 +101,7 @@ def run_conversations(
         ttft_by_turn.append(statistics.mean(ttfts))
     elapsed = time.perf_counter() - start
     stats = engine.stats()
-    computed = engine.total_computed_tokens - computed_before
+    computed = engine.metrics.total_computed_tokens - computed_before
     return {
         "seconds": elapsed,
         "output_tokens": output,

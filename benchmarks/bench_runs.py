@@ -21,7 +21,7 @@ from inference.sampling.params import SamplingParams
 
 def run_ours_throughput(engine: LLMEngine, workload: Workload) -> dict[str, Any]:
     engine.block_manager.reset_prefix_cache()
-    engine.peak_kv_blocks_used, engine.kv_waste_at_peak = 0, 0.0
+    engine.metrics.peak_kv_blocks_used, engine.metrics.kv_waste_at_peak = 0, 0.0
     start = time.perf_counter()
     requests = [
         engine.add_request(p, SamplingParams(temperature=0, max_tokens=n, ignore_eos=True))
@@ -40,8 +40,8 @@ def run_ours_throughput(engine: LLMEngine, workload: Workload) -> dict[str, Any]
         "tokens_per_s": produced / elapsed,
         "steps": steps,
         "preemptions": engine.scheduler.num_preemptions,
-        "peak_kv_blocks_used": engine.peak_kv_blocks_used,
-        "kv_waste_at_peak": engine.kv_waste_at_peak,
+        "peak_kv_blocks_used": engine.metrics.peak_kv_blocks_used,
+        "kv_waste_at_peak": engine.metrics.kv_waste_at_peak,
     }
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
+    from inference.model_config import ModelConfig
 
 # Hard ceiling on the context we serve by default: the KV pool and the attention
 # gathers are sized for chat, not for a model's full 128k window.
@@ -72,6 +75,46 @@ class EngineConfig:
         limit = min(model_max_len, DEFAULT_MAX_MODEL_LEN)
         return limit if self.max_model_len is None else min(self.max_model_len, model_max_len)
 
+    @property
+    def max_decode_batch(self) -> int:
+        """The most sequences one step can decode (one token each)."""
+        return min(self.max_num_seqs, self.max_num_batched_tokens)
+
+    def activation_reserve_bytes(self, model_config: ModelConfig, graph_batch_limit: int) -> int:
+        """CUDA memory kept out of the KV pool: the largest step's activations and logits,
+        and the CUDA graphs' private pool (the activations of their largest batch, at most
+        ``graph_batch_limit`` rows)."""
+        mc = model_config
+        graph_tokens = 0 if self.enforce_eager else min(self.max_decode_batch, graph_batch_limit)
+        per_token = mc.hidden_size * 16 + mc.intermediate_size * 8
+        return (
+            self.max_num_batched_tokens + graph_tokens
+        ) * per_token + self.max_num_seqs * mc.vocab_size * 8
+
+    def size_kv_pool(
+        self, model_config: ModelConfig, block_bytes: int, device: torch.device, *, graph_batch_limit: int
+    ) -> KVPoolSize:
+        """The pool this configuration gets on ``device`` (call it after the weights are
+        loaded: on CUDA the budget is a share of the memory free now)."""
+        reserve = self.activation_reserve_bytes(model_config, graph_batch_limit)
+        num_blocks = num_kv_blocks(self, block_bytes, device, reserve)
+        # A lone sequence must be able to grow to the limit, or it could never finish.
+        max_model_len = min(
+            self.resolve_max_model_len(model_config.max_model_len), num_blocks * self.block_size
+        )
+        return KVPoolSize(num_blocks, block_bytes, max_model_len)
+
+
+@dataclass(frozen=True)
+class KVPoolSize:
+    num_blocks: int
+    block_bytes: int
+    max_model_len: int  # the context served: the configured limit, capped by the pool
+
+    @property
+    def gib(self) -> float:
+        return self.num_blocks * self.block_bytes / 2**30
+
 
 def num_kv_blocks(
     config: EngineConfig, block_bytes: int, device: torch.device, reserve_bytes: int = 0
@@ -82,6 +125,8 @@ def num_kv_blocks(
     if config.num_kv_blocks is not None:
         return config.num_kv_blocks
     if device.type == "cuda":
+        import torch  # noqa: PLC0415 - only here: `from inference import EngineConfig` stays torch-free
+
         free, _total = torch.cuda.mem_get_info(device)
         budget = int(free * config.gpu_memory_utilization) - reserve_bytes
     else:

@@ -25,7 +25,6 @@ from typing import Any
 from inference.config import EngineConfig
 from inference.engine.llm_engine import LLMEngine
 from inference.engine.outputs import EngineStats, StreamDelta
-from inference.errors import EngineOverloadedError, PromptTooLongError
 from inference.sampling.params import SamplingParams
 from inference.tokenizer import Tokenizer
 
@@ -95,11 +94,7 @@ class AsyncEngine:
         ``cache_salt_from``: see ``LLMEngine.add_request``."""
         params = params or SamplingParams()
         token_ids = self.engine.encode_prompt(prompt)
-        try:
-            self.engine.check_prompt(token_ids)
-        except PromptTooLongError:
-            self.engine.metrics.count("rejected")
-            raise
+        self.engine.admission.admit_prompt(token_ids)
         request_id = request_id or uuid.uuid4().hex
         queue: asyncio.Queue[Any] = asyncio.Queue()
         add = _Add(
@@ -114,10 +109,8 @@ class AsyncEngine:
         with self._cond:
             if self._shutdown:
                 raise EngineShutDownError("the engine is shut down")
-            waiting = len(self.engine.scheduler.waiting) + self._num_pending_adds
-            if waiting >= self.engine.config.max_waiting:
-                self.engine.metrics.count("rejected")
-                raise EngineOverloadedError(f"{waiting} requests are already waiting")
+            # Adds still in the command queue count as waiting: they reach it before the next step.
+            self.engine.admission.admit_to_queue(pending=self._num_pending_adds)
             self._commands.append(add)
             self._num_pending_adds += 1
             self._cond.notify()

@@ -43,13 +43,13 @@ class LLM:
         engine = self.engine
         encoded = [engine.encode_prompt(p) for p in prompts]
         for ids in encoded:
-            engine.check_prompt(ids)
+            engine.admission.check_prompt(ids)
         requests = []
         pending = list(zip(prompts, encoded, params, strict=True))
         pending.reverse()
         while pending or engine.has_unfinished():
             # Respect the waiting-queue limit by feeding prompts as room appears.
-            while pending and len(engine.scheduler.waiting) < engine.config.max_waiting:
+            while pending and engine.admission.has_room():
                 prompt, ids, p = pending.pop()
                 request = engine.add_request(ids, p)
                 request.prompt = prompt if isinstance(prompt, str) else None

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from inference.engine.sequence import Request
 
 
 @dataclass
@@ -95,3 +98,29 @@ class EngineStats:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def request_output(request: Request) -> RequestOutput:
+    """A request's outputs so far (final once it finished), completions in index order."""
+    beam = request.params.use_beam_search
+    outputs = [
+        CompletionOutput(
+            index=seq.index,
+            text=seq.output_text if seq.reasoning is None else seq.reasoning.answer,
+            reasoning="" if seq.reasoning is None else seq.reasoning.reasoning,
+            token_ids=seq.output_token_ids,
+            cumulative_logprob=seq.cumulative_logprob if (seq.logprobs is not None or beam) else None,
+            logprobs=seq.logprobs,
+            finish_reason=seq.finish_reason,
+            stop_reason=seq.stop_reason,
+        )
+        for seq in request.outputs_in_order()
+    ]
+    return RequestOutput(
+        request_id=request.request_id,
+        prompt=request.prompt,
+        prompt_token_ids=request.prompt_token_ids,
+        outputs=outputs,
+        finished=request.is_finished,
+        num_cached_tokens=request.num_cached_tokens,
+    )

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import xxhash
 
 from inference.engine.sequence import Sequence
+from inference.kv.block_stats import BlockStats
 
 if TYPE_CHECKING:
     from inference.kv.tiers import TierStack
@@ -44,20 +45,6 @@ class Block:
     hash: int | None = None  # set only while registered in the prefix cache
     token_ids: tuple[int, ...] = ()  # a registered block's tokens, compared on a hit
     parent_hash: int = 0
-
-
-@dataclass
-class BlockStats:
-    total: int
-    used: int  # held by at least one sequence
-    cached: int  # free, but holding a revivable prefix
-    free: int  # free and empty
-    hit_tokens: int  # prompt tokens served from the cache (first admissions)
-    queried_tokens: int  # prompt tokens looked up
-
-    @property
-    def hit_rate(self) -> float:
-        return self.hit_tokens / self.queried_tokens if self.queried_tokens else 0.0
 
 
 def chain_hash(parent: int, token_ids: list[int]) -> int:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from inference.kv.block_manager import BlockStats
+from inference.kv.block_stats import BlockStats
 from inference.kv.disk import DiskTier
 from inference.kv.host import HostTier
 

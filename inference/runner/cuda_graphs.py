@@ -39,14 +39,11 @@ import time
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
 from inference.layers.attention_context import AttentionContext
-
-if TYPE_CHECKING:
-    from inference.runner.model_runner import PackedBatch
+from inference.runner.packed_batch import PackedBatch
 
 # Captured batch sizes: 1, 2, 4, 8, then every multiple of 8 (vLLM's and nano-vllm's
 # scheme: a batch pads by at most 7 rows), up to this bound. Larger decode batches run

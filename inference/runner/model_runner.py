@@ -16,7 +16,6 @@ every step on CPU, runs the model eagerly.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import torch
 
@@ -25,17 +24,9 @@ from inference.kv.spec import KVSpec
 from inference.layers.attention_context import AttentionContext
 from inference.model_config import ModelConfig
 from inference.runner.cuda_graphs import CUDAGraphRunner
+from inference.runner.packed_batch import PackedBatch
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class PackedBatch:
-    input_ids: torch.Tensor  # [T]
-    positions: torch.Tensor  # [T]
-    ctx: AttentionContext
-    sample_rows: torch.Tensor  # [N] rows of the hidden states whose logits are needed
-    sampled: list[int]  # indices into batch.seqs of those N sequences
 
 
 class ModelRunner:

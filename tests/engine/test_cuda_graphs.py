@@ -25,7 +25,7 @@ from inference.runner.cuda_graphs import (
     pick_graph_size,
 )
 from inference.runner.model_loader import load_model
-from inference.runner.model_runner import PackedBatch
+from inference.runner.packed_batch import PackedBatch
 from kernels.reference import paged_attention_ref, store_kv_ref
 from tests.engine.engine_fixtures import TINY_ENGINE_DEFAULTS, greedy, random_prompts, run_to_completion
 from tests.support.fakes import allocate_kv_cache, build_context

@@ -1,0 +1,71 @@
+"""Builds requests and their sequences with what each sequence needs for sampling and
+text: a seeded generator, an incremental detokenizer, a reasoning splitter, logprobs."""
+
+from __future__ import annotations
+
+from inference.engine.sequence import Request, Sequence
+from inference.kv.block_manager import BlockManager, salt_hash
+from inference.sampling.params import SamplingParams
+from inference.sampling.reasoning_parser import ReasoningSplitter
+from inference.sampling.sampler import Sampler
+from inference.tokenizer import Tokenizer
+
+
+class SequenceFactory:
+    def __init__(self, tokenizer: Tokenizer, sampler: Sampler, block_manager: BlockManager) -> None:
+        self.tokenizer = tokenizer
+        self.sampler = sampler
+        self.block_manager = block_manager
+
+    def new_request(
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        token_ids: list[int],
+        params: SamplingParams,
+        *,
+        owner: str | None = None,
+        cache_salt: str | None = None,
+        cache_salt_from: int = 0,
+    ) -> Request:
+        """A request with its first sequence (the prompt's; n > 1 and beams fork it later)."""
+        request = Request(
+            request_id, token_ids, params, prompt=prompt if isinstance(prompt, str) else None, owner=owner
+        )
+        if cache_salt:
+            request.cache_salt = salt_hash(cache_salt)
+            request.cache_salt_block = max(0, cache_salt_from) // self.block_manager.block_size
+        request.seqs.append(self.new_seq(request, token_ids, index=0))
+        return request
+
+    def new_seq(self, request: Request, token_ids: list[int], index: int) -> Sequence:
+        params = request.params
+        seq = Sequence(list(token_ids), request.num_prompt_tokens, index=index, request=request)
+        seq.cache_salt, seq.cache_salt_block = request.cache_salt, request.cache_salt_block
+        if params.seed is not None and not params.use_beam_search:
+            seq.generator = self.sampler.make_generator(params.seed + index)
+        if not params.use_beam_search:
+            seq.detokenizer = self.tokenizer.detokenizer()
+            seq.reasoning = self._reasoning_splitter(params, token_ids)
+        if params.logprobs is not None:
+            seq.logprobs = []
+        return seq
+
+    def fork(self, request: Request, parent: Sequence, index: int) -> Sequence:
+        """A new sequence of ``request`` sharing ``parent``'s tokens and KV blocks."""
+        child = self.new_seq(request, parent.token_ids, index)
+        child.cumulative_logprob = parent.cumulative_logprob
+        if parent.logprobs is not None:
+            child.logprobs = list(parent.logprobs)
+        self.block_manager.fork(parent, child)
+        request.seqs.append(child)
+        return child
+
+    def _reasoning_splitter(self, params: SamplingParams, prompt_ids: list[int]) -> ReasoningSplitter | None:
+        tags = self.tokenizer.reasoning_tags
+        if not params.separate_reasoning or tags is None:
+            return None
+        # R1's generation prompt opens <think> itself; the tag may be a plain added
+        # token, so decode without dropping special tokens.
+        tail = self.tokenizer.decode(prompt_ids[-8:], skip_special_tokens=False)
+        return ReasoningSplitter(tags, in_reasoning=tail.rstrip().endswith(tags[0]))

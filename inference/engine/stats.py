@@ -1,0 +1,72 @@
+"""The engine's live figures: KV slot use after a step, and the ``EngineStats`` snapshot."""
+
+from __future__ import annotations
+
+from inference.engine.metrics import EngineMetrics
+from inference.engine.outputs import EngineStats
+from inference.engine.scheduler import ScheduledBatch, Scheduler
+from inference.kv.tiers import TierStack, tier_stats
+from inference.runner.cuda_graphs import CUDAGraphRunner
+
+
+def observe_kv_usage(metrics: EngineMetrics, scheduler: Scheduler, batch: ScheduledBatch) -> None:
+    """Token slots holding K/V (after this step's writes) versus blocks in use: only
+    each sequence's last block can be partly filled; forks share tails, so a
+    block counts once at its fullest."""
+    block_manager = scheduler.block_manager
+    bs = block_manager.block_size
+    scheduled = {seq.seq_id: n for seq, n in zip(batch.seqs, batch.num_new_tokens, strict=True)}
+    tails: dict[int, int] = {}
+    for request in scheduler.running:
+        for seq in request.seqs:
+            if seq.block_table:
+                end = seq.num_computed_tokens + scheduled.get(seq.seq_id, 0)
+                block = seq.block_table[-1]
+                tails[block] = max(tails.get(block, 0), end - (len(seq.block_table) - 1) * bs)
+    used = block_manager.num_blocks - block_manager.num_free_blocks
+    partial = [fill for fill in tails.values() if fill < bs]
+    metrics.observe_kv_usage(used, (used - len(partial)) * bs + sum(partial), bs)
+
+
+def engine_stats(
+    scheduler: Scheduler,
+    metrics: EngineMetrics,
+    tiers: TierStack | None,
+    cuda_graphs: CUDAGraphRunner | None,
+) -> EngineStats:
+    block_manager = scheduler.block_manager
+    blocks = block_manager.stats()
+    extra: dict[str, float] = {
+        "peak_kv_blocks_used": metrics.peak_kv_blocks_used,
+        "kv_waste_at_peak": metrics.kv_waste_at_peak,
+    }
+    if cuda_graphs is not None:
+        extra["cuda_graph_steps"] = cuda_graphs.num_replays
+    return EngineStats(
+        running=len(scheduler.running),
+        waiting=len(scheduler.waiting),
+        kv_blocks_total=blocks.total,
+        kv_blocks_used=blocks.used,
+        kv_blocks_cached=blocks.cached,
+        kv_blocks_free=blocks.free,
+        kv_block_size=block_manager.block_size,
+        kv_slots_used=metrics.kv_slots_used if blocks.used else 0,
+        prefix_hit_rate=blocks.hit_rate,
+        prefix_hit_tokens=blocks.hit_tokens,
+        prefix_queried_tokens=blocks.queried_tokens,
+        tokens_per_s=metrics.tokens_per_s(),
+        total_generated_tokens=metrics.total_generated_tokens,
+        total_prompt_tokens=metrics.total_prompt_tokens,
+        num_preemptions=scheduler.num_preemptions,
+        num_steps=metrics.num_steps,
+        loading=len(scheduler.loading),
+        num_swaps=scheduler.num_swaps,
+        cached_tokens=metrics.cached_tokens,
+        kv_retained_keys=block_manager.num_retained_keys,
+        kv_retained_blocks=block_manager.num_retained_blocks,
+        requests_by_outcome=dict(metrics.outcomes),
+        ttft=metrics.ttft.as_dict(),
+        tpot=metrics.tpot.as_dict(),
+        kv_tiers=tier_stats(blocks, tiers),
+        extra=extra,
+    )
