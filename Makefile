@@ -45,6 +45,7 @@ test: $(VENV)/.installed
 	scripts/ensure-chromium
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/bandit -r chatsite conversations inference kernels --severity-level high -q
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed

@@ -277,11 +277,10 @@ def server_cpu_split(pid: int, before: dict[int, float]) -> tuple[float, float]:
 def bench_web_layer(site, key: str, model_arg: str, max_tokens: int, rounds: int) -> dict:
     """Per round: the offline engine, then /v1 with the client at normal priority, then
     /v1 with the client at nice 19. Medians over the rounds."""
-    import httpx
-
     from inference import LLM
+    from tests.live_site import health_details
 
-    model = httpx.get(f"{site.url}/healthz", timeout=10).json()["engine"]["model"]
+    model = health_details(site.url)["engine"]["model"]
     llm = LLM(model_arg)
     offline_run(llm, 8)
     clients = {

@@ -241,6 +241,16 @@ if SECURE_COOKIES:
     # Behind a TLS-terminating proxy that sets X-Forwarded-Proto (and strips a client's own).
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_HSTS_SECONDS = env_int("HSTS_SECONDS", 31_536_000)
+    # Opt-ins (check --deploy's W005, W021): they bind every subdomain to HTTPS, and a
+    # preloaded domain is baked into browsers for months.
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("HSTS_INCLUDE_SUBDOMAINS", False)
+    SECURE_HSTS_PRELOAD = env_bool("HSTS_PRELOAD", False)
+# Off by default: local runs serve plain HTTP. Behind a TLS proxy it needs SECURE_COOKIES too
+# (the proxy header), or every request looks like HTTP and redirects forever.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
+# Probes and scrapes reach each process directly over HTTP; a redirect to the public HTTPS
+# address would land on whichever process the proxy picks.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^livez$", r"^metrics$"]
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"

@@ -19,6 +19,9 @@ import httpx
 from django.conf import settings
 
 ROOT = Path(__file__).resolve().parents[1]
+# Every live site's /metrics token: /healthz shows the engine's figures only to callers /metrics admits.
+METRICS_TOKEN = "live-site-metrics-token"
+METRICS_AUTH = {"Authorization": f"Bearer {METRICS_TOKEN}"}
 
 
 @dataclass
@@ -58,6 +61,7 @@ def launch_live_site(model_dir: Path, log_dir: Path, **extra_env: str) -> LiveSi
         **os.environ,
         **database_env(),
         "CLUSTER_PREFIX": f"test-{uuid.uuid4().hex[:8]}",
+        "METRICS_TOKEN": METRICS_TOKEN,
         **extra_env,
     }
     env.update(ENGINE_MODEL=str(model_dir), ENGINE_PRELOAD="true", DJANGO_SETTINGS_MODULE="chatsite.settings")
@@ -78,6 +82,11 @@ def start_live_site(model_dir: Path, log_dir: Path, **extra_env: str) -> LiveSit
     return wait_until_ready(launch_live_site(model_dir, log_dir, **extra_env))
 
 
+def health_details(url: str, timeout: float = 10) -> dict:
+    """/healthz's details (the engine's state and stats, the process) for a live site."""
+    return httpx.get(f"{url}/healthz", headers=METRICS_AUTH, timeout=timeout).json()["details"]
+
+
 def wait_until_ready(site: LiveSite) -> LiveSite:
     process = site.process
     deadline = time.monotonic() + 120
@@ -85,7 +94,7 @@ def wait_until_ready(site: LiveSite) -> LiveSite:
         if process.poll() is not None:
             raise RuntimeError(f"daphne exited with {process.returncode}:\n{site.log()}")
         try:
-            health = httpx.get(f"{site.url}/healthz", timeout=2).json()
+            health = health_details(site.url, timeout=2)
             if health["engine"]["ready"]:
                 return site
             if health["engine"]["state"] == "error":

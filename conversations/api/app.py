@@ -28,6 +28,7 @@ from ninja.parser import Parser
 from conversations.api import schemas
 from conversations.api.auth import ApiKeyAuth
 from conversations.api.completions import Generation, check_context, sampling_params
+from conversations.api.docs_page import VendoredSwagger
 from conversations.api.errors import (
     ApiError,
     error_from_exception,
@@ -73,6 +74,7 @@ api = NinjaAPI(
         'Errors use OpenAI\'s shape: `{"error": {"message", "type", "param", "code"}}`.'
     ),
     urls_namespace="openai-api",
+    docs=VendoredSwagger(),
     parser=LimitedJsonParser(),
     auth=ApiKeyAuth(),
 )
@@ -90,10 +92,12 @@ ERRORS = {
 
 
 def stream_doc(schema: str) -> dict[str, Any]:
-    """The 200 response: JSON, or with ``stream: true`` server-sent events."""
+    """The 200 response: JSON, or with ``stream: true`` server-sent events. The key is the int
+    ninja uses, so the two merge: a string "200" would be a second, duplicate key in the JSON,
+    which Swagger UI's parser rejects."""
     return {
         "responses": {
-            "200": {
+            200: {
                 "description": "The completion; with `stream: true`, data-only server-sent events "
                 "(`data: {chunk}` blocks, ending with `data: [DONE]`).",
                 "content": {

@@ -1,4 +1,10 @@
-"""Health endpoints for load balancers and orchestrators: readiness and liveness."""
+"""Health endpoints for load balancers and orchestrators: readiness and liveness.
+
+Both answer anyone, so an anonymous caller learns only whether each check passes: error
+text, the engine's statistics and which process answered are operational detail that
+``/metrics`` guards, and go only to the callers it admits (a staff session or the
+metrics token).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ from conversations.cluster.registry import PROCESS_ID
 from conversations.cluster.registry import enabled as cluster_enabled
 from conversations.ops.engine_handle import engine_status
 from conversations.ops.health import channel_layer_ready, database_ready
+from conversations.ops.metrics import may_see_figures
 
 
 @never_cache
@@ -21,19 +28,21 @@ async def healthz(request: HttpRequest) -> JsonResponse:
         database_ready(), channel_layer_ready()
     )
     engine = engine_status()
-    ok = db_ok and layer_ok and engine["ready"]
-    body = {
-        "ok": ok,
-        "database": {"ready": db_ok, "detail": db_detail},
-        "channel_layer": {"ready": layer_ok, "detail": layer_detail},
-        "engine": engine,
-        # Which process answered (several may serve the site; see conversations.cluster.registry).
-        "process": {"id": PROCESS_ID, "cluster": cluster_enabled()},
-    }
+    checks = {"database": db_ok, "channel_layer": layer_ok, "engine": bool(engine["ready"])}
+    ok = all(checks.values())
+    body: dict = {"status": "ok" if ok else "unavailable", "checks": checks}
+    if await may_see_figures(request):
+        body["details"] = {
+            "database": db_detail,
+            "channel_layer": layer_detail,
+            "engine": engine,
+            # Which process answered (several may serve the site; see conversations.cluster.registry).
+            "process": {"id": PROCESS_ID, "cluster": cluster_enabled()},
+        }
     return JsonResponse(body, status=200 if ok else 503)
 
 
 @never_cache
 def livez(request: HttpRequest) -> JsonResponse:
     """Liveness: 200 as long as the process serves HTTP; checks nothing else."""
-    return JsonResponse({"ok": True})
+    return JsonResponse({"status": "ok"})

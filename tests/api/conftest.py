@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 import time
 
-import httpx
 import openai
 import pytest
 
 from conversations.models import ApiKey, ApiRequest
+from tests.live_site import health_details
 
 
 def engine_stats(site) -> dict:
-    return httpx.get(f"{site.url}/healthz", timeout=10).json()["engine"]["stats"]
+    return health_details(site.url)["engine"]["stats"]
 
 
 def wait_until_idle(site, timeout: float = 20.0) -> dict:
@@ -54,7 +54,7 @@ def api_key(api_user, live_site) -> str:
 
 @pytest.fixture(scope="session")
 def model_name(live_site) -> str:
-    return httpx.get(f"{live_site.url}/healthz", timeout=10).json()["engine"]["model"]
+    return health_details(live_site.url)["engine"]["model"]
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from tests.api.conftest import chat, parse_sse
+from tests.live_site import METRICS_AUTH
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -26,7 +27,8 @@ async def test_16_concurrent_streams_are_batched_and_each_is_complete(live_site,
         async def watch() -> None:
             nonlocal peak_running
             while not finished.is_set():
-                stats = (await http.get("/healthz")).json()["engine"]["stats"]
+                health = (await http.get("/healthz", headers=METRICS_AUTH)).json()
+                stats = health["details"]["engine"]["stats"]
                 peak_running = max(peak_running, stats["running"])
                 await asyncio.sleep(0.02)
 

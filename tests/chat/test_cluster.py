@@ -16,7 +16,6 @@ import time
 import uuid
 from collections.abc import Iterator
 
-import httpx
 import pytest
 from asgiref.sync import sync_to_async
 
@@ -61,7 +60,7 @@ def running_cluster(model_dir, tmp_path_factory, **extra_env: str) -> Iterator[l
     """Processes A and B: one registry prefix (one site), short grace and save periods."""
     import redis
 
-    from tests.live_site import launch_live_site, stop_live_site, wait_until_ready
+    from tests.live_site import health_details, launch_live_site, stop_live_site, wait_until_ready
 
     prefix = f"test-cluster-{uuid.uuid4().hex[:8]}"
     env = {
@@ -87,10 +86,7 @@ def running_cluster(model_dir, tmp_path_factory, **extra_env: str) -> Iterator[l
             time.sleep(0.2)
         else:
             raise RuntimeError("the processes did not advertise themselves")
-        yield [
-            Process(site, httpx.get(f"{site.url}/healthz", timeout=5).json()["process"]["id"], prefix)
-            for site in sites
-        ]
+        yield [Process(site, health_details(site.url, timeout=5)["process"]["id"], prefix) for site in sites]
     finally:
         for site in sites:
             if site.process.poll() is None:
@@ -120,7 +116,9 @@ class Process:
         self.site, self.pid, self.prefix = site, pid, prefix
 
     def stats(self) -> dict:
-        return httpx.get(f"{self.site.url}/healthz", timeout=5).json()["engine"]["stats"]
+        from tests.live_site import health_details
+
+        return health_details(self.site.url, timeout=5)["engine"]["stats"]
 
     def advertised_load(self) -> int:
         """The load routing reads for this process (its registry entry, refreshed every 2 s)."""

@@ -19,7 +19,7 @@ def directives(response) -> dict[str, str]:
 
 
 @pytest.mark.smoke
-@pytest.mark.parametrize("path", ["/accounts/login/", "/", "/settings/api-keys/", "/admin/"])
+@pytest.mark.parametrize("path", ["/accounts/login/", "/", "/settings/api-keys/", "/admin/", "/v1/docs"])
 def test_every_html_page_has_a_strict_content_security_policy(client, make_user, path):
     user = make_user("staff")
     user.is_staff = user.is_superuser = True
