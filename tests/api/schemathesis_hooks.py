@@ -2,9 +2,10 @@
 requests cheap. Valid but huge ``max_tokens`` / ``n`` are clamped, and a missing
 ``max_tokens`` gets a small one, so the run tests the API, not the model's speed on
 two cores; invalid values (wrong types, out of range) are left alone. String ``model``
-values become the served model's id (SCHEMATHESIS_SERVED_MODEL) in ``before_call``, which
-sees every case (the examples phase's explicit examples too, which ``map_body`` does not),
-so bodies reach the engine instead of stopping at a 404."""
+values become the served model's id (SCHEMATHESIS_SERVED_MODEL), so bodies reach the engine
+instead of stopping at a 404. Both happen in ``before_call``, which sees every case of every
+phase (the examples' and the coverage phase's boundary values too, which ``map_body`` does
+not: a coverage case with the largest valid ``max_tokens`` once ran past the read timeout)."""
 
 from __future__ import annotations
 
@@ -22,10 +23,7 @@ def _small_int(value: object, cap: int) -> object:
     return value
 
 
-@schemathesis.hook
-def map_body(context, body):
-    if not isinstance(body, dict):
-        return body
+def cheap_body(body: dict) -> dict:
     body = dict(body)
     if body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
         body["max_tokens"] = MAX_TOKENS
@@ -42,6 +40,10 @@ def map_body(context, body):
 
 @schemathesis.hook
 def before_call(context, case, **kwargs):
+    if not isinstance(case.body, dict):
+        return
+    body = cheap_body(case.body)
     served = os.environ.get("SCHEMATHESIS_SERVED_MODEL")
-    if served and isinstance(case.body, dict) and isinstance(case.body.get("model"), str):
-        case.body = {**case.body, "model": served}
+    if served and isinstance(body.get("model"), str):
+        body["model"] = served
+    case.body = body
