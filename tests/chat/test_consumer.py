@@ -158,7 +158,8 @@ async def test_reconnecting_within_the_grace_period_gets_the_text_so_far_then_th
     alice, conversation_for, settings
 ):
     settings.GENERATION_GRACE_SECONDS = 30
-    conversation = await conversation_for(alice, temperature=0.0, max_tokens=300)
+    # Long enough that the answer is still streaming when the tab is back on a busy machine.
+    conversation = await conversation_for(alice, **LONG)
     socket, _ = await opened(alice, conversation)
     await socket.send(type="send", conversation_id=conversation.pk, content="Keep going")
     thread, _ = await socket.until("thread")
