@@ -216,6 +216,14 @@ API_MAX_SEQUENCES_PER_REQUEST = env_int("API_MAX_SEQUENCES_PER_REQUEST", 16)
 # Off for single-user deployments that want cross-conversation sharing of everything.
 PREFIX_CACHE_SALT = env_bool("PREFIX_CACHE_SALT", True)
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, 2_621_440)
+# The largest request body the server receives at all (chatsite.body_limit): by default the
+# largest any view accepts, an import file plus its form's framing. Daphne would otherwise
+# take in a body of any size before Django could look at it.
+IMPORT_FORM_OVERHEAD_BYTES = 65_536
+REQUEST_MAX_BODY_BYTES = env_int(
+    "REQUEST_MAX_BODY_BYTES",
+    max(IMPORT_MAX_BYTES + IMPORT_FORM_OVERHEAD_BYTES, DATA_UPLOAD_MAX_MEMORY_SIZE, API_MAX_BODY_BYTES),
+)
 
 # --- Auth ------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [
