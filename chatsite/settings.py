@@ -142,6 +142,7 @@ TITLE_MAX_RETRIES = env_int("TITLE_MAX_RETRIES", 10)
 # Export and import.
 IMPORT_MAX_BYTES = env_int("IMPORT_MAX_BYTES", 20_000_000)
 IMPORT_MAX_MESSAGES = env_int("IMPORT_MAX_MESSAGES", 100_000)
+IMPORT_MAX_CONVERSATIONS = env_int("IMPORT_MAX_CONVERSATIONS", 10_000)
 EXPORT_INLINE_MAX_MESSAGES = env_int("EXPORT_INLINE_MAX_MESSAGES", 2_000)  # larger: a task
 DATA_JOB_RETENTION_HOURS = env_float("DATA_JOB_RETENTION_HOURS", 24.0)
 # Housekeeping (celery beat): how often each job runs (seconds) and what it keeps.

@@ -2,7 +2,7 @@
 
 The whole file is parsed and checked before anything is written, and the writes happen
 in one transaction: a malformed or hostile file (wrong shape, a cycle in the parent links,
-a missing parent, too big, nested too deeply) saves nothing and raises
+a missing parent, too big, too many conversations, nested too deeply) saves nothing and raises
 :class:`~conversations.transfer.validate.InvalidFile` with one line saying why.
 """
 
@@ -47,9 +47,11 @@ def parse_file(raw: bytes) -> tuple[str, list[ConversationSpec]]:
     except ValueError as exc:
         raise InvalidFile(f"the file is not valid JSON ({exc})") from None
     if isinstance(data, dict) and data.get("format") == FORMAT:
+        _check_count(data.get("conversations"))
         specs = _ours(data)
         kind = "ours"
     elif chatgpt.looks_like(data):
+        _check_count(data)
         specs = chatgpt.parse(data)
         kind = "chatgpt"
     else:
@@ -63,6 +65,15 @@ def parse_file(raw: bytes) -> tuple[str, list[ConversationSpec]]:
     if total > settings.IMPORT_MAX_MESSAGES:
         raise InvalidFile(f"the file holds {total:,} messages; the limit is {settings.IMPORT_MAX_MESSAGES:,}")
     return kind, specs
+
+
+def _check_count(conversations: Any) -> None:
+    # Counted before any conversation is looked at: a small file can list a great many empty
+    # ones, each of which would cost rows and time.
+    count = len(conversations) if isinstance(conversations, list) else 1
+    limit = settings.IMPORT_MAX_CONVERSATIONS
+    if count > limit:
+        raise InvalidFile(f"the file holds {count:,} conversations; the limit is {limit:,}")
 
 
 def import_bytes(owner, raw: bytes) -> ImportResult:

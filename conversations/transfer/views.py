@@ -66,6 +66,7 @@ def data_page(request: HttpRequest) -> HttpResponse:
         "busy": any(j.status in (DataJob.Status.PENDING, DataJob.Status.RUNNING) for j in jobs),
         "conversation_count": Conversation.objects.filter(owner=request.user).count(),
         "import_max_mb": settings.IMPORT_MAX_BYTES / 1_000_000,
+        "import_max_conversations": f"{settings.IMPORT_MAX_CONVERSATIONS:,}",
     }
     return render(request, "conversations/data.html", context)
 
