@@ -27,7 +27,7 @@ CAN_SKIP_FORM_PARSING = "parsePOSTFormSubmission" in inspect.signature(http.Requ
 
 TEMPLATE = (
     "<!doctype html><html><head><meta charset=utf-8><title>Too large</title></head><body>"
-    "<h1>Too large</h1><p>This request is larger than the site accepts ({limit:g} MB at most, "
+    "<h1>Too large</h1><p>This request is larger than the site accepts ({limit:.3g} MB at most, "
     "an import file included). Nothing was saved.</p></body></html>"
 )
 
