@@ -142,6 +142,7 @@ TITLE_MAX_RETRIES = env_int("TITLE_MAX_RETRIES", 10)
 # Export and import.
 IMPORT_MAX_BYTES = env_int("IMPORT_MAX_BYTES", 20_000_000)
 IMPORT_MAX_MESSAGES = env_int("IMPORT_MAX_MESSAGES", 100_000)
+IMPORT_MAX_CONVERSATIONS = env_int("IMPORT_MAX_CONVERSATIONS", 10_000)
 EXPORT_INLINE_MAX_MESSAGES = env_int("EXPORT_INLINE_MAX_MESSAGES", 2_000)  # larger: a task
 DATA_JOB_RETENTION_HOURS = env_float("DATA_JOB_RETENTION_HOURS", 24.0)
 # Housekeeping (celery beat): how often each job runs (seconds) and what it keeps.
@@ -216,6 +217,14 @@ API_MAX_SEQUENCES_PER_REQUEST = env_int("API_MAX_SEQUENCES_PER_REQUEST", 16)
 # Off for single-user deployments that want cross-conversation sharing of everything.
 PREFIX_CACHE_SALT = env_bool("PREFIX_CACHE_SALT", True)
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, 2_621_440)
+# The largest request body the server receives at all (chatsite.body_limit): by default the
+# largest any view accepts, an import file plus its form's framing. Daphne would otherwise
+# take in a body of any size before Django could look at it.
+IMPORT_FORM_OVERHEAD_BYTES = 65_536
+REQUEST_MAX_BODY_BYTES = env_int(
+    "REQUEST_MAX_BODY_BYTES",
+    max(IMPORT_MAX_BYTES + IMPORT_FORM_OVERHEAD_BYTES, DATA_UPLOAD_MAX_MEMORY_SIZE, API_MAX_BODY_BYTES),
+)
 
 # --- Auth ------------------------------------------------------------------------
 AUTH_PASSWORD_VALIDATORS = [

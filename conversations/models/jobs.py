@@ -30,8 +30,11 @@ class DataJob(models.Model):
     # Import: the uploaded bytes (cleared once read). Export: the finished file.
     payload = models.BinaryField(null=True, blank=True)
     error = models.TextField(blank=True, default="")
+    # Done so far: an import counts up batch by batch, of ``total`` (the conversations in
+    # its file, known once the file is read).
     conversations = models.IntegerField(default=0)
     messages = models.IntegerField(default=0)
+    total = models.IntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 

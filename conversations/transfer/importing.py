@@ -1,8 +1,9 @@
 """Import: our JSON export or ChatGPT's ``conversations.json``, told apart by shape.
 
-The whole file is parsed and checked before anything is written, and the writes happen
-in one transaction: a malformed or hostile file (wrong shape, a cycle in the parent links,
-a missing parent, too big, nested too deeply) saves nothing and raises
+The whole file is parsed and checked before anything is written
+(:mod:`~conversations.transfer.saving` then writes it in batches): a malformed or hostile
+file (wrong shape, a cycle in the parent links, a missing parent, too big, too many
+conversations or messages, nested too deeply) saves nothing and raises
 :class:`~conversations.transfer.validate.InvalidFile` with one line saying why.
 """
 
@@ -13,12 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
-from django.utils import timezone
 
 from conversations.models import Conversation, Message
 from conversations.transfer import chatgpt
 from conversations.transfer.exporting import FORMAT, OPTIONAL_MESSAGE_FIELDS, VERSION, optional_message_fields
+from conversations.transfer.saving import OnBatch, save
 from conversations.transfer.specs import ConversationSpec, NodeSpec
 from conversations.transfer.validate import InvalidFile, need, number, optional, parents_first, timestamp
 
@@ -47,9 +47,11 @@ def parse_file(raw: bytes) -> tuple[str, list[ConversationSpec]]:
     except ValueError as exc:
         raise InvalidFile(f"the file is not valid JSON ({exc})") from None
     if isinstance(data, dict) and data.get("format") == FORMAT:
+        _check_count(data.get("conversations"))
         specs = _ours(data)
         kind = "ours"
     elif chatgpt.looks_like(data):
+        _check_count(data)
         specs = chatgpt.parse(data)
         kind = "chatgpt"
     else:
@@ -65,9 +67,18 @@ def parse_file(raw: bytes) -> tuple[str, list[ConversationSpec]]:
     return kind, specs
 
 
-def import_bytes(owner, raw: bytes) -> ImportResult:
+def _check_count(conversations: Any) -> None:
+    # Counted before any conversation is looked at: a small file can list a great many empty
+    # ones, each of which would cost rows and time.
+    count = len(conversations) if isinstance(conversations, list) else 1
+    limit = settings.IMPORT_MAX_CONVERSATIONS
+    if count > limit:
+        raise InvalidFile(f"the file holds {count:,} conversations; the limit is {limit:,}")
+
+
+def import_bytes(owner, raw: bytes, on_batch: OnBatch | None = None) -> ImportResult:
     kind, specs = parse_file(raw)
-    ids = save(owner, specs)
+    ids = save(owner, specs, on_batch)
     return ImportResult(format=kind, conversation_ids=ids, messages=sum(len(s.nodes) for s in specs))
 
 
@@ -165,70 +176,3 @@ def _our_settings(raw: dict, where: str) -> dict:
         if value is not None:
             result[name] = min(max(value, low), high)
     return result
-
-
-# --- Saving -------------------------------------------------------------------------
-
-
-@transaction.atomic
-def save(owner, specs: list[ConversationSpec]) -> list[int]:
-    """Create the conversations (all or none); returns their ids."""
-    from conversations.chat.tree import Tree, select_leaf
-
-    now = timezone.now()
-    ids = []
-    for spec in specs:
-        conversation = Conversation.objects.create(
-            owner=owner, title=spec.title, title_source=spec.title_source, **spec.settings
-        )
-        messages = [
-            Message(conversation=conversation, role=n.role, content=n.content, **n.fields) for n in spec.nodes
-        ]
-        # Rows first, in bulk, then their links in one executemany: the same few statements
-        # whatever the tree's shape (Django's bulk_update builds a CASE per row and is slow).
-        Message.objects.bulk_create(messages, batch_size=500)
-        by_key = {n.key: m for n, m in zip(spec.nodes, messages, strict=True)}
-        _link(spec.nodes, messages, by_key, now)
-        leaf = by_key[spec.current_leaf] if spec.current_leaf is not None else None
-        root = by_key[spec.active_root] if spec.active_root is not None else None
-        Conversation.objects.filter(pk=conversation.pk).update(
-            current_leaf=leaf,
-            active_root=root,
-            created_at=spec.created_at or now,
-            updated_at=spec.updated_at or now,
-        )
-        conversation.current_leaf, conversation.active_root = leaf, root
-        if leaf is not None and all(n.active_child is None for n in spec.nodes):
-            tree = Tree.load(conversation)  # with the links just written
-            select_leaf(tree, tree.by_id[leaf.pk])  # point the branches at the shown thread
-        ids.append(conversation.pk)
-    return ids
-
-
-def _link(nodes: list[NodeSpec], messages: list[Message], by_key: dict, now) -> None:
-    """Set each new row's parent, active child and original times."""
-    table = Message._meta.db_table
-    column = {
-        name: Message._meta.get_field(name).column
-        for name in ("parent", "active_child", "created_at", "updated_at")
-    }
-    stamp = Message._meta.get_field("created_at")
-    rows = []
-    for node, message in zip(nodes, messages, strict=True):
-        created = node.created_at or now
-        rows.append(
-            (
-                by_key[node.parent].pk if node.parent is not None else None,
-                by_key[node.active_child].pk if node.active_child is not None else None,
-                stamp.get_db_prep_value(created, connection),
-                stamp.get_db_prep_value(node.updated_at or created, connection),
-                message.pk,
-            )
-        )
-    quote = connection.ops.quote_name
-    sql = (
-        f"UPDATE {quote(table)} SET {quote(column['parent'])} = %s, {quote(column['active_child'])} = %s, "
-        f"{quote(column['created_at'])} = %s, {quote(column['updated_at'])} = %s WHERE id = %s"
-    )
-    with connection.cursor() as cursor:
-        cursor.executemany(sql, rows)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import logging
 
-from django.db import transaction
 from django.utils import timezone
 
 from conversations.enqueue import RUN_EXPORT, RUN_IMPORT, enqueue_on_commit
 from conversations.models import Conversation, DataJob, Message
-from conversations.transfer import InvalidFile, export_json, export_markdown, import_bytes, render_json
+from conversations.transfer import InvalidFile, export_json, export_markdown, parse_file, render_json
+from conversations.transfer.saving import ImportStopped, save
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +54,14 @@ def _claim(job_id: int, kind: str) -> DataJob | None:
     return DataJob.objects.select_related("owner").get(pk=job_id) if claimed else None
 
 
-def _fail(job: DataJob, error: str) -> None:
+def _fail(job: DataJob, error: str, kept: int = 0) -> None:
     DataJob.objects.filter(pk=job.pk).update(
-        status=DataJob.Status.FAILED, error=error, payload=None, finished_at=timezone.now()
+        status=DataJob.Status.FAILED,
+        error=error,
+        payload=None,
+        conversations=kept,
+        messages=0,
+        finished_at=timezone.now(),
     )
 
 
@@ -81,14 +86,33 @@ def run_export(job_id: int) -> None:
 
 
 def run_import(job_id: int) -> None:
+    """Read the file, then write it batch by batch, counting up on the job as batches commit."""
     job = _claim(job_id, DataJob.Kind.IMPORT)
     if job is None:
         return
     try:
-        with transaction.atomic():
-            result = import_bytes(job.owner, bytes(job.payload or b""))
+        kind, specs = parse_file(bytes(job.payload or b""))
     except InvalidFile as exc:
         _fail(job, f"Nothing was imported: {exc}.")
+        return
+    except Exception as exc:
+        log.exception("import job %s failed", job_id)
+        _fail(job, f"Nothing was imported: the file could not be read ({type(exc).__name__}).")
+        return
+    DataJob.objects.filter(pk=job.pk).update(format=kind, payload=None, total=len(specs))
+
+    def progress(conversations: int, messages: int) -> None:
+        DataJob.objects.filter(pk=job.pk).update(conversations=conversations, messages=messages)
+
+    try:
+        ids = save(job.owner, specs, on_batch=progress)
+    except ImportStopped as exc:
+        log.exception("import job %s failed part way", job_id)
+        _fail(
+            job,
+            f"The import failed ({type(exc.__cause__).__name__}) after {exc.kept:,} conversations; those were kept.",
+            exc.kept,
+        )
         return
     except Exception as exc:
         log.exception("import job %s failed", job_id)
@@ -96,9 +120,7 @@ def run_import(job_id: int) -> None:
         return
     DataJob.objects.filter(pk=job.pk).update(
         status=DataJob.Status.DONE,
-        format=result.format,
-        payload=None,
-        conversations=len(result.conversation_ids),
-        messages=result.messages,
+        conversations=len(ids),
+        messages=sum(len(s.nodes) for s in specs),
         finished_at=timezone.now(),
     )

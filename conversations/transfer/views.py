@@ -15,10 +15,12 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
+from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_POST
 
 from conversations.models import Conversation, DataJob
 from conversations.transfer import jobs as data_jobs
+from conversations.transfer.upload_limit import ImportSizeLimit, announced_size
 
 RECENT_JOBS = 20
 
@@ -64,6 +66,7 @@ def data_page(request: HttpRequest) -> HttpResponse:
         "busy": any(j.status in (DataJob.Status.PENDING, DataJob.Status.RUNNING) for j in jobs),
         "conversation_count": Conversation.objects.filter(owner=request.user).count(),
         "import_max_mb": settings.IMPORT_MAX_BYTES / 1_000_000,
+        "import_max_conversations": f"{settings.IMPORT_MAX_CONVERSATIONS:,}",
     }
     return render(request, "conversations/data.html", context)
 
@@ -84,19 +87,35 @@ def export_all(request: HttpRequest) -> HttpResponse:
     return redirect("data")
 
 
+@csrf_exempt  # checked by _import_upload, once the size limit is among the upload handlers
 @require_POST
 @login_required
 def import_file(request: HttpRequest) -> HttpResponse:
+    # Refused on its announced length before the body is touched, or while Django reads it.
+    limit = settings.IMPORT_MAX_BYTES
+    if announced_size(request) > limit + settings.IMPORT_FORM_OVERHEAD_BYTES:
+        return _too_large(request)
+    counter = ImportSizeLimit(request, limit)
+    request.upload_handlers.insert(0, counter)
+    return _import_upload(request, counter)
+
+
+@csrf_protect
+def _import_upload(request: HttpRequest, counter: ImportSizeLimit) -> HttpResponse:
     upload = request.FILES.get("file")
+    if counter.refused:
+        return _too_large(request)
     if upload is None:
         messages.error(request, "Choose a file to import.")
         return redirect("data")
-    if upload.size > settings.IMPORT_MAX_BYTES:
-        limit = settings.IMPORT_MAX_BYTES / 1_000_000
-        messages.error(request, f"Nothing was imported: the file is larger than {limit:g} MB.")
-        return redirect("data")
     data_jobs.start_import(request.user, upload.name or "upload.json", upload.read())
-    messages.info(request, "Your file is being imported. Its result is listed below.")
+    messages.info(request, "Your file is being imported. Its progress and result are listed below.")
+    return redirect("data")
+
+
+def _too_large(request: HttpRequest) -> HttpResponse:
+    limit = settings.IMPORT_MAX_BYTES / 1_000_000
+    messages.error(request, f"Nothing was imported: the file is larger than {limit:g} MB.")
     return redirect("data")
 
 

@@ -4,6 +4,7 @@ hostile files that save nothing."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -192,4 +193,32 @@ def test_the_message_cap_applies_to_the_whole_file(alice, settings):
     two = {"messages": [{"id": 1, "role": "user"}, {"id": 2, "parent": 1, "role": "assistant"}]}
     with pytest.raises(InvalidFile, match="limit is 1"):
         import_bytes(alice, json.dumps(ours(two)).encode())
+    assert not Conversation.all_objects.exists()
+
+
+@pytest.mark.parametrize("fmt", ["ours", "chatgpt"])
+def test_a_file_over_the_conversation_cap_is_refused_before_its_conversations_are_read(
+    alice, settings, monkeypatch, fmt
+):
+    from conversations.transfer import chatgpt, importing
+
+    def unread(*args):
+        raise AssertionError("a conversation was read")
+
+    monkeypatch.setattr(importing, "_our_conversation", unread)
+    monkeypatch.setattr(chatgpt, "_conversation", unread)
+    settings.IMPORT_MAX_CONVERSATIONS = 2
+    data = ours(GOOD, GOOD, GOOD) if fmt == "ours" else chatgpt_with({"r": node(None)}) * 3
+    with pytest.raises(InvalidFile, match="the file holds 3 conversations; the limit is 2"):
+        import_bytes(alice, json.dumps(data).encode())
+    assert not Conversation.all_objects.exists()
+
+
+def test_three_hundred_thousand_empty_conversations_are_refused_at_once(alice):
+    # 10.8 MB, under the byte limit: it used to be written conversation by conversation.
+    raw = json.dumps(ours(*[{"title": "empty", "messages": []}] * 300_000)).encode()
+    started = time.monotonic()
+    with pytest.raises(InvalidFile, match="300,000 conversations; the limit is 10,000"):
+        import_bytes(alice, raw)
+    assert time.monotonic() - started < 10  # read and counted, nothing more (it took minutes)
     assert not Conversation.all_objects.exists()
