@@ -20,7 +20,10 @@ every C kernel off on purpose (to compare, or to rule them out).
 Python process must load the ASan runtime first::
 
     CHATSITE_KERNEL_ASAN=1 ASAN_OPTIONS=detect_leaks=0 \
-    LD_PRELOAD=$(gcc -print-file-name=libasan.so) .venv/bin/python -m pytest tests/kernels -k cpu
+    LD_PRELOAD=$(gcc -print-file-name=libasan.so) .venv/bin/python -m pytest tests/kernels -k cpu \
+    tests/engine/test_decode_stack.py
+
+(``docs/operations.md`` lists the files: every C kernel, the decode stack included.)
 """
 
 from __future__ import annotations

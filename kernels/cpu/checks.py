@@ -52,3 +52,34 @@ def size(name: str, actual: int, expected: int, what: str) -> None:
 def at_least(name: str, actual: int, minimum: int, what: str) -> None:
     if actual < minimum:
         raise ValueError(f"{name}: {what} is {actual}, expected at least {minimum}")
+
+
+# The largest value a C ``int`` (``ctypes.c_int``, an ``int32_t`` tensor) holds: a
+# larger size, count or index would wrap on the way in (2**32 + 1 arrives as 1, a
+# valid but wrong block id), so each is checked before it is narrowed.
+INT32_MAX = 2**31 - 1
+
+
+def int32(name: str, value: int, *, minimum: int = 0) -> int:
+    """``value`` unchanged, once it is known to fit a C ``int`` (and be ``>= minimum``)."""
+    value = int(value)
+    if not minimum <= value <= INT32_MAX:
+        raise ValueError(
+            f"{name} is {value}, outside the 32-bit range [{minimum}, 2**31 - 1] the kernel takes"
+        )
+    return value
+
+
+def int32_values(name: str, t: torch.Tensor, *, minimum: int = 0) -> torch.Tensor:
+    """An index tensor as ``int32`` (``t`` itself when it already is), its values checked
+    against ``[minimum, 2**31 - 1]`` first when narrowing would change them."""
+    if t.dtype == torch.int32:
+        return t
+    if t.numel():
+        low, high = (int(v) for v in t.aminmax())
+        if low < minimum or high > INT32_MAX:
+            bad = low if low < minimum else high
+            raise ValueError(
+                f"{name} holds {bad}, outside the 32-bit range [{minimum}, 2**31 - 1] the kernel takes"
+            )
+    return t.to(torch.int32)

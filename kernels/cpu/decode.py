@@ -91,11 +91,21 @@ def paged_decode_attention_cpu(
         raise ValueError(f"k_cache: its {kv_heads} KV heads do not divide the query's {q_heads} heads")
     check.at_least("block_tables", block_tables.shape[0], num_seqs, "the number of rows")
     check.at_least("context_lens", context_lens.shape[0], num_seqs, "the length")
+    # The kernel takes these as 32-bit ints: checked here, before they are narrowed.
+    for what, value in (
+        ("query: the number of sequences", num_seqs),
+        ("query: the head count", q_heads),
+        ("query: the head size", head_dim),
+        ("k_cache: the number of blocks", num_blocks),
+        ("block_tables: the width", block_tables.shape[1]),
+    ):
+        check.int32(what, value)
+    check.int32("k_cache: the block size", block_size, minimum=1)
     # Every tensor the kernel reads stays referenced by a local until the call returns.
-    tables = block_tables if block_tables.dtype == torch.int32 else block_tables.to(torch.int32)
+    tables = check.int32_values("block_tables", block_tables)
     if tables.stride(-1) != 1:
         tables = tables.contiguous()
-    lens = context_lens.to(torch.int32).contiguous()
+    lens = check.int32_values("context_lens", context_lens).contiguous()
     if query.stride(-1) != 1:
         query = query.contiguous()
     out = torch.empty(num_seqs, q_heads, head_dim, dtype=query.dtype)

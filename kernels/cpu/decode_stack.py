@@ -109,28 +109,70 @@ class StackShape:
     scale: float
 
 
-def _contiguous_f32(name: str, t: torch.Tensor) -> None:
-    cpu_checks.tensor(name, t, contiguous=True)
-    if t.dtype != torch.float32:
-        raise ValueError(f"{name}: expected float32, got {t.dtype}")
+def _f32(name: str, t: object, shape: tuple[int, ...]) -> torch.Tensor:
+    """``t`` as a contiguous fp32 CPU tensor of exactly ``shape`` (the C side reads that many floats)."""
+    t = cpu_checks.tensor(name, t, dim=len(shape), contiguous=True)
+    if tuple(t.shape) != shape:
+        raise ValueError(f"{name}: expected shape {list(shape)}, got {list(t.shape)}")
+    return t
+
+
+def _check_shape(s: StackShape) -> None:
+    for name in ("hidden", "q_heads", "kv_heads", "head_dim", "intermediate"):
+        cpu_checks.at_least(f"shape.{name}", getattr(s, name), 1, "the size")
+    # The layer ops and attention take the head counts and size as 32-bit ints.
+    cpu_checks.int32("shape.q_heads + 2 * kv_heads", s.q_heads + 2 * s.kv_heads)
+    cpu_checks.int32("shape.head_dim", s.head_dim, minimum=2)
+    if s.q_heads % s.kv_heads:
+        raise ValueError(f"shape.kv_heads: {s.kv_heads} KV heads do not divide {s.q_heads} query heads")
+    if s.head_dim % 2:
+        raise ValueError(f"shape.head_dim: {s.head_dim} is odd (rotary embedding rotates halves)")
+
+
+def _check_linear(name: str, w: StackLinear, out_features: int, in_features: int, swiglu: bool) -> None:
+    """``w`` holds exactly the panels (and bias) of an ``[out_features, in_features]``
+    product; ``swiglu``: gate and up rows interleaved, ``out_features`` of each."""
+    if isinstance(w.weight, cpu_quant.PackedQuant):
+        cpu_quant.check_packed(w.weight, f"{name} quantized panels")
+        rows = 2 * out_features if swiglu else out_features
+        actual = (w.weight.out_features, w.weight.in_features)
+        if actual != (rows, in_features):
+            raise ValueError(
+                f"{name} quantized panels: a {list(actual)} weight, expected [{rows}, {in_features}]"
+            )
+        if swiglu and rows % cpu_quant.PANEL:
+            raise ValueError(f"{name} quantized panels: fused SwiGLU needs a multiple of 16 rows, got {rows}")
+    elif swiglu:  # pack_gate_up: 8 gate then 8 up features per panel
+        _f32(f"{name} fp32 panels", w.weight, (-(-out_features // 8), in_features, 16))
+    else:  # pack_weight: 16 features per panel
+        _f32(f"{name} fp32 panels", w.weight, (-(-out_features // 16), in_features, 16))
+    if w.bias is not None:
+        if swiglu:
+            raise ValueError(f"{name}: the fused SwiGLU product takes no bias")
+        _f32(f"{name} bias", w.bias, (out_features,))
+
+
+def _check_layer(i: int, layer: StackLayer, s: StackShape) -> None:
+    """Every buffer of ``layer`` against the shape: the C side trusts each pointer to
+    hold the floats or panels that shape implies."""
+    for name in ("input_norm", "post_norm"):
+        _f32(f"layer {i} {name}", getattr(layer, name), (s.hidden,))
+    qkv, attn = (s.q_heads + 2 * s.kv_heads) * s.head_dim, s.q_heads * s.head_dim
+    _check_linear(f"layer {i} qkv", layer.qkv, qkv, s.hidden, swiglu=False)
+    _check_linear(f"layer {i} o", layer.o, s.hidden, attn, swiglu=False)
+    _check_linear(f"layer {i} gate_up", layer.gate_up, s.intermediate, s.hidden, swiglu=True)
+    _check_linear(f"layer {i} down", layer.down, s.hidden, s.intermediate, swiglu=False)
 
 
 class DecodeStack:
-    """The C description of a model's layers, kept alive with the tensors it points to."""
+    """The C description of a model's layers, kept alive with the tensors it points to.
+    Every buffer is checked against ``shape`` here, and every input at each call."""
 
     def __init__(self, layers: list[StackLayer], final_norm: torch.Tensor, shape: StackShape) -> None:
+        _check_shape(shape)
         for i, layer in enumerate(layers):
-            for name in ("input_norm", "post_norm"):
-                _contiguous_f32(f"layer {i} {name}", getattr(layer, name))
-            for name in ("qkv", "o", "gate_up", "down"):
-                linear: StackLinear = getattr(layer, name)
-                if not linear.data.is_contiguous() or linear.data.device.type != "cpu":
-                    raise ValueError(f"layer {i} {name}: weight panels must be contiguous CPU tensors")
-                if linear.bias is not None:
-                    _contiguous_f32(f"layer {i} {name} bias", linear.bias)
-            if layer.gate_up.bias is not None:
-                raise ValueError(f"layer {i}: the fused SwiGLU product takes no bias")
-        _contiguous_f32("final_norm", final_norm)
+            _check_layer(i, layer, shape)
+        _f32("final_norm", final_norm, (shape.hidden,))
         self.layers, self.final_norm, self.shape = layers, final_norm, shape
         self._layers = (_Layer * len(layers))(*(self._layer(layer) for layer in layers))
         self._shape = _Shape(
@@ -158,6 +200,21 @@ class DecodeStack:
         s = self.shape
         return rows * (2 * s.hidden + (2 * s.q_heads + 2 * s.kv_heads) * s.head_dim + s.intermediate)
 
+    def _pool(self, kv_cache: torch.Tensor) -> _Pool:
+        """The pool ``[num_blocks, 2, num_layers, block_size, Hkv, D]`` by its strides."""
+        s, layers = self.shape, len(self.layers)
+        cpu_checks.tensor("kv_cache", kv_cache, dim=6, inner_contiguous=True)
+        expected = (2, layers, kv_cache.shape[3], s.kv_heads, s.head_dim)
+        if tuple(kv_cache.shape[1:]) != expected:
+            raise ValueError(
+                f"kv_cache: expected fp32 CPU [blocks, 2, {layers}, block, {s.kv_heads}, {s.head_dim}],"
+                f" got {list(kv_cache.shape)}"
+            )
+        blocks = cpu_checks.int32("kv_cache: the number of blocks", kv_cache.shape[0])
+        block_size = cpu_checks.int32("kv_cache: the block size", kv_cache.shape[3], minimum=1)
+        st = kv_cache.stride()
+        return _Pool(kv_cache.data_ptr(), st[0], st[1], st[2], st[3], st[4], blocks, block_size)
+
     def __call__(
         self,
         hidden: torch.Tensor,
@@ -173,32 +230,24 @@ class DecodeStack:
         ``block_tables`` ``[M, W]`` and ``context_lens`` ``[M]``. Returns the final norm's
         output ``[M, H]`` (in ``hidden``'s storage)."""
         s = self.shape
-        rows = hidden.shape[0]
-        _contiguous_f32("hidden", hidden)
-        cpu_checks.size("hidden", hidden.shape[-1], s.hidden, "the last dimension")
-        _contiguous_f32("cos_sin", cos_sin)
-        if tuple(cos_sin.shape) != (rows, s.head_dim):
-            raise ValueError(f"cos_sin: expected [{rows}, {s.head_dim}], got {tuple(cos_sin.shape)}")
+        cpu_checks.tensor("hidden", hidden, dim=2, contiguous=True)
+        cpu_checks.at_least("hidden", hidden.shape[0], 1, "the number of rows")
+        rows = cpu_checks.int32("hidden: the number of rows", hidden.shape[0])
+        cpu_checks.size("hidden", hidden.shape[1], s.hidden, "the last dimension")
+        _f32("cos_sin", cos_sin, (rows, s.head_dim))
+        index = cpu_checks.INDEX_DTYPES
+        cpu_checks.tensor("slots", slots, dtypes=index, dim=1)
+        cpu_checks.tensor("block_tables", block_tables, dtypes=index, dim=2)
+        cpu_checks.tensor("context_lens", context_lens, dtypes=index, dim=1)
+        for name, t in (("slots", slots), ("block_tables", block_tables), ("context_lens", context_lens)):
+            cpu_checks.size(name, t.shape[0], rows, "the number of rows (one per hidden row)")
+        cpu_checks.int32("block_tables: the width", block_tables.shape[1])
+        # Narrowed to what the C side reads, values checked first; held until the call returns.
         slots = slots.to(torch.int64).contiguous()
-        tables = block_tables.to(torch.int32)
+        tables = cpu_checks.int32_values("block_tables", block_tables)
         tables = tables if tables.stride(-1) == 1 else tables.contiguous()
-        lens = context_lens.to(torch.int32).contiguous()
-        if slots.shape != (rows,) or lens.shape != (rows,) or tables.dim() != 2 or tables.shape[0] != rows:
-            raise ValueError("slots, context_lens and block_tables must have one row per hidden row")
-        pool_shape = (len(self.layers), kv_cache.shape[3], s.kv_heads, s.head_dim)
-        if (
-            kv_cache.dim() != 6
-            or kv_cache.shape[1] != 2
-            or (kv_cache.shape[2], *kv_cache.shape[3:]) != pool_shape
-            or kv_cache.dtype != torch.float32
-            or kv_cache.device.type != "cpu"
-            or kv_cache.stride(-1) != 1
-        ):
-            raise ValueError(f"kv_cache: expected fp32 CPU [blocks, 2, {len(self.layers)}, block, Hkv, D]")
-        st = kv_cache.stride()
-        pool = _Pool(
-            kv_cache.data_ptr(), st[0], st[1], st[2], st[3], st[4], kv_cache.shape[0], kv_cache.shape[3]
-        )
+        lens = cpu_checks.int32_values("context_lens", context_lens).contiguous()
+        pool = self._pool(kv_cache)
         scratch = torch.empty(self.scratch_floats(rows), dtype=torch.float32)
         rc = cpu_build.require("decode_stack", _declare).decode_stack_f32(
             self._layers, len(self.layers), ctypes.byref(self._shape), self.final_norm.data_ptr(),

@@ -112,6 +112,10 @@ def rotary_store(
         raise ValueError(f"v_cache: shape {tuple(v_cache.shape)} differs from k_cache {tuple(k_cache.shape)}")
     check.size("k_cache", k_cache.shape[2], num_kv_heads, "the head count")
     check.size("k_cache", k_cache.shape[3], head_dim, "the head size")
+    # The kernel takes these as 32-bit ints (and adds the head counts): checked before.
+    check.int32("num_heads + 2 * num_kv_heads", num_heads + 2 * num_kv_heads)
+    check.int32("cos_sin: the head size", head_dim)
+    check.int32("k_cache: the block size", k_cache.shape[1], minimum=1)
     # Copies stay referenced by these names until the call returns.
     cos_sin = cos_sin.contiguous()
     slots = (slot_mapping if slot_mapping.dtype == torch.int64 else slot_mapping.long()).contiguous()

@@ -175,20 +175,28 @@ def available() -> bool:
     return cpu_build.load_library("quant_linear", _declare) is not None
 
 
-def _check_packed(packed: PackedQuant) -> None:
+def check_packed(packed: PackedQuant, name: str = "packed") -> None:
+    """``packed`` is what ``pack()`` makes for its declared shape: the kernels read
+    ``data`` as exactly that many panels of scales and quants."""
     if not isinstance(packed, PackedQuant) or packed.fmt not in FORMATS:
-        raise ValueError("packed: expected a PackedQuant from kernels.cpu.quant.pack()")
+        raise ValueError(f"{name}: expected a PackedQuant from kernels.cpu.quant.pack()")
     g = GROUP[packed.fmt]
-    expected = (-(-packed.out_features // PANEL), packed.in_features // g, GROUP_BYTES[packed.fmt])
+    n, k = packed.out_features, packed.in_features
+    if n < 0 or k < g or k % g:
+        raise ValueError(f"{name}: [{n}, {k}] is not a {packed.fmt} weight shape (K a multiple of {g})")
+    expected = (-(-n // PANEL), k // g, GROUP_BYTES[packed.fmt])
     data = packed.data
     if (
-        data.dtype != torch.uint8
+        not isinstance(data, torch.Tensor)
+        or data.dtype != torch.uint8
         or data.device.type != "cpu"
         or tuple(data.shape) != expected
         or not data.is_contiguous()
-        or packed.in_features % g
     ):
-        raise ValueError(f"packed: data {tuple(data.shape)} is not the panels of a {packed.fmt} weight")
+        got = f"{data.dtype} {tuple(data.shape)}" if isinstance(data, torch.Tensor) else type(data).__name__
+        raise ValueError(
+            f"{name}: data {got} is not the contiguous uint8 {expected} panels of a {packed.fmt} [{n}, {k}] weight"
+        )
 
 
 def linear(
@@ -197,7 +205,7 @@ def linear(
     """``F.linear(x, W, bias)`` with ``W = packed.dequantize()``; with ``silu_pairs``
     (rows from ``interleave_gate_up``) ``silu(x Wg^T) * (x Wu^T)`` instead."""
     lib = cpu_build.require("quant_linear", _declare)
-    _check_packed(packed)
+    check_packed(packed)
     n, k = packed.out_features, packed.in_features
     if x.device.type != "cpu" or x.dtype != torch.float32 or x.dim() < 1 or x.shape[-1] != k:
         raise ValueError(f"x: expected fp32 CPU [..., {k}], got {x.dtype} {tuple(x.shape)} on {x.device}")
@@ -230,7 +238,7 @@ def linear(
 
 def embedding(ids: torch.Tensor, packed: PackedQuant) -> torch.Tensor:
     """The de-quantized rows ``ids`` of ``packed``: ``[*ids.shape, K]`` fp32."""
-    _check_packed(packed)
+    check_packed(packed)
     if ids.dtype not in (torch.int32, torch.int64) or ids.device.type != "cpu":
         raise ValueError(f"ids: expected an integer CPU tensor, got {ids.dtype} on {ids.device}")
     flat = ids.reshape(-1).to(torch.int64).contiguous()  # held here for the call

@@ -100,6 +100,7 @@ def test_the_cache_key_includes_the_compilers_version(monkeypatch) -> None:
 
 
 def test_the_asan_build_has_its_own_cache_entry(monkeypatch) -> None:
+    monkeypatch.delenv("CHATSITE_KERNEL_ASAN", raising=False)  # the ASan run itself sets it
     source = (cpu_build.SOURCES / "linear.c").read_bytes()
     plain = cpu_build.library_path("linear", source)
     monkeypatch.setenv("CHATSITE_KERNEL_ASAN", "1")

@@ -206,3 +206,68 @@ def test_gate_up_silu_refuses_a_wrong_argument(name: str, x: torch.Tensor, packe
         packed = cpu_linear.pack_gate_up(torch.randn(40, 24), torch.randn(40, 24))
     with pytest.raises(ValueError, match=name):
         cpu_linear.gate_up_silu(x, packed, 40)
+
+
+# ---- sizes and indices the C side takes as 32-bit ints ----
+# Each is checked before it is narrowed: an int64 2**32 + 1 would arrive as block 1 (a
+# valid but wrong block), a size of 2**31 as a negative one. The huge sizes are
+# expanded views (no memory), which a caller can pass as easily as real tensors.
+
+BIG = 2**31
+
+
+def wide(t: torch.Tensor, value: int) -> torch.Tensor:
+    """``t`` as int64 with ``value`` as its first element."""
+    t = t.long().clone()
+    t.view(-1)[0] = value
+    return t
+
+
+DECODE_32_BIT_CASES = {
+    "a block id that wraps to a valid one": ("block_tables", lambda a: wide(a["block_tables"], 2**32 + 1)),
+    "a block id of 2**31": ("block_tables", lambda a: wide(a["block_tables"], BIG)),
+    "a negative 64-bit block id": ("block_tables", lambda a: wide(a["block_tables"], -(2**32) + 1)),
+    "a context length that wraps to a valid one": (
+        "context_lens",
+        lambda a: wide(a["context_lens"], 2**32 + 5),
+    ),
+    "a negative 64-bit context length": ("context_lens", lambda a: wide(a["context_lens"], -1)),
+    "2**31 blocks": ("k_cache", lambda a: a["k_cache"][:1].expand(BIG, BS, HKV, D)),
+    "a block size of 2**31": ("k_cache", lambda a: a["k_cache"][:, :1].expand(BLOCKS, BIG, HKV, D)),
+    "a block table 2**31 wide": ("block_tables", lambda a: a["block_tables"][:, :1].expand(B, BIG)),
+}
+
+
+@pytest.mark.parametrize("case", DECODE_32_BIT_CASES)
+def test_paged_decode_attention_refuses_a_size_or_index_past_32_bits(case: str) -> None:
+    name, change = DECODE_32_BIT_CASES[case]
+    args = decode_args()
+    args[name] = change(args)
+    if name == "k_cache":
+        args["v_cache"] = change({"k_cache": args["v_cache"]})
+    with pytest.raises(ValueError, match=name):
+        cpu_decode.paged_decode_attention_cpu(**args)
+
+
+def test_paged_decode_attention_refuses_2_31_sequences() -> None:
+    args = decode_args()
+    args["query"] = args["query"][:1].expand(BIG, HQ, D)
+    args["block_tables"] = args["block_tables"][:1].expand(BIG, 2)
+    args["context_lens"] = args["context_lens"][:1].expand(BIG)
+    with pytest.raises(ValueError, match="query: the number of sequences"):
+        cpu_decode.paged_decode_attention_cpu(**args)
+
+
+def test_paged_decode_attention_takes_int64_indices_within_32_bits_as_int32_ones() -> None:
+    args = decode_args()
+    expected = cpu_decode.paged_decode_attention_cpu(**args)
+    args["block_tables"], args["context_lens"] = args["block_tables"].long(), args["context_lens"].long()
+    assert torch.equal(cpu_decode.paged_decode_attention_cpu(**args), expected)
+
+
+def test_rotary_store_refuses_a_block_size_of_2_31() -> None:
+    args = rotary_args()
+    args["k_cache"] = args["k_cache"][:, :1].expand(BLOCKS, BIG, HKV, D)
+    args["v_cache"] = args["v_cache"][:, :1].expand(BLOCKS, BIG, HKV, D)
+    with pytest.raises(ValueError, match="k_cache: the block size"):
+        cpu_layer_ops.rotary_store(**args)
