@@ -71,7 +71,7 @@ class LLMEngine:
         self.device, self.dtype = param.device, param.dtype
         self.model_name = self.model_config.name
         self.kv_spec = self.model.kv_spec  # declared by the model class: sizes the pool
-        kv = build_kv_stack(config, self.model, self.model_config)
+        kv = build_kv_stack(config, self.model, self.model_config, self.tokenizer)
         self.max_model_len = kv.pool.max_model_len
         self.block_manager, self.scheduler = kv.block_manager, kv.scheduler
         self.runner, self.tiers = kv.runner, kv.tiers
