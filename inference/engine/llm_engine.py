@@ -76,7 +76,9 @@ class LLMEngine:
         self.block_manager, self.scheduler = kv.block_manager, kv.scheduler
         self.runner, self.tiers = kv.runner, kv.tiers
         self.metrics = EngineMetrics()
-        self.admission = Admission(self.scheduler, config.max_waiting, self.metrics)
+        self.admission = Admission(
+            self.scheduler, config.max_waiting, self.metrics, self.model_config.vocab_size
+        )
         self.sampler = Sampler(self.device, config.seed)
         self.sequences = SequenceFactory(self.tokenizer, self.sampler, self.block_manager)
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
@@ -88,7 +90,8 @@ class LLMEngine:
         return self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
 
     def check_prompt(self, token_ids: list[int]) -> None:
-        """Raise ``PromptTooLongError`` for a prompt that can never run (thread-safe)."""
+        """Raise ``PromptTooLongError`` / ``InvalidPromptError`` for a prompt that can never
+        run (thread-safe)."""
         self.admission.check_prompt(token_ids)
 
     def add_request(
