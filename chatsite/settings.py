@@ -13,9 +13,15 @@ import dj_database_url
 
 from chatsite import secret_key
 from chatsite.env import ConfigError, env_bool, env_float, env_int, env_list, env_str, env_url
+from conversations.ops import files
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
+try:
+    # Owner-only (0700): it holds the database and the secret key. Refused if others could write to it.
+    files.prepare_data_dir(VAR_DIR)
+except OSError as exc:
+    raise ConfigError(f"VAR_DIR: {exc}") from None
 
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY", "")
@@ -93,6 +99,12 @@ else:
             "TEST": {"NAME": str(VAR_DIR / "test-db.sqlite3")},
         }
     }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    try:
+        # Created 0600 before SQLite opens it: its -wal and -shm files take the same mode.
+        files.prepare_sqlite_database(DATABASES["default"]["NAME"])
+    except OSError as exc:
+        raise ConfigError(f"{'DATABASE_URL' if DATABASE_URL else 'SQLITE_PATH'}: {exc}") from None
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Channels and Celery ------------------------------------------------------
@@ -298,5 +310,4 @@ LOGGING = {
     "loggers": {"daphne": {"level": "WARNING"}, "httpx": {"level": "WARNING"}},
 }
 
-VAR_DIR.mkdir(parents=True, exist_ok=True)
 STATIC_ROOT.mkdir(exist_ok=True)

@@ -19,7 +19,12 @@ if TYPE_CHECKING:
     from inference.engine.llm import LLM
     from inference.engine.llm_engine import LLMEngine
     from inference.engine.outputs import CompletionOutput, EngineStats, RequestOutput, StreamDelta
-    from inference.errors import EngineOverloadedError, PromptTooLongError, UnsupportedModelError
+    from inference.errors import (
+        EngineOverloadedError,
+        InvalidPromptError,
+        PromptTooLongError,
+        UnsupportedModelError,
+    )
     from inference.sampling.params import SamplingParams
 
 # Public name -> the module that defines it.
@@ -31,6 +36,7 @@ _EXPORTS = {
     "EngineOverloadedError": "inference.errors",
     "EngineShutDownError": "inference.engine.async_engine",
     "EngineStats": "inference.engine.outputs",
+    "InvalidPromptError": "inference.errors",
     "LLMEngine": "inference.engine.llm_engine",
     "PromptTooLongError": "inference.errors",
     "RequestOutput": "inference.engine.outputs",
@@ -47,6 +53,7 @@ __all__ = [
     "EngineOverloadedError",
     "EngineShutDownError",
     "EngineStats",
+    "InvalidPromptError",
     "LLMEngine",
     "PromptTooLongError",
     "RequestOutput",

@@ -114,6 +114,12 @@ def prompt_too_long(num_tokens: int, prompt_limit: int, max_model_len: int, para
     )
 
 
+def invalid_prompt_token(token_id: int, vocab_size: int, param: str) -> ApiError:
+    """A prompt token id the model has no embedding for (the engine's ``InvalidPromptError``),
+    in the words of the API's own check of token-id prompts."""
+    return invalid(f"Token id {token_id} is out of the vocabulary (size {vocab_size}).", param=param)
+
+
 def assistant_message(content: str, reasoning: str) -> dict[str, Any]:
     """A chat choice's message; a reasoning model's thinking goes in ``reasoning_content``
     (DeepSeek's field), present only when there is some."""
@@ -207,10 +213,12 @@ class Generation:
                 log.debug("abort of %s failed", rid, exc_info=True)
 
     def _engine_error(self, exc: Exception) -> Exception:
-        from inference.errors import EngineOverloadedError, PromptTooLongError
+        from inference.errors import EngineOverloadedError, InvalidPromptError, PromptTooLongError
 
         if isinstance(exc, PromptTooLongError):
             return prompt_too_long(exc.num_tokens, exc.limit, self.engine.max_model_len, self.prompt_param)
+        if isinstance(exc, InvalidPromptError):
+            return invalid_prompt_token(exc.token_id, exc.vocab_size, self.prompt_param)
         if isinstance(exc, EngineOverloadedError):
             return overloaded()
         if isinstance(exc, ValueError):

@@ -223,7 +223,7 @@ class GenerationManager:
 
     # The task ----------------------------------------------------------------------
     async def _run(self, gen: Generation) -> None:
-        from inference import EngineOverloadedError, PromptTooLongError
+        from inference import EngineOverloadedError, InvalidPromptError, PromptTooLongError
 
         error = ""
         timing: dict[str, float] = {"started": time.monotonic()}
@@ -239,6 +239,12 @@ class GenerationManager:
             error = (
                 f"This message is too long for the model: the prompt needs {exc.num_tokens} tokens "
                 f"and the context has room for {exc.limit}. Shorten it or start a new chat."
+            )
+        except InvalidPromptError as exc:
+            # Token ids stored under another model (ENGINE_MODEL changed): this answer fails, no other.
+            error = (
+                f"This conversation holds a token the current model does not know ({exc.token_id}; "
+                f"its vocabulary has {exc.vocab_size}), probably from an earlier model. Start a new chat."
             )
         except EngineOverloadedError:
             error = "The server is busy (too many answers are waiting). Please try again in a moment."

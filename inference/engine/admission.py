@@ -1,8 +1,9 @@
 """The gate in front of the waiting queue: the one place requests are turned away.
 
-A request is refused when its prompt can never run (``PromptTooLongError``) or when
-``max_waiting`` requests are already queued (``EngineOverloadedError``); each refusal
-counts once as the "rejected" outcome. ``LLMEngine.add_request`` and
+A request is refused when its prompt can never run (``PromptTooLongError``, or
+``InvalidPromptError`` for a token id outside the vocabulary, which would otherwise fail
+the whole step and every request in it) or when ``max_waiting`` requests are already
+queued (``EngineOverloadedError``); each refusal counts once as the "rejected" outcome. ``LLMEngine.add_request`` and
 ``AsyncEngine.stream`` admit through it, and ``LLM.generate`` asks it whether the queue
 has room before feeding the next prompt.
 
@@ -16,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from inference.errors import EngineOverloadedError, PromptTooLongError
+from inference.errors import EngineOverloadedError, InvalidPromptError, PromptTooLongError
 
 if TYPE_CHECKING:
     from inference.engine.metrics import EngineMetrics
@@ -24,16 +25,22 @@ if TYPE_CHECKING:
 
 
 class Admission:
-    def __init__(self, scheduler: Scheduler, max_waiting: int, metrics: EngineMetrics) -> None:
+    def __init__(
+        self, scheduler: Scheduler, max_waiting: int, metrics: EngineMetrics, vocab_size: int
+    ) -> None:
         self.scheduler = scheduler
         self.max_waiting = max_waiting
         self.metrics = metrics
+        self.vocab_size = vocab_size  # rows of the embedding: the ids the model can take
 
     # ---- checks that count nothing: asking is not being turned away ----------------------
     def check_prompt(self, token_ids: list[int]) -> None:
-        """Raise ``PromptTooLongError`` for a prompt that can never run (``ValueError``
-        for an empty one)."""
+        """Raise ``PromptTooLongError`` or ``InvalidPromptError`` for a prompt that can
+        never run (``ValueError`` for an empty one)."""
         self.scheduler.check_prompt(len(token_ids))
+        if min(token_ids) < 0 or max(token_ids) >= self.vocab_size:
+            position = next(i for i, t in enumerate(token_ids) if not 0 <= t < self.vocab_size)
+            raise InvalidPromptError(token_ids[position], position, self.vocab_size)
 
     def num_waiting(self, pending: int = 0) -> int:
         """Queued requests, plus ``pending`` on their way to the queue."""
@@ -62,6 +69,6 @@ class Admission:
     def _counting_rejections(self) -> Iterator[None]:
         try:
             yield
-        except (PromptTooLongError, EngineOverloadedError):
+        except (PromptTooLongError, InvalidPromptError, EngineOverloadedError):
             self.metrics.count("rejected")
             raise

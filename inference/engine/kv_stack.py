@@ -15,10 +15,13 @@ import torch
 from inference.config import EngineConfig, KVPoolSize
 from inference.engine.scheduler import Scheduler
 from inference.kv.block_manager import BlockManager
+from inference.kv.fingerprint import kv_fingerprint
 from inference.kv.tiers import TierStack, build_tiers
 from inference.model_config import ModelConfig
 from inference.runner.cuda_graphs import MAX_GRAPH_BATCH
 from inference.runner.model_runner import ModelRunner
+from inference.runner.weights_identity import weights_identity
+from inference.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -32,7 +35,9 @@ class KVStack:
     tiers: TierStack | None
 
 
-def build_kv_stack(config: EngineConfig, model: torch.nn.Module, model_config: ModelConfig) -> KVStack:
+def build_kv_stack(
+    config: EngineConfig, model: torch.nn.Module, model_config: ModelConfig, tokenizer: Tokenizer
+) -> KVStack:
     """Size the pool for ``model`` (on its device, in its dtype, laid out by its
     ``kv_spec``) and build the parts that use it."""
     param = next(model.parameters())
@@ -54,10 +59,13 @@ def build_kv_stack(config: EngineConfig, model: torch.nn.Module, model_config: M
         max_model_len=pool.max_model_len,
         enforce_eager=config.enforce_eager,
     )
+    fingerprint = None
+    if config.kv_disk_dir:  # hashing the tokenizer (and, once, the weights) only when it counts
+        fingerprint = kv_fingerprint(weights_identity(model), tokenizer, model.kv_spec, bs, dtype)
     tiers = build_tiers(
         runner.kv_cache,
         bs,
-        model=model,
+        fingerprint=fingerprint,
         kv_cpu_gb=config.kv_cpu_gb,
         kv_disk_dir=config.kv_disk_dir,
         kv_disk_gb=config.kv_disk_gb,

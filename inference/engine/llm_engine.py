@@ -71,12 +71,14 @@ class LLMEngine:
         self.device, self.dtype = param.device, param.dtype
         self.model_name = self.model_config.name
         self.kv_spec = self.model.kv_spec  # declared by the model class: sizes the pool
-        kv = build_kv_stack(config, self.model, self.model_config)
+        kv = build_kv_stack(config, self.model, self.model_config, self.tokenizer)
         self.max_model_len = kv.pool.max_model_len
         self.block_manager, self.scheduler = kv.block_manager, kv.scheduler
         self.runner, self.tiers = kv.runner, kv.tiers
         self.metrics = EngineMetrics()
-        self.admission = Admission(self.scheduler, config.max_waiting, self.metrics)
+        self.admission = Admission(
+            self.scheduler, config.max_waiting, self.metrics, self.model_config.vocab_size
+        )
         self.sampler = Sampler(self.device, config.seed)
         self.sequences = SequenceFactory(self.tokenizer, self.sampler, self.block_manager)
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
@@ -88,7 +90,8 @@ class LLMEngine:
         return self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(t) for t in prompt]
 
     def check_prompt(self, token_ids: list[int]) -> None:
-        """Raise ``PromptTooLongError`` for a prompt that can never run (thread-safe)."""
+        """Raise ``PromptTooLongError`` / ``InvalidPromptError`` for a prompt that can never
+        run (thread-safe)."""
         self.admission.check_prompt(token_ids)
 
     def add_request(

@@ -3,11 +3,13 @@
 - **Key.** A block is stored under the same chained hash as the prefix cache; its
   file also holds the parent hash and the block's token ids, compared on every read
   (a 64-bit collision can never serve another prefix's K/V).
-- **Format.** ``<hash:016x>.kv`` = header (magic, hash, parent, token count, payload
-  length, xxh64 checksum of tokens + payload), the token ids, the payload (the raw
-  bytes of ``pool[b]``, whatever its trailing shape). A file that is truncated, does
-  not match its header or fails the checksum is deleted and reported as a miss:
+- **Format.** ``<hash:016x>.kv`` = header (magic, hash, parent, fingerprint, token
+  count, payload length, xxh64 checksum of tokens + payload), the token ids, the payload
+  (the raw bytes of ``pool[b]``, whatever its trailing shape). A file that is truncated,
+  does not match its header or fails the checksum is deleted and reported as a miss:
   the block is recomputed, never served.
+- **Privacy.** The directory is 0700 and every file 0600 (they hold token ids in the
+  clear); a directory another user owns or may write to is refused (``private_paths``).
 - **Writes** happen on one background thread fed by a bounded queue. The engine
   thread never waits on it: a full queue drops the write (counted) unless the write is
   *forced* (a retained or swapped-out block leaving the pool: there is no other copy),
@@ -18,9 +20,12 @@
 - **Size bound and LRU.** The index (hash → entry, oldest first) lives in memory and is
   rebuilt from the files at start. Past ``capacity_bytes`` the least recently used
   entries go, unretained ones before retained ones.
-- **Warm restart.** ``FINGERPRINT.json`` records the model weights' digest, dtype, block
-  size and the block's layout. A new process with another fingerprint empties the tier
-  (one log line) instead of reading blocks it cannot interpret.
+- **Warm restart.** ``FINGERPRINT.json`` records what the K/V depend on (the served
+  weights, the tokenizer, the KV layout, dtype, block size; ``inference.kv.fingerprint``).
+  A new process with another fingerprint empties the tier (one log line) instead of
+  reading blocks it cannot interpret. Its digest is also in every block file's header and
+  compared on every read, so a process of another model sharing the directory (writing
+  blocks under the same hashes) is never served: such a file is a miss, and removed.
 - **Failure.** An unwritable directory, a size of 0 or a full disk turn the tier off
   with one warning; the engine then behaves as with one tier.
 """
@@ -28,6 +33,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -45,10 +51,14 @@ import numpy as np
 import torch
 import xxhash
 
+from private_paths import ensure_private_dir, open_private_file
+
 logger = logging.getLogger(__name__)
 
-MAGIC = b"KVBLK001"
-_HEADER = struct.Struct("<8sQQIQQ")  # magic, hash, parent, num_tokens, payload_len, checksum
+MAGIC = b"KVBLK002"
+# magic, hash, parent, fingerprint digest, num_tokens, payload_len, checksum
+_HEADER = struct.Struct("<8sQQ16sIQQ")
+FORMAT = 2
 FINGERPRINT_FILE = "FINGERPRINT.json"
 SUFFIX = ".kv"
 DEFAULT_QUEUE_BLOCKS = 64
@@ -102,6 +112,8 @@ class DiskTier:
         # Counters (read by stats; written under the lock or by one thread).
         self.bytes_written = self.bytes_read = 0
         self.writes_dropped = self.corrupt_blocks = self.evicted_blocks = 0
+        self.foreign_blocks = 0  # files of another fingerprint, never served
+        self.fingerprint = b""  # the digest in every block file's header (set by _open)
         self.write_s = self.read_s = 0.0  # time spent, for the measured bandwidths
         self._queue: queue.Queue[_Write | None] = queue.Queue(maxsize=queue_blocks)
         self._forced: list[_Write] = []  # unbounded: writes that must not be dropped
@@ -130,9 +142,16 @@ class DiskTier:
 
     # ---- start: fingerprint and index ----------------------------------------------------
     def _open(self, fingerprint: dict) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(self.dir)
         fp_path = self.dir / FINGERPRINT_FILE
-        wanted = {**fingerprint, "block_shape": list(self.block_shape), "dtype": str(self.dtype), "format": 1}
+        wanted = {
+            **fingerprint,
+            "block_shape": list(self.block_shape),
+            "dtype": str(self.dtype),
+            "format": FORMAT,
+        }
+        text = json.dumps(wanted, sort_keys=True)
+        self.fingerprint = hashlib.sha256(text.encode()).digest()[:16]
         try:
             found = json.loads(fp_path.read_text())
         except (OSError, ValueError):
@@ -147,7 +166,8 @@ class DiskTier:
                     removed,
                 )
             tmp = fp_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(wanted, sort_keys=True))
+            with os.fdopen(open_private_file(tmp), "w") as f:
+                f.write(text)
             os.replace(tmp, fp_path)
             return
         self._scan()
@@ -167,13 +187,17 @@ class DiskTier:
             try:
                 with open(path, "rb") as f:
                     head = f.read(_HEADER.size)
-                    magic, block_hash, parent, n, payload_len, _ = _HEADER.unpack(head)
+                    magic, block_hash, parent, fingerprint, n, payload_len, _ = _HEADER.unpack(head)
                     tokens = tuple(np.frombuffer(f.read(8 * n), dtype=np.int64).tolist())
                 stat = path.stat()
             except (OSError, struct.error, ValueError):
                 path.unlink(missing_ok=True)
                 continue
             if magic != MAGIC or path.stem != f"{block_hash:016x}" or len(tokens) != n:
+                path.unlink(missing_ok=True)
+                continue
+            if fingerprint != self.fingerprint:  # written by a process of another model
+                self.foreign_blocks += 1
                 path.unlink(missing_ok=True)
                 continue
             # A truncated payload is caught by the read's length check and checksum.
@@ -265,13 +289,14 @@ class DiskTier:
             MAGIC,
             job.block_hash,
             job.parent,
+            self.fingerprint,
             len(job.tokens),
             payload.nbytes,
             _checksum(tokens_bytes, payload),
         )
         path = self.dir / f"{job.block_hash:016x}{SUFFIX}"
         tmp = path.with_suffix(".tmp")
-        with open(tmp, "wb") as f:
+        with os.fdopen(open_private_file(tmp), "wb") as f:
             f.write(header)
             f.write(tokens_bytes)
             f.write(payload)
@@ -329,9 +354,17 @@ class DiskTier:
         tokens_bytes = np.asarray(tokens, dtype=np.int64).tobytes()
         start = _HEADER.size + len(tokens_bytes)
         try:
-            magic, h, p, n, payload_len, checksum = _HEADER.unpack_from(raw)
+            magic, h, p, fingerprint, n, payload_len, checksum = _HEADER.unpack_from(raw)
         except struct.error:
-            h = None
+            h = fingerprint = None
+        if h == block_hash and magic == MAGIC and fingerprint != self.fingerprint:
+            # Another model's K/V under the same hash (a process sharing the directory):
+            # a miss, and the file goes, so the next write puts this model's block there.
+            logger.info("KV disk tier: block file %s holds another model's K/V; recomputing it", path.name)
+            with self._lock:
+                self.foreign_blocks += 1
+            self._forget(block_hash, corrupt=False)
+            return None
         ok = (
             h == block_hash
             and magic == MAGIC
@@ -391,4 +424,5 @@ class DiskTier:
             "writes_dropped": self.writes_dropped,
             "corrupt_blocks": self.corrupt_blocks,
             "evicted_blocks": self.evicted_blocks,
+            "foreign_blocks": self.foreign_blocks,
         }

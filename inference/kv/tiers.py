@@ -219,46 +219,30 @@ class TierStack:
         return out
 
 
-def weights_digest(model: torch.nn.Module) -> str:
-    """A digest of the model's weights for the disk tier's fingerprint: every tensor's
-    name, shape, dtype and bytes on CPU; on an accelerator a strided sample of each
-    (hashing every byte there would mean copying all weights to the host at start)."""
-    import xxhash  # noqa: PLC0415
-
-    digest = xxhash.xxh64()
-    for name, tensor in sorted(model.state_dict().items()):
-        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
-        flat = tensor.detach().reshape(-1)
-        if flat.device.type != "cpu":
-            flat = flat[:: max(1, flat.numel() // 4096)].cpu()
-        digest.update(flat.contiguous().view(torch.uint8).numpy().tobytes() if flat.numel() else b"")
-    return digest.hexdigest()
-
-
 def build_tiers(
     pool: torch.Tensor,
     block_size: int,
     *,
-    model: torch.nn.Module,
+    fingerprint: dict | None,
     kv_cpu_gb: float,
     kv_disk_dir: str | None,
     kv_disk_gb: float,
     is_retained: Callable[[int], bool],
 ) -> TierStack | None:
     """The tiers a configuration asks for (None = the pool alone): host memory under a
-    CUDA pool, disk under either."""
+    CUDA pool, disk under either. ``fingerprint`` (``inference.kv.fingerprint``; needed
+    with a disk directory) names what the blocks' contents depend on."""
     host = None
     if pool.device.type == "cuda" and kv_cpu_gb > 0:
         host = HostTier(pool, int(kv_cpu_gb * 2**30), is_retained=is_retained)
     disk = None
     if kv_disk_dir:
-        fingerprint = {"weights": weights_digest(model), "block_size": block_size}
         disk = DiskTier(
             kv_disk_dir,
             int(kv_disk_gb * 2**30),
             tuple(pool.shape[1:]),
             pool.dtype,
-            fingerprint,
+            fingerprint or {},
             is_retained=is_retained,
         )
     stack = TierStack(pool, block_size, host=host, disk=disk)

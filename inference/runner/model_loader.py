@@ -35,6 +35,7 @@ from inference.model_config import ModelConfig
 from inference.models import build_model
 from inference.runner.gguf.weights import load_index, read_gguf_weights
 from inference.runner.model_files import default_model_path
+from inference.runner.weights_identity import source_identity, tag
 from inference.tokenizer import Tokenizer
 from kernels.cpu import quant as cpu_quant
 
@@ -137,6 +138,14 @@ def load_model(
         state_dict = load_state_dict(model_dir)
     model.load_weights(state_dict, device=torch_device, dtype=torch_dtype)
     model.eval()
+    # What the KV disk tier's fingerprint names: the files' bytes, not the tensors left after packing.
+    identity = source_identity(
+        gguf_source or source,
+        quantized=gguf_source is not None,
+        dtype=torch_dtype,
+        cache_root=weights_cache_root(weights_cache_dir),
+    )
+    tag(model, identity)
     del state_dict
     release_free_heap()
     logger.info(

@@ -42,6 +42,8 @@ from pathlib import Path
 
 import torch
 
+from private_paths import UnsafePathError, ensure_private_dir
+
 logger = logging.getLogger(__name__)
 
 SOURCES = Path(__file__).parent
@@ -58,7 +60,7 @@ PRUNE_AFTER_S = 7 * 24 * 3600
 STALE_TMP_S = 3600
 
 
-class UnsafeCacheError(RuntimeError):
+class UnsafeCacheError(UnsafePathError):
     """The build cache directory could hold libraries planted by another user."""
 
 
@@ -91,13 +93,12 @@ def compiler_version(compiler: str) -> str:
 
 def check_cache_dir(path: Path) -> None:
     """Create ``path`` (owner-only) if missing; raise ``UnsafeCacheError`` if another user
-    owns it or may write to it."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = path.stat()
-    if info.st_uid != os.getuid():
-        raise UnsafeCacheError(f"{path} belongs to another user (uid {info.st_uid})")
-    if info.st_mode & 0o022:
-        raise UnsafeCacheError(f"{path} is writable by other users (mode {oct(info.st_mode & 0o777)})")
+    owns it or may write to it (the check the site's data directory and the KV disk tier
+    share). Others may still read it: compiled kernels are no secret."""
+    try:
+        ensure_private_dir(path, tighten=False)
+    except UnsafePathError as exc:
+        raise UnsafeCacheError(str(exc)) from None
 
 
 @cache

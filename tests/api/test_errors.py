@@ -271,3 +271,23 @@ async def test_an_engine_failure_mid_stream_ends_the_stream_with_an_error_event(
     assert [c.choices[0].delta.content for c in received] == ["", "ok", "ok"]
     assert SECRET not in str(info.value.body) and "Traceback" not in str(info.value.body)
     assert engine.aborted  # the engine request is always closed
+
+
+async def test_a_prompt_token_id_the_engine_refuses_is_a_400_naming_the_param(in_process_client):
+    """The engine's ``InvalidPromptError`` (an id outside the model's vocabulary, e.g. from
+    messages a client kept from another model) is the caller's error, mapped like a prompt
+    over the context window."""
+    from inference.errors import InvalidPromptError
+
+    openai_client, engine = in_process_client
+
+    async def refuse(prompt, params, request_id=None, **options):
+        raise InvalidPromptError(117, 3, 100)
+        yield  # an async generator, like the engine's
+
+    engine.stream = refuse
+    with pytest.raises(openai.BadRequestError) as info:
+        await openai_client.chat.completions.create(model="broken-model", messages=chat(), max_tokens=2)
+    error = assert_openai_shape(info.value.response.json(), "invalid_request_error")
+    assert error["param"] == "messages"
+    assert error["message"] == "Token id 117 is out of the vocabulary (size 100)."
