@@ -1,4 +1,4 @@
-"""Imports run one way: chatsite -> conversations -> inference -> kernels -> private_paths, with no circles,
+"""Imports run one way: chatsite -> conversations -> inference -> kernels, with no circles,
 the engine never imports Django (it runs and is benchmarked alone), and nothing that runs in
 production imports the tooling (benchmarks, GPU checks, test stand-ins).
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = ["chatsite", "conversations", "inference", "kernels", "private_paths"]
+LAYERS = ["chatsite", "conversations", "inference", "kernels"]
 TOOLING = ["benchmarks", "tools", "tests"]
 WEB_FRAMEWORKS = {"django", "channels", "celery", "ninja", "daphne"}
 
@@ -145,7 +145,7 @@ def test_a_package_imports_only_the_packages_below_it(package: str) -> None:
     assert {module: names for module, names in offenders.items() if names} == {}
 
 
-@pytest.mark.parametrize("package", ["inference", "kernels", "private_paths"])
+@pytest.mark.parametrize("package", ["inference", "kernels"])
 def test_the_engine_never_imports_a_web_framework(package: str) -> None:
     offenders = {
         module_name(path): sorted({n.split(".")[0] for n in imported_names(path)} & WEB_FRAMEWORKS)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conversations.ops import files
-from private_paths import UnsafePathError, ensure_private_dir, open_private_file
+from kernels.private_paths import UnsafePathError, ensure_private_dir, open_private_file
 
 ROOT = Path(__file__).resolve().parents[2]
 NOBODY = 65534

@@ -6,9 +6,9 @@ all trust what they find in a directory. A directory another user owns or may wr
 could hold planted or swapped files, so it is refused (``UnsafePathError``); one we
 own that others may only read is tightened to 0700 where its contents are private.
 
-This package sits below every layer (``chatsite -> conversations -> inference -> kernels
--> private_paths``) because all four need the same check and it needs nothing but the
-standard library; placed in any one of them, the layers beneath could not use it.
+It lives in the lowest layer (``chatsite -> conversations -> inference -> kernels``)
+because all four need the same check and it needs nothing but the standard library; placed
+higher, the kernels' build cache could not use it.
 Files are created 0600 with ``os.open``'s mode, so the process umask (often 022) never
 decides who can read them, and nothing else the process writes changes mode.
 """
