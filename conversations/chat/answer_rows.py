@@ -11,11 +11,12 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from conversations.cluster import registry as cluster
 from conversations.cluster.registry import PROCESS_ID
-from conversations.models import Conversation, Message
+from conversations.models import Message
 
 # A streaming row is touched at least this often even without new text.
 HEARTBEAT_SECONDS = 10.0
@@ -27,44 +28,16 @@ def stale_after() -> float:
 
 
 @database_sync_to_async
-def load_prompt_inputs(message_id: int) -> tuple[Conversation, list[dict]] | None:
-    try:
-        answer = Message.objects.select_related("conversation").defer("token_ids").get(pk=message_id)
-    except Message.DoesNotExist:
-        return None
-    from conversations.chat.tree import Tree
-
-    tree = Tree.load(answer.conversation)
-    parent = tree.by_id.get(answer.parent_id)
-    path = tree.path_to(parent) if parent is not None else []
-    path = [
-        m
-        for m in path
-        if m.status != Message.Status.ERROR and (m.content or m.role != Message.Role.ASSISTANT)
-    ]
-    stored = dict(Message.objects.filter(pk__in=[m.pk for m in path]).values_list("pk", "token_ids"))
-    history = [
-        {
-            "id": m.pk,
-            "role": m.role,
-            "content": m.content,
-            "token_ids": stored.get(m.pk),
-            "reasoning": m.reasoning,
-        }
-        for m in path
-    ]
-    return answer.conversation, history
-
-
-@database_sync_to_async
 def update_message(message_id: int, **fields: Any) -> int:
     fields.setdefault("updated_at", timezone.now())
     return Message.objects.filter(pk=message_id).update(**fields)
 
 
 @database_sync_to_async
-def store_user_segment(message_id: int, ids: list[int]) -> None:
-    Message.objects.filter(pk=message_id, token_ids__isnull=True).update(token_ids=ids)
+def store_user_segment(message_id: int, ids: list[int], fingerprint: str) -> None:
+    """Store a user message's segment unless it holds one made by the same tokenizer."""
+    unusable = Q(token_ids__isnull=True) | ~Q(token_fingerprint=fingerprint)
+    Message.objects.filter(unusable, pk=message_id).update(token_ids=ids, token_fingerprint=fingerprint)
 
 
 def mark_orphans_interrupted(

@@ -40,14 +40,10 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from conversations.chat import titles
-from conversations.chat.answer_rows import (
-    HEARTBEAT_SECONDS,
-    load_prompt_inputs,
-    store_user_segment,
-    update_message,
-)
+from conversations.chat.answer_rows import HEARTBEAT_SECONDS, store_user_segment, update_message
 from conversations.chat.groups import broadcast, conversation_group
-from conversations.chat.prompts import build_prompt, engine_options
+from conversations.chat.prompt_history import answer_prompt
+from conversations.chat.prompts import engine_options
 from conversations.chat.reasoning import Reasoning
 from conversations.cluster import registry as cluster
 from conversations.models import Message
@@ -81,6 +77,7 @@ class Generation:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     dropped: int = 0
+    fingerprint: str = ""  # the tokenizer's, stored with the answer's ids
     task: asyncio.Task | None = None
     grace_handle: asyncio.TimerHandle | None = None
     engine: Any = None
@@ -264,20 +261,13 @@ class GenerationManager:
         """Build the prompt and stream the answer into ``gen``; returns the saver task."""
         from inference import SamplingParams
 
-        loaded = await load_prompt_inputs(gen.message_id)
-        if loaded is None:
+        engine = gen.engine = await aget_engine()
+        prompt = await answer_prompt(gen.message_id, engine)  # builds off the database thread
+        if prompt is None:
             gen.stop_reason = gen.stop_reason or "deleted"
             return None
-        conversation, history = loaded
-        engine = gen.engine = await aget_engine()
-        plan = await asyncio.to_thread(
-            build_prompt,
-            engine.tokenizer,
-            conversation.system_prompt,
-            history,
-            engine.max_model_len,
-            conversation.max_tokens,
-        )
+        conversation, history, plan = prompt.conversation, prompt.history.messages, prompt.plan
+        gen.fingerprint = prompt.fingerprint
         params = SamplingParams(
             temperature=conversation.temperature,
             top_p=conversation.top_p,
@@ -287,7 +277,7 @@ class GenerationManager:
         )
         gen.prompt_tokens, gen.dropped = len(plan.token_ids), plan.dropped
         if plan.user_segment and history:
-            await store_user_segment(history[-1]["id"], plan.user_segment)
+            await store_user_segment(history[-1]["id"], plan.user_segment, gen.fingerprint)
         await update_message(
             gen.message_id,
             prompt_tokens=gen.prompt_tokens,
@@ -368,7 +358,8 @@ class GenerationManager:
         }
         try:
             if gen.stop_reason != "deleted":
-                await update_message(gen.message_id, token_ids=gen.token_ids or None, **fields)
+                ids = {"token_ids": gen.token_ids or None, "token_fingerprint": gen.fingerprint}
+                await update_message(gen.message_id, **ids, **fields)
         except Exception:
             log.exception("final save of message %s failed", gen.message_id)
         finally:
@@ -465,6 +456,7 @@ class GenerationManager:
                     content=gen.text,
                     reasoning=gen.reasoning.text,
                     token_ids=gen.token_ids[:count] or None,
+                    token_fingerprint=gen.fingerprint,
                     completion_tokens=count,
                 )
             except Exception:

@@ -1,7 +1,10 @@
 """The prompt for one answer: the conversation's history through the chat template.
 
 Stored token ids of earlier turns are reused verbatim, so a conversation's next turn
-hits the prefix cache; a history too long for the context loses its oldest turns.
+hits the prefix cache. A history too long for the context loses its oldest turns; the
+system prompt always stays. Only the newest turns that can fit are rendered (the
+history's length does not matter beyond that), and each render is linear in the
+messages it holds (``conversations.chat.segments``).
 """
 
 from __future__ import annotations
@@ -10,6 +13,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
+
+from conversations.chat.segments import encode_segments
+
+# Characters per token assumed for text without stored ids, when guessing how far back the
+# context reaches. A guess that falls short only costs another render of a longer window.
+CHARS_PER_TOKEN = 4
+# Tokens a message's header and tail add around its content, for the same guess.
+FRAME_TOKENS = 4
+
+
+class NeedEarlierHistory(Exception):
+    """The messages given may not reach back far enough to find where the prompt starts:
+    read older ones (only when the caller said some exist, ``earlier > 0``)."""
 
 
 @dataclass
@@ -20,6 +36,7 @@ class PromptPlan:
     user_segment: list[int] | None = None  # the last user turn's ids, to store on it
     # Leading ids every user may share in the prefix cache: the system prompt's segment.
     shared_prefix_tokens: int = 0
+    exact: bool = True  # False: the template rewrites earlier turns, so no prefix is stable
 
 
 def chat_messages(system_prompt: str, history: list[dict]) -> list[dict]:
@@ -36,47 +53,114 @@ def chat_messages(system_prompt: str, history: list[dict]) -> list[dict]:
     return messages
 
 
-def build_prompt(tokenizer, system_prompt: str, history: list[dict], max_model_len: int, max_tokens: int):
-    """The prompt ids for answering ``history`` (root first, ending with the question).
+def estimated_tokens(item: dict) -> int:
+    """A guess at the tokens ``item`` takes in a prompt, without rendering it."""
+    ids = item.get("token_ids")
+    if ids and not item.get("reasoning"):
+        return len(ids) + FRAME_TOKENS
+    return len(item["content"]) // CHARS_PER_TOKEN + FRAME_TOKENS
+
+
+def build_prompt(
+    tokenizer,
+    system_prompt: str,
+    history: list[dict],
+    max_model_len: int,
+    max_tokens: int,
+    *,
+    earlier: int = 0,
+    add_generation_prompt: bool = True,
+) -> PromptPlan:
+    """The prompt ids for answering ``history`` (oldest first, ending with the question).
 
     A history too long for the context loses whole turns (a user message and its answers)
-    from the oldest end; room for at least a quarter of the context (or ``max_tokens`` if
-    smaller) is kept for the answer. Raises ``PromptTooLongError`` if even the last turn
-    alone does not fit."""
+    from the oldest end; the system prompt stays, and room for at least a quarter of the
+    context (or ``max_tokens`` if smaller) is kept for the answer. Raises
+    ``PromptTooLongError`` if even the system prompt and the last turn alone do not fit.
+    ``earlier``: how many older messages of the conversation were left unread (counted
+    in ``dropped``); raises :class:`NeedEarlierHistory` should they be needed."""
     from inference import PromptTooLongError
 
     reserve = max(1, min(max_tokens, max_model_len // 4))
     budget = max_model_len - reserve
     turn_starts = [i for i, item in enumerate(history) if item["role"] == "user"] or [0]
     offset = 1 if system_prompt else 0
-    start = 0
-    while True:
-        encoding = tokenizer.encode_chat_segments(chat_messages(system_prompt, history[start:]))
+
+    def encode(first: int):
+        return encode_segments(
+            tokenizer, chat_messages(system_prompt, history[first:]), add_generation_prompt
+        )
+
+    start, encoding = _window(encode, history, turn_starts, budget, offset, earlier)
+    while True:  # drop the fewest oldest turns that make it fit
         ids = encoding.token_ids
         if len(ids) <= budget:
             break
         later = [s for s in turn_starts if s > start]
         if not later:
             raise PromptTooLongError(len(ids), budget)
-        chosen = later[0]
+        current, start = start, later[0]
         if encoding.exact:
             excess = len(ids) - budget
             for candidate in later:
-                chosen = candidate
-                segments = encoding.segments[offset : offset + candidate - start]
-                if sum(len(seg) for seg in segments) >= excess:
+                start = candidate
+                if _dropped(encoding, offset, candidate - current) >= excess:
                     break
-        start = chosen
+        encoding = encode(start)
     user_segment = None
     if encoding.exact and history and history[-1]["role"] == "user" and len(history) - start + offset > 1:
         user_segment = list(encoding.segments[-1])
     return PromptPlan(
         token_ids=ids,
         max_tokens=max(1, min(max_tokens, max_model_len - len(ids))),
-        dropped=start,
+        dropped=earlier + start,
         user_segment=user_segment,
         shared_prefix_tokens=len(encoding.segments[0]) if system_prompt and encoding.exact else 0,
+        exact=encoding.exact,
     )
+
+
+def _window(encode, history: list[dict], turn_starts: list[int], budget: int, offset: int, earlier: int):
+    """A turn to start rendering from, and its encoding, such that dropping turns from it
+    ends where dropping them from the oldest message would: no turn before the next one
+    can fit (or nothing older exists).
+
+    The first guess comes from the stored ids' lengths; a window that turns out short is
+    doubled (older turns are rendered only when the newer ones may all fit)."""
+    goal = budget + budget // 5 + 64
+    reach, k = 0, len(turn_starts) - 1
+    ends = [*turn_starts[1:], len(history)]
+    while k > 0 and reach <= goal:
+        reach += sum(estimated_tokens(item) for item in history[turn_starts[k] : ends[k]])
+        k -= 1
+    step = 1
+    while True:
+        first = turn_starts[k] if k > 0 else 0
+        if first == 0 and not earlier:
+            return 0, encode(0)
+        encoding = encode(first)
+        if not encoding.exact and len(encoding.token_ids) > budget:
+            return first, encoding  # no older start can fit either
+        if (
+            encoding.exact
+            and k + 1 < len(turn_starts)
+            and not _fits_from(encoding, offset, turn_starts[k + 1] - first, budget)
+        ):
+            return first, encoding
+        if k == 0:
+            raise NeedEarlierHistory
+        k, step = max(0, k - step), step * 2
+
+
+def _dropped(encoding, offset: int, count: int) -> int:
+    """Tokens of the first ``count`` history messages of ``encoding``."""
+    return sum(len(segment) for segment in encoding.segments[offset : offset + count])
+
+
+def _fits_from(encoding, offset: int, skip: int, budget: int) -> bool:
+    """Whether the prompt from ``skip`` messages into ``encoding`` on fits, judged by the
+    segments those messages have after others (where every older start would have them)."""
+    return len(encoding.token_ids) - _dropped(encoding, offset, skip) <= budget
 
 
 def engine_options(owner_id: int, plan: PromptPlan) -> dict[str, Any]:

@@ -77,39 +77,25 @@ async def kv_holder(conversation_id: int) -> cluster.ProcessInfo | None:
     return info if info is not None and info.channel else None
 
 
-@database_sync_to_async
-def history_token_ids(conversation_id: int, tokenizer: Any) -> tuple[list[int], dict[str, Any]]:
+async def history_token_ids(conversation_id: int, engine: Any) -> tuple[list[int], dict[str, Any]]:
     """The ids the next turn's prompt will start with: the visible thread rendered with
-    stored ids (as generation renders it), without a trailing generation prompt, and the
-    cache-salt options its requests use. Empty when the template cannot promise that
-    prefix (``exact`` is False)."""
-    from conversations.chat.prompts import cache_salt_options, chat_messages  # noqa: PLC0415
-    from conversations.chat.tree import Tree  # noqa: PLC0415
-    from conversations.models import Conversation, Message  # noqa: PLC0415
+    stored ids and cut to the context (as generation renders it), without a trailing
+    generation prompt, and the cache-salt options its requests use. Empty when the template
+    cannot promise that prefix. Rows are read in short database calls and the ids built in a
+    worker thread (``conversations.chat.prompt_history``): opening a tab never renders a
+    prompt on the database thread."""
+    from conversations.chat.prompt_history import thread_prompt  # noqa: PLC0415
+    from conversations.chat.prompts import cache_salt_options  # noqa: PLC0415
+    from inference import PromptTooLongError  # noqa: PLC0415
 
     try:
-        conversation = Conversation.objects.get(pk=conversation_id)
-    except Conversation.DoesNotExist:
+        prompt = await thread_prompt(conversation_id, engine)
+    except PromptTooLongError:
         return [], {}
-    # The messages generation would put in the next prompt (a streaming answer's are not final).
-    thread = [
-        m
-        for m in Tree.load(conversation).thread()
-        if m.status not in (Message.Status.ERROR, Message.Status.STREAMING)
-        and (m.content or m.role != Message.Role.ASSISTANT)
-    ]
-    if not thread:
+    if prompt is None or not prompt.history.messages or not prompt.plan.exact:
         return [], {}
-    stored = dict(Message.objects.filter(pk__in=[m.pk for m in thread]).values_list("pk", "token_ids"))
-    history = [{"role": m.role, "content": m.content, "token_ids": stored.get(m.pk)} for m in thread]
-    encoding = tokenizer.encode_chat_segments(
-        chat_messages(conversation.system_prompt, history), add_generation_prompt=False
-    )
-    if not encoding.exact:
-        return [], {}
-    shared = len(encoding.segments[0]) if conversation.system_prompt else 0
-    ids = [t for segment in encoding.segments for t in segment]
-    return ids, cache_salt_options(conversation.owner_id, shared)
+    salt = cache_salt_options(prompt.conversation.owner_id, prompt.plan.shared_prefix_tokens)
+    return prompt.plan.token_ids, salt
 
 
 class ConversationRetention:
@@ -209,7 +195,7 @@ class ConversationRetention:
         if engine is None:
             return
         try:
-            ids, salt = await history_token_ids(conversation_id, engine.tokenizer)
+            ids, salt = await history_token_ids(conversation_id, engine)
         except Exception:  # retention is an optimisation: never break the chat for it
             log.warning("could not read conversation %s for KV retention", conversation_id, exc_info=True)
             return

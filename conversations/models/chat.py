@@ -95,6 +95,9 @@ class Message(models.Model):
     # Token ids of this rendered turn, reused verbatim so the next turn is an exact cache hit:
     # for an answer the ids the model generated, for a user message its segment in the prompt.
     token_ids = models.JSONField(null=True, blank=True)
+    # The model and tokenizer that made token_ids (conversations.chat.token_fingerprint): ids
+    # are reused only under the same one; '' (rows older than this field) is never reused.
+    token_fingerprint = models.CharField(max_length=128, blank=True, default="")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)
     finish_reason = models.CharField(max_length=16, blank=True, default="")
     error = models.TextField(blank=True, default="")

@@ -12,8 +12,8 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from prometheus_client.parser import text_string_to_metric_families
 
-from conversations.chat.answer_rows import load_prompt_inputs
-from conversations.chat.prompts import build_prompt, cache_salt_options
+from conversations.chat.prompt_history import answer_prompt
+from conversations.chat.prompts import cache_salt_options
 from conversations.chat.retention import retention_key
 from conversations.ops.engine_handle import aget_engine
 from inference.kv.block_manager import prefix_hashes, salt_hash
@@ -140,8 +140,7 @@ async def test_an_open_conversation_is_retained_until_its_last_tab_closes(make_u
     await first.send(type="send", conversation_id=conversation.pk, content="And their keepers?")
     thread, _ = await first.until("thread")
     answer, _ = await first.finished(thread["messages"][-1]["id"])
-    _, history = await load_prompt_inputs(answer["id"])
-    plan = build_prompt(engine.tokenizer, conversation.system_prompt, history, engine.max_model_len, 12)
+    plan = (await answer_prompt(answer["id"], engine)).plan
     # Named as the chat's requests name them: salted per user after the system prompt.
     salt = cache_salt_options(alice.pk, plan.shared_prefix_tokens)
     salted = (salt_hash(salt["cache_salt"]), salt["cache_salt_from"] // bm.block_size) if salt else ()

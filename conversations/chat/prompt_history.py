@@ -1,0 +1,170 @@
+"""A conversation's history for its next prompt, read only as far back as the context reaches.
+
+A thread can be far longer than the model's context, and its prompt keeps only the newest
+turns (``conversations.chat.prompts``). So the path is read as (id, parent) pairs, then the
+rows themselves newest first, a page at a time, until their guessed tokens pass what the
+context can hold. The reads are short calls on Channels' database thread (one thread shared
+by every consumer); rendering and tokenising run in a worker thread. Should the guess fall
+short, the builder asks for older messages and more is read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.db.models import BooleanField, ExpressionWrapper, Q
+
+from conversations.chat.prompts import NeedEarlierHistory, PromptPlan, build_prompt, estimated_tokens
+from conversations.chat.token_fingerprint import token_fingerprint
+from conversations.chat.tree import Tree, path_rows
+from conversations.models import Conversation, Message
+
+# Rows per query when reading a path newest first (well under SQLite's variable limit).
+PAGE = 256
+
+
+def first_reach(max_model_len: int) -> int:
+    """Tokens of history read at first: the context and a half, so that the builder can
+    see where the turns that fit begin (it asks for more should that fall short)."""
+    return max_model_len + max_model_len // 2 + 64
+
+
+@dataclass
+class HistoryRead:
+    messages: list[dict]  # oldest first: id, role, content, reasoning, token_ids
+    earlier: int  # older messages of the path left unread
+
+
+@dataclass
+class PlannedPrompt:
+    conversation: Conversation
+    history: HistoryRead
+    plan: PromptPlan
+    fingerprint: str  # the engine's token_fingerprint, to store with new ids
+
+
+def read_history(
+    conversation_id: int, leaf_id: int | None, *, fingerprint: str, reach: int, streaming: bool = True
+) -> HistoryRead:
+    """Synchronous: the prompt-worthy messages on the path to ``leaf_id`` (no failed
+    answers, no empty ones; no streaming ones unless ``streaming``), newest first until
+    about ``reach`` tokens and a user message, the oldest read. Stored ids under another
+    fingerprint than ``fingerprint`` are left out."""
+    blank = ExpressionWrapper(Q(content=""), output_field=BooleanField())
+    path = [
+        (pk, role)
+        for pk, role, status, empty in path_rows(conversation_id, leaf_id, "role", "status", blank)
+        if status != Message.Status.ERROR
+        and not (empty and role == Message.Role.ASSISTANT)
+        and (streaming or status != Message.Status.STREAMING)
+    ]
+    messages: list[dict] = []
+    tokens, begin = 0, len(path)
+    while begin > 0 and tokens < reach:
+        end, begin = begin, max(0, begin - PAGE)
+        while begin > 0 and path[begin][1] != Message.Role.USER:
+            begin -= 1  # whole turns: a page starts with a question
+        ids = [pk for pk, _ in path[begin:end]]
+        rows = _rows(ids)
+        page = [_item(rows[pk], fingerprint) for pk in ids if pk in rows]
+        tokens += sum(estimated_tokens(item) for item in page)
+        messages[:0] = page
+    return HistoryRead(messages=messages, earlier=begin)
+
+
+def _rows(ids: list[int]) -> dict[int, dict]:
+    """The prompt's fields of messages ``ids`` (a turn may stretch a page: query in pages)."""
+    fields = ("id", "role", "content", "reasoning", "token_ids", "token_fingerprint")
+    rows: dict[int, dict] = {}
+    for first in range(0, len(ids), PAGE):
+        chunk = ids[first : first + PAGE]
+        rows.update((row["id"], row) for row in Message.objects.filter(pk__in=chunk).values(*fields))
+    return rows
+
+
+def _item(row: dict, fingerprint: str) -> dict:
+    ids = row["token_ids"] if row["token_fingerprint"] == fingerprint else None
+    return {
+        "id": row["id"],
+        "role": row["role"],
+        "content": row["content"],
+        "reasoning": row["reasoning"],
+        "token_ids": ids,
+    }
+
+
+async def plan_prompt(
+    conversation: Conversation,
+    leaf_id: int | None,
+    engine: Any,
+    *,
+    add_generation_prompt: bool = True,
+    streaming: bool = True,
+) -> PlannedPrompt:
+    """The prompt for the thread ending at ``leaf_id`` on ``engine``: rows read in short
+    database calls, the prompt built off the database thread (see the module docstring).
+    Raises ``PromptTooLongError`` like ``build_prompt``."""
+    tokenizer, max_model_len = engine.tokenizer, engine.max_model_len
+    fingerprint = await asyncio.to_thread(token_fingerprint, engine.model_name, tokenizer)
+    reach = first_reach(max_model_len)
+    while True:
+        history = await database_sync_to_async(read_history)(
+            conversation.pk, leaf_id, fingerprint=fingerprint, reach=reach, streaming=streaming
+        )
+        try:
+            plan = await asyncio.to_thread(
+                build_prompt,
+                tokenizer,
+                conversation.system_prompt,
+                history.messages,
+                max_model_len,
+                conversation.max_tokens,
+                earlier=history.earlier,
+                add_generation_prompt=add_generation_prompt,
+            )
+        except NeedEarlierHistory:
+            reach *= 4
+            continue
+        return PlannedPrompt(conversation, history, plan, fingerprint)
+
+
+@database_sync_to_async
+def _answer_inputs(message_id: int) -> tuple[Conversation, int | None] | None:
+    row = Message.objects.filter(pk=message_id).values_list("conversation_id", "parent_id").first()
+    if row is None:
+        return None
+    conversation = Conversation.all_objects.filter(pk=row[0]).first()
+    return (conversation, row[1]) if conversation is not None else None
+
+
+async def answer_prompt(message_id: int, engine: Any) -> PlannedPrompt | None:
+    """The prompt for the answer ``message_id`` (its history ends with its parent), or
+    None if the answer is gone."""
+    inputs = await _answer_inputs(message_id)
+    if inputs is None:
+        return None
+    return await plan_prompt(inputs[0], inputs[1], engine)
+
+
+@database_sync_to_async
+def _thread_inputs(conversation_id: int) -> tuple[Conversation, int | None] | None:
+    conversation = Conversation.objects.filter(pk=conversation_id).first()
+    if conversation is None:
+        return None
+    leaf_id = conversation.current_leaf_id
+    if leaf_id is None:  # no leaf recorded: the one the thread shows
+        leaf = Tree.load(conversation).leaf()
+        leaf_id = leaf.pk if leaf is not None else None
+    return conversation, leaf_id
+
+
+async def thread_prompt(conversation_id: int, engine: Any) -> PlannedPrompt | None:
+    """What the conversation's next prompt will start with: its visible thread as it stands
+    (no streaming answer, no generation prompt), cut to the context as a prompt would be."""
+    inputs = await _thread_inputs(conversation_id)
+    if inputs is None:
+        return None
+    return await plan_prompt(inputs[0], inputs[1], engine, add_generation_prompt=False, streaming=False)

@@ -1,0 +1,197 @@
+"""The history behind a prompt: read newest first only as far as the context reaches, built
+off Channels' shared database thread, and stored token ids reused only under the tokenizer
+that made them."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from types import SimpleNamespace
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
+
+from conversations.chat import prompts
+from conversations.chat.answer_rows import store_user_segment
+from conversations.chat.fork import fork_at
+from conversations.chat.prompt_history import answer_prompt, plan_prompt, read_history
+from conversations.chat.prompts import build_prompt
+from conversations.chat.retention import retention_key
+from conversations.chat.token_fingerprint import token_fingerprint
+from conversations.models import Conversation, Message
+from conversations.ops.engine_handle import aget_engine
+from tests.chat.conftest import Socket
+
+OTHER = "another-model#0123456789abcdef"
+OUT_OF_VOCAB = [10_000_000 + i for i in range(6)]
+
+
+def make_thread(conversation, turns: int, tokenizer, fingerprint: str) -> list[Message]:
+    """A thread of ``turns`` question/answer pairs with stored ids, in two bulk queries."""
+    rows = []
+    for i in range(turns):
+        question = f"Question {i}: how do lighthouses work at night?"
+        answer = f"Answer {i}: a lamp and a lens, turning."
+        for role, text, ids in (
+            ("user", question, tokenizer.encode(f"<|im_start|>user\n{question}<|im_end|>\n")),
+            ("assistant", answer, tokenizer.encode(answer) + tokenizer.eos_token_ids[:1]),
+        ):
+            rows.append(
+                Message(
+                    conversation=conversation,
+                    role=role,
+                    content=text,
+                    token_ids=ids,
+                    token_fingerprint=fingerprint,
+                )
+            )
+    rows = Message.objects.bulk_create(rows)
+    for parent, child in zip(rows, rows[1:], strict=False):
+        child.parent_id = parent.pk
+    Message.objects.bulk_update(rows, ["parent"], batch_size=500)
+    Conversation.objects.filter(pk=conversation.pk).update(current_leaf_id=rows[-1].pk)
+    conversation.current_leaf_id = rows[-1].pk
+    return rows
+
+
+def engine_like(tokenizer, max_model_len: int):
+    return SimpleNamespace(tokenizer=tokenizer, max_model_len=max_model_len, model_name="tiny")
+
+
+@pytest.mark.django_db
+def test_a_long_threads_history_is_read_only_as_far_back_as_the_context_reaches(
+    make_user, make_conversation, tokenizer
+):
+    conversation = make_conversation(make_user(), system_prompt="Be brief.", max_tokens=64)
+    fingerprint = token_fingerprint("tiny", tokenizer)
+    rows = make_thread(conversation, 600, tokenizer, fingerprint)
+    leaf = rows[-1].pk
+    near = read_history(conversation.pk, leaf, fingerprint=fingerprint, reach=1024)
+    assert 0 < near.earlier and len(near.messages) < 600  # pages, not the whole thread
+    assert near.messages[0]["role"] == "user" and near.messages[-1]["id"] == leaf
+    assert near.earlier + len(near.messages) == 1200
+    everything = read_history(conversation.pk, leaf, fingerprint=fingerprint, reach=10**9)
+    assert everything.earlier == 0 and [m["id"] for m in everything.messages] == [r.pk for r in rows]
+    assert [m["id"] for m in near.messages] == [r.pk for r in rows[near.earlier :]]
+    expected = build_prompt(tokenizer, "Be brief.", everything.messages, 1024, 64)
+    plan = build_prompt(tokenizer, "Be brief.", near.messages, 1024, 64, earlier=near.earlier)
+    assert (plan.token_ids, plan.dropped) == (expected.token_ids, expected.dropped)
+    assert plan.dropped > 1000
+
+
+@pytest.mark.django_db
+def test_ids_stored_under_another_fingerprint_are_read_as_absent(make_user, make_conversation, tokenizer):
+    conversation = make_conversation(make_user())
+    fingerprint = token_fingerprint("tiny", tokenizer)
+    rows = make_thread(conversation, 3, tokenizer, fingerprint)
+    Message.objects.filter(pk=rows[0].pk).update(token_fingerprint=OTHER)
+    Message.objects.filter(pk=rows[1].pk).update(token_fingerprint="")  # stored before fingerprints
+    history = read_history(conversation.pk, rows[-1].pk, fingerprint=fingerprint, reach=10**6).messages
+    assert [m["token_ids"] is None for m in history] == [True, True, False, False, False, False]
+
+
+@pytest.mark.django_db
+def test_a_fork_keeps_each_messages_ids_with_their_fingerprint(make_user, make_conversation, tokenizer):
+    owner = make_user()
+    conversation = make_conversation(owner)
+    rows = make_thread(conversation, 2, tokenizer, "tiny#00")
+    copy = fork_at(owner, rows[-1].pk)
+    copied = list(Message.objects.filter(conversation=copy).order_by("id"))
+    assert [(m.token_ids, m.token_fingerprint) for m in copied] == [(r.token_ids, "tiny#00") for r in rows]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_out_of_vocabulary_ids_of_another_tokenizer_never_reach_the_prompt(
+    make_user, make_conversation, tokenizer
+):
+    user = await sync_to_async(make_user)()
+    conversation = await sync_to_async(make_conversation)(user, system_prompt="S.")
+    rows = await sync_to_async(make_thread)(conversation, 4, tokenizer, OTHER)
+    await Message.objects.filter(pk=rows[1].pk).aupdate(token_ids=OUT_OF_VOCAB)
+    engine = engine_like(tokenizer, 4096)
+    plan = (await plan_prompt(conversation, rows[-1].pk, engine)).plan
+    assert not set(OUT_OF_VOCAB) & set(plan.token_ids)
+    assert max(plan.token_ids) < tokenizer.vocab_size
+    # The same ids under this tokenizer's own fingerprint are trusted and reused verbatim.
+    mine = token_fingerprint("tiny", tokenizer)
+    await Message.objects.filter(pk__in=[r.pk for r in rows]).aupdate(token_fingerprint=mine)
+    plan = (await plan_prompt(conversation, rows[-1].pk, engine)).plan
+    assert set(OUT_OF_VOCAB) <= set(plan.token_ids)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_user_segment_is_stored_again_only_when_its_ids_came_from_another_tokenizer(
+    make_user, make_conversation
+):
+    user = await sync_to_async(make_user)()
+    conversation = await sync_to_async(make_conversation)(user)
+    question = await Message.objects.acreate(
+        conversation=conversation, role="user", content="Hi", token_ids=[1, 2], token_fingerprint=OTHER
+    )
+    await store_user_segment(question.pk, [7, 8, 9], "mine#1")
+    await question.arefresh_from_db()
+    assert (question.token_ids, question.token_fingerprint) == ([7, 8, 9], "mine#1")
+    await store_user_segment(question.pk, [4], "mine#1")
+    await question.arefresh_from_db()
+    assert question.token_ids == [7, 8, 9]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("tiny_engine")
+async def test_an_answer_after_another_tokenizers_ids_is_built_from_text_and_stores_its_own(
+    make_user, make_conversation, tokenizer
+):
+    user = await sync_to_async(make_user)()
+    conversation = await sync_to_async(make_conversation)(user, temperature=0.0, max_tokens=8)
+    rows = await sync_to_async(make_thread)(conversation, 3, tokenizer, OTHER)
+    for row in rows:  # ids that would fail the model's embedding if they were reused
+        await Message.objects.filter(pk=row.pk).aupdate(token_ids=OUT_OF_VOCAB)
+    engine = await aget_engine()
+    socket = await Socket.open(user)
+    await socket.send(type="open", conversation_id=conversation.pk)
+    await socket.until("thread")
+    await socket.send(type="send", conversation_id=conversation.pk, content="And in fog?")
+    thread, _ = await socket.until("thread")
+    answer, _ = await socket.finished(thread["messages"][-1]["id"])
+    await socket.close()
+    assert answer["status"] == "complete", answer["error"]
+    saved = await Message.objects.aget(pk=answer["id"])
+    question = await Message.objects.aget(pk=saved.parent_id)
+    fingerprint = token_fingerprint(engine.model_name, engine.tokenizer)
+    assert saved.token_ids and saved.token_fingerprint == fingerprint
+    assert question.token_ids and question.token_fingerprint == fingerprint
+    assert saved.prompt_tokens > 6 * len("Question 0: how do lighthouses work at night?".split())
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("tiny_engine")
+async def test_prompts_are_built_off_the_shared_database_thread(make_user, make_conversation, monkeypatch):
+    user = await sync_to_async(make_user)()
+    conversation = await sync_to_async(make_conversation)(user, temperature=0.0, max_tokens=8)
+    engine = await aget_engine()  # loaded, so opening the tab marks the history for retention
+    threads: list[int] = []
+    real = prompts.encode_segments
+
+    def recording(*args, **kwargs):
+        threads.append(threading.get_ident())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(prompts, "encode_segments", recording)
+    database_thread = await database_sync_to_async(threading.get_ident)()
+    socket = await Socket.open(user)
+    await socket.send(type="open", conversation_id=conversation.pk)
+    await socket.until("thread")
+    await socket.send(type="send", conversation_id=conversation.pk, content="Tell me about fog horns.")
+    thread, _ = await socket.until("thread")
+    answer, _ = await socket.finished(thread["messages"][-1]["id"])
+    key = retention_key(conversation.pk)
+    for _ in range(200):  # the finished answer refreshes the open tab's retention mark
+        if key in engine.engine.block_manager._retained_keys:
+            break
+        await asyncio.sleep(0.05)
+    await socket.close()
+    assert answer["status"] == "complete"
+    assert len(threads) >= 2  # the answer's prompt and the retained history
+    assert database_thread not in threads
+    assert (await answer_prompt(answer["id"], engine)).plan.token_ids  # the answer's prompt rebuilds
