@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('conversations', '0005_message_owner_process'),
+        ('conversations', '0006_datajob_total'),
     ]
 
     operations = [
