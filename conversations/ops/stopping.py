@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import faulthandler
 import logging
 import os
 import sys
@@ -66,6 +67,7 @@ def arm_watchdog(seconds: float, exit_status: int = 1) -> threading.Thread:
         for handler in logging.getLogger().handlers:
             handler.flush()
         sys.stdout.flush()
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)  # where each one hangs
         sys.stderr.flush()
         os._exit(exit_status)
 

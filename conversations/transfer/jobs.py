@@ -2,9 +2,9 @@
 record the outcome on the row for the page to show.
 
 A shutdown cuts short the jobs this process runs (:func:`stop_running_jobs`, from another
-thread): it aborts the statement each job is running, again and again until the job lets
-go, and each job records itself failed. An import leaves nothing behind: its rows and its
-``done`` commit together.
+thread): a job's next statement raises, a statement it is running is aborted (again and
+again until the job lets go), and the job records itself failed. An import leaves nothing
+behind: its rows and its ``done`` commit together.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ STOPPED = {
     DataJob.Kind.EXPORT: "The server stopped before the export was ready. Please start it again.",
     DataJob.Kind.IMPORT: "Nothing was imported: the server stopped during the import. Please import the file again.",
 }
-# How often a shutdown aborts a job's statement: a job between statements starts a new one soon.
+# How often a shutdown aborts the statement a job is running (one it starts raises at once).
 INTERRUPT_EVERY_SECONDS = 0.05
 
 
@@ -161,16 +161,25 @@ class _Run:
 
     @contextmanager
     def cuttable(self) -> Iterator[None]:
-        """A shutdown may abort the block's statements (none of those after it)."""
+        """A shutdown may cut the block short (none of the statements after it): the next
+        statement raises :class:`ShuttingDown`, and one running is aborted."""
         with self.lock:
             if stopping.is_stopping():
                 raise ShuttingDown
             self.cut_allowed = True
         try:
-            yield
+            with self.connection.execute_wrapper(self._cut_when_stopping):
+                yield
         finally:
             with self.lock:
                 self.cut_allowed = False
+
+    def _cut_when_stopping(self, execute, sql, params, many, context):
+        with self.lock:
+            if self.cut_allowed and stopping.is_stopping():
+                self.cut_allowed = False  # one cut: the rollbacks that follow run
+                raise ShuttingDown
+        return execute(sql, params, many, context)
 
 
 _runs: dict[int, _Run] = {}
