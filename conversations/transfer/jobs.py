@@ -136,7 +136,10 @@ def _record_import(job: DataJob, result: ImportResult) -> None:
 
 def _failure(job: DataJob, exc: Exception, message: str) -> str:
     """The error to record: ``message``, or the shutdown's when one cut the job short."""
+    global _cut
     if stopping.is_stopping():
+        with _runs_lock:
+            _cut += 1
         return STOPPED[job.kind]
     log.exception("%s job %s failed", job.kind, job.pk, exc_info=exc)
     return message
@@ -184,6 +187,7 @@ class _Run:
 
 _runs: dict[int, _Run] = {}
 _runs_lock = threading.Lock()
+_cut = 0  # jobs a shutdown cut short
 
 
 @contextmanager
@@ -201,8 +205,9 @@ def _running(job_id: int) -> Iterator[_Run]:
 
 def stop_running_jobs(timeout: float) -> int:
     """At shutdown, in a thread of its own: cut short the jobs this process runs, waiting for
-    them at most ``timeout`` seconds. Returns how many there were. A job that did not let go
-    in time is recorded failed here (its transaction, if any, dies with the process)."""
+    them at most ``timeout`` seconds. Returns how many were cut short (some may have seen the
+    shutdown and stopped before this started). A job that did not let go in time is recorded
+    failed here (its transaction, if any, dies with the process)."""
     with _runs_lock:
         runs = list(_runs.values())
     deadline = time.monotonic() + timeout
@@ -217,7 +222,8 @@ def stop_running_jobs(timeout: float) -> int:
         DataJob.objects.filter(pk__in=stuck, kind=kind, status=DataJob.Status.RUNNING).update(
             status=DataJob.Status.FAILED, error=error, payload=None, finished_at=timezone.now()
         )
-    return len(runs)
+    with _runs_lock:
+        return _cut + len(stuck)
 
 
 def _abort_statement(connection: Any) -> None:

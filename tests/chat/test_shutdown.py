@@ -26,8 +26,10 @@ from typing import Any
 import httpx
 import pytest
 from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.db import connections
 
 from conversations.models import Conversation, DataJob, Message
 from conversations.transfer.exporting import FORMAT, VERSION
@@ -106,6 +108,13 @@ class Session:
 @pytest.fixture
 def user(transactional_db):
     return get_user_model().objects.create(username=f"u{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture(autouse=True)
+async def _orm_connections_closed():
+    """The async ORM's thread keeps its connection; PostgreSQL would not drop the test database."""
+    yield
+    await sync_to_async(connections.close_all)()
 
 
 @pytest.fixture
@@ -200,7 +209,7 @@ async def check_job(server: Server, started: tuple[DataJob, asyncio.Task]) -> No
 
 
 async def start_export(server: Server) -> tuple[DataJob, asyncio.Task]:
-    await sync_to_async(many_conversations)(server.user, 3000)
+    await database_sync_to_async(many_conversations)(server.user, 3000)
     return await start_job(server, lambda s: s.post_form("/settings/data/export/", data={"format": "json"}))
 
 
