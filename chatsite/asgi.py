@@ -1,6 +1,9 @@
-"""ASGI entry point: HTTP to Django, websockets through auth and an origin check."""
+"""ASGI entry point: HTTP to Django, websockets through auth and an origin check; under
+Daphne, a bounded shutdown on SIGTERM (``conversations.ops.shutdown``)."""
 
+import asyncio
 import os
+import sys
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "chatsite.settings")
 
@@ -31,6 +34,10 @@ router = ProtocolTypeRouter(
 )
 
 
+# HTTP requests being served, for the shutdown to see them finish.
+_requests: set[asyncio.Task] = set()
+
+
 async def application(scope, receive, send):
     # The first request of any kind starts this loop's generation manager, so that with
     # several processes this one advertises itself (and fails over dead ones' answers)
@@ -39,7 +46,16 @@ async def application(scope, receive, send):
         from conversations.chat.manager import get_manager
 
         get_manager()
-    return await router(scope, receive, send)
+    if scope["type"] != "http":
+        return await router(scope, receive, send)
+    # At shutdown Daphne cancels the application, but Django's handler leaves the request's
+    # own task running, its view in a thread that needs this loop again to finish; should
+    # the loop stop first, that thread waits for it for ever. Shielded, the request is seen
+    # to its end before the loop stops.
+    request = asyncio.ensure_future(router(scope, receive, send))
+    _requests.add(request)
+    request.add_done_callback(_requests.discard)
+    return await asyncio.shield(request)
 
 
 if settings.ENGINE_PRELOAD:
@@ -47,3 +63,24 @@ if settings.ENGINE_PRELOAD:
 
     # Load the model in the background so the first message doesn't wait for it.
     preload_engine()
+
+
+def _shut_down_with_daphne() -> None:
+    """Daphne runs Twisted's reactor, which handles SIGTERM and SIGINT: its "before shutdown"
+    triggers run on the event loop while it still runs, and the shutdown waits for the
+    Deferred they return. Other hosts (the tests' in-process application) have no reactor."""
+    if "twisted.internet.reactor" not in sys.modules:
+        return
+    from twisted.internet import defer, reactor
+
+    from conversations.ops.shutdown import shut_down
+
+    def trigger() -> defer.Deferred:
+        loop = asyncio.get_event_loop()  # the reactor's own: this runs in one of its callbacks
+        stopping = shut_down(settings.SHUTDOWN_TIMEOUT_SECONDS, requests=lambda: list(_requests))
+        return defer.Deferred.fromFuture(loop.create_task(stopping))
+
+    reactor.addSystemEventTrigger("before", "shutdown", trigger)
+
+
+_shut_down_with_daphne()

@@ -208,6 +208,9 @@ METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 GENERATION_GRACE_SECONDS = env_float("GENERATION_GRACE_SECONDS", 30.0)
 # How often a streaming answer's partial text is written to the database.
 PARTIAL_SAVE_SECONDS = env_float("PARTIAL_SAVE_SECONDS", 2.0)
+# SIGTERM: live answers are saved as interrupted and background work is cut short; the
+# process is gone at most this long after the signal (keep it under the supervisor's kill timeout).
+SHUTDOWN_TIMEOUT_SECONDS = env_float("SHUTDOWN_TIMEOUT_SECONDS", 8.0)
 # Answers one user may have being written at once, over the whole site.
 MAX_LIVE_PER_USER = env_int("MAX_LIVE_PER_USER", 4)
 # Several processes (REDIS_URL set): the Redis key prefix of the process registry (processes

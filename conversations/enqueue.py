@@ -19,6 +19,11 @@ def enqueue_on_commit(task_name: str, *args: object) -> None:
     _registered(task_name).delay_on_commit(*args)
 
 
+def tasks_run_here() -> bool:
+    """Tasks run eagerly, in the process that starts them (the embedded defaults)."""
+    return bool(current_app.conf.task_always_eager)
+
+
 def _registered(task_name: str) -> Task:
     # Looked up rather than sent with ``send_task``, which would skip eager mode. A site
     # process starts no worker, so Celery's lazy autodiscovery may not have run in it yet.

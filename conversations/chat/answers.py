@@ -72,7 +72,7 @@ class Generation:
     text: str = ""
     reasoning: Reasoning = field(default_factory=Reasoning)
     token_ids: list[int] = field(default_factory=list)
-    stop_reason: str | None = None  # "user" | "grace" | "deleted"
+    stop_reason: str | None = None  # "user" | "grace" | "deleted" | "shutdown"
     finish_reason: str | None = None
     prompt_tokens: int = 0
     cached_tokens: int = 0
@@ -248,8 +248,9 @@ class GenerationManager:
         except ValueError as exc:
             error = f"These settings cannot be used: {exc}."
         except Exception as exc:
-            log.exception("generation %s failed", gen.request_id)
-            error = f"The answer failed: {type(exc).__name__}: {exc}"
+            if gen.stop_reason != "shutdown":  # then the engine, stopping too, fails the request
+                log.exception("generation %s failed", gen.request_id)
+                error = f"The answer failed: {type(exc).__name__}: {exc}"
         finally:
             gen.done.set()
             saver = saver or gen.saver

@@ -1,17 +1,24 @@
 """The :class:`~conversations.chat.answers.GenerationManager` of each event loop (one per
 process under Daphne), created with the process loop that serves it when several processes
-serve the site (``conversations.cluster.process_loop``)."""
+serve the site (``conversations.cluster.process_loop``), and its answers stopped when the
+process shuts down."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 import weakref
+from typing import Any
 
 from django.conf import settings
+from django.utils import timezone
 
-from conversations.chat.answers import GenerationManager
+from conversations.chat.answers import Generation, GenerationManager
 from conversations.cluster import registry as cluster
 from conversations.cluster.process_loop import start_process_loop
+from conversations.cluster.registry import PROCESS_ID
+from conversations.models import Message
+from conversations.ops.stopping import in_own_thread
 
 _managers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GenerationManager] = (
     weakref.WeakKeyDictionary()
@@ -27,3 +34,49 @@ def get_manager() -> GenerationManager:
         if cluster.enabled() and settings.CLUSTER_ADVERTISE:
             start_process_loop(manager)
     return manager
+
+
+def current_manager() -> GenerationManager | None:
+    """The running loop's manager if it has one (none is created)."""
+    return _managers.get(asyncio.get_running_loop())
+
+
+async def stop_live_answers(timeout: float) -> int:
+    """At shutdown: abort the running loop's live answers and have each saved
+    ``interrupted`` with its text so far, within ``timeout`` seconds. Returns how many.
+
+    Each answer's own task saves it once its engine request ends. Should that not happen in
+    time (its save queued in asgiref's shared thread behind a long request, say), the text so
+    far is written from a thread of its own; so are the ``streaming`` rows of this process
+    that no generation here runs (an answer created as the signal came)."""
+    manager = current_manager()
+    live = list(manager.generations.values()) if manager is not None else []
+    for gen in live:
+        manager.stop(gen.message_id, "shutdown")
+    tasks = [gen.task for gen in live if gen.task is not None]
+    started = time.monotonic()
+    if tasks:
+        await asyncio.wait(tasks, timeout=timeout / 2)
+    unsaved = [_interrupted_fields(gen) for gen in live if gen.message_id in manager.generations]
+    left = max(0.5, timeout - (time.monotonic() - started))
+    await in_own_thread(_save_interrupted, unsaved, timeout=left)
+    return len(live)
+
+
+def _interrupted_fields(gen: Generation) -> tuple[int, dict[str, Any]]:
+    return gen.message_id, {
+        "content": gen.text,
+        **gen.reasoning.message_fields(),
+        "token_ids": list(gen.token_ids) or None,
+        "completion_tokens": len(gen.token_ids),
+    }
+
+
+def _save_interrupted(unsaved: list[tuple[int, dict[str, Any]]]) -> None:
+    """Synchronous. Only rows still ``streaming``: an answer's own final save wins."""
+    now = timezone.now()
+    final = {"status": Message.Status.INTERRUPTED, "finish_reason": "abort", "updated_at": now}
+    streaming = Message.objects.filter(status=Message.Status.STREAMING)
+    for message_id, fields in unsaved:
+        streaming.filter(pk=message_id).update(**fields, **final)
+    streaming.filter(owner_process=PROCESS_ID).update(**final)

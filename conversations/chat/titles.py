@@ -15,8 +15,10 @@ The flow, with a real worker (``REDIS_URL`` set):
    stays theirs), then announced: ``conversations`` to the owner's tabs (the sidebar reloads)
    and ``title {conversation_id, title}`` to the tabs showing that conversation.
 
-Under the embedded defaults (eager Celery, in-memory layer) the task runs inside the site
-process, off the event loop, and uses that process's engine directly.
+Under the embedded defaults (eager Celery, in-memory layer) the task's work runs inside the
+site process as a coroutine on its event loop (:func:`awrite_title`), with that process's
+engine: no worker thread waits on the loop, which a shutdown stops (it cancels the
+coroutine instead, :func:`cancel_title_work`).
 """
 
 from __future__ import annotations
@@ -30,14 +32,15 @@ import weakref
 from typing import Any
 
 from asgiref.sync import async_to_sync, sync_to_async
+from channels.db import database_sync_to_async
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
-from django.db import close_old_connections, connections
 
 from conversations.chat.groups import broadcast, conversation_group, user_group
 from conversations.chat.tree import Tree
-from conversations.enqueue import GENERATE_TITLE, enqueue_on_commit
+from conversations.enqueue import GENERATE_TITLE, enqueue_on_commit, tasks_run_here
 from conversations.models import Conversation, Message
+from conversations.ops import stopping
 from conversations.ops.engine_handle import aget_engine, engine_status
 
 log = logging.getLogger(__name__)
@@ -117,20 +120,22 @@ def first_exchange_any(conversation_id: int) -> tuple[str, str] | None:
     return question.content, answer.content
 
 
-def save_title(conversation_id: int, title: str) -> bool:
-    """Store ``title`` unless the user set one meanwhile, and announce it. Synchronous."""
+def save_title(conversation_id: int, title: str) -> int | None:
+    """Store ``title`` unless the user set one meanwhile; the owner's id if it was stored
+    (for :func:`announce_title`), else None. Synchronous."""
     updated = Conversation.objects.filter(
         pk=conversation_id, title_source=Conversation.TitleSource.AUTO
     ).update(title=title, title_source=Conversation.TitleSource.MODEL)
     if not updated:
-        return False
-    owner_id = Conversation.objects.filter(pk=conversation_id).values_list("owner_id", flat=True).first()
-    if owner_id is not None:
-        async_to_sync(broadcast)(user_group(owner_id), "conversations")
-    async_to_sync(broadcast)(
+        return None
+    return Conversation.objects.filter(pk=conversation_id).values_list("owner_id", flat=True).first()
+
+
+async def announce_title(conversation_id: int, owner_id: int, title: str) -> None:
+    await broadcast(user_group(owner_id), "conversations")
+    await broadcast(
         conversation_group(conversation_id), "title", conversation_id=conversation_id, title=title
     )
-    return True
 
 
 # --- Asking an engine ------------------------------------------------------------------
@@ -186,18 +191,42 @@ async def _title_text(messages: list[dict], local_only: bool) -> str:
     return await ask_site(messages, settings.TITLE_REPLY_SECONDS)
 
 
-def write_title(conversation_id: int, local_only: bool = False) -> str | None:
+async def awrite_title(conversation_id: int, local_only: bool = False) -> str | None:
     """The task's work: the title written and announced, or None when there is nothing to do
     (the user set a title, the conversation is gone, the model wrote nothing usable).
     Raises :class:`NoLiveEngine` when no engine could be asked."""
+    exchange = await database_sync_to_async(first_exchange)(conversation_id)
+    if exchange is None:
+        return None
+    title = _usable(conversation_id, await _title_text(title_messages(*exchange), local_only))
+    owner_id = await database_sync_to_async(save_title)(conversation_id, title) if title else None
+    if owner_id is None:
+        return None
+    await announce_title(conversation_id, owner_id, title)
+    return title
+
+
+def write_title(conversation_id: int, local_only: bool = False) -> str | None:
+    """:func:`awrite_title` for a Celery worker's thread. Its coroutines run on an event loop
+    of their own, never handed to a site process's loop (as ``async_to_sync`` does from one of
+    that loop's worker threads): that loop may stop for good before it runs them."""
     exchange = first_exchange(conversation_id)
     if exchange is None:
         return None
-    title = clean_title(async_to_sync(_title_text)(title_messages(*exchange), local_only))
+    text = async_to_sync(_title_text, force_new_loop=True)(title_messages(*exchange), local_only)
+    title = _usable(conversation_id, text)
+    owner_id = save_title(conversation_id, title) if title else None
+    if owner_id is None:
+        return None
+    async_to_sync(announce_title, force_new_loop=True)(conversation_id, owner_id, title)
+    return title
+
+
+def _usable(conversation_id: int, text: str) -> str:
+    title = clean_title(text)
     if not title:
         log.info("the model wrote no usable title for conversation %s", conversation_id)
-        return None
-    return title if save_title(conversation_id, title) else None
+    return title
 
 
 # --- The site process's side -------------------------------------------------------------
@@ -257,25 +286,39 @@ async def _answer(layer, request: dict) -> None:
 
 def answer_finished(conversation_id: int, message_id: int, status: str) -> None:
     """Called on the event loop when an answer has been saved; returns at once."""
-    if status != Message.Status.COMPLETE or not settings.TITLES_FROM_MODEL:
+    if status != Message.Status.COMPLETE or not settings.TITLES_FROM_MODEL or stopping.is_stopping():
         return
     ensure_title_service()
-    _keep(asyncio.get_running_loop().create_task(_enqueue(conversation_id, message_id)))
+    _keep(asyncio.get_running_loop().create_task(_title_job(conversation_id, message_id)))
 
 
-async def _enqueue(conversation_id: int, message_id: int) -> None:
-    # Not thread-sensitive: an eager task generates here, and must not hold up the
-    # process's shared thread for database calls meanwhile.
+async def _title_job(conversation_id: int, message_id: int) -> None:
     try:
-        await sync_to_async(_enqueue_sync, thread_sensitive=False)(conversation_id, message_id)
+        if not await database_sync_to_async(is_first_answer)(message_id):
+            return
+        if tasks_run_here():
+            # Eager Celery would run the task right here, in a worker thread waiting on this
+            # loop; the same work as a task of the loop can be cancelled at shutdown.
+            await awrite_title(conversation_id, local_only=True)
+        else:
+            # Off the shared thread that serves the sync views: a broker that is slow to
+            # answer holds up only this.
+            await sync_to_async(enqueue_on_commit, thread_sensitive=False)(GENERATE_TITLE, conversation_id)
+    except NoLiveEngine as exc:
+        log.info("no title for conversation %s: %s", conversation_id, exc)
     except Exception:
         log.exception("the title task for conversation %s failed", conversation_id)
 
 
-def _enqueue_sync(conversation_id: int, message_id: int) -> None:
-    close_old_connections()
-    try:
-        if is_first_answer(message_id):
-            enqueue_on_commit(GENERATE_TITLE, conversation_id)
-    finally:
-        connections.close_all()  # this pool thread's connections only
+async def cancel_title_work(timeout: float) -> int:
+    """At shutdown: cancel this loop's title jobs and its title service, and wait for them
+    at most ``timeout`` seconds. Returns how many jobs were cut short."""
+    loop = asyncio.get_running_loop()
+    jobs = [task for task in _pending if task.get_loop() is loop and not task.done()]
+    service = _services.pop(loop, None)
+    tasks = jobs + ([service] if service is not None and not service.done() else [])
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=timeout)
+    return len(jobs)

@@ -22,7 +22,7 @@ log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _engine: AsyncEngine | None = None
-_state = "not_loaded"  # not_loaded | loading | ready | error
+_state = "not_loaded"  # not_loaded | loading | ready | error | stopped
 _error: str | None = None
 
 
@@ -78,6 +78,17 @@ def engine_status() -> dict:
         status["model"] = _engine.model_name
         status["stats"] = _engine.stats().as_dict()
     return status
+
+
+def stop_engine(timeout: float) -> None:
+    """At shutdown, off the event loop (it joins the engine thread): the engine thread ends
+    its step and fails the requests left, so the interpreter never exits in the middle of a
+    step. Not ready any more: nothing new is sent to it."""
+    global _state
+    engine = _engine
+    if engine is not None:
+        _state = "stopped"
+        engine.shutdown(timeout)
 
 
 def reset_engine_for_tests() -> None:

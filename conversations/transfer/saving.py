@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 
 from django.db import connection, transaction
@@ -41,15 +42,22 @@ class ImportStopped(Exception):
         self.kept = kept
 
 
-def save(owner, specs: list[ConversationSpec], on_batch: OnBatch | None = None) -> list[int]:
-    """Create the conversations (all or none, batch by batch); returns their ids."""
+def save(
+    owner,
+    specs: list[ConversationSpec],
+    on_batch: OnBatch | None = None,
+    guard: Callable[[], AbstractContextManager[None]] = nullcontext,
+) -> list[int]:
+    """Create the conversations (all or none, batch by batch); returns their ids. Each
+    batch's writes run inside ``guard()`` (a shutdown may cut them short there); removing
+    what was written after a failure does not."""
     now = timezone.now()
     ids: list[int] = []
     messages = 0
     try:
         for batch in _batches(specs):
             rows = _prepare(owner, batch)  # outside the transaction: it holds no lock
-            with transaction.atomic():
+            with guard(), transaction.atomic():
                 ids.extend(_write(rows, now))
             messages += sum(len(s.nodes) for s in batch)
             if on_batch is not None:
