@@ -60,7 +60,7 @@ def test_an_import_commits_batch_by_batch_and_counts_its_progress(alice, monkeyp
     seen = []
     real_save = data_jobs.save
 
-    def watched_save(owner, specs, on_batch):
+    def watched_save(owner, specs, on_batch, **kwargs):
         def after_batch(conversations, messages):
             on_batch(conversations, messages)
             seen.append(
@@ -72,7 +72,7 @@ def test_an_import_commits_batch_by_batch_and_counts_its_progress(alice, monkeyp
                 )
             )
 
-        return real_save(owner, specs, on_batch=after_batch)
+        return real_save(owner, specs, on_batch=after_batch, **kwargs)
 
     monkeypatch.setattr(data_jobs, "save", watched_save)
     data_jobs.run_import(job.pk)
