@@ -19,6 +19,7 @@ import threading
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +42,7 @@ class _Add:
     prompt: str | None
     loop: asyncio.AbstractEventLoop
     queue: asyncio.Queue[Any]
-    # LLMEngine.add_request's keyword options (owner, cache_salt, cache_salt_from).
+    # LLMEngine.add_request's keyword options (owner, cache_namespace, cache_salt, cache_salt_from).
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -54,7 +55,13 @@ class _Abort:
 class _Retain:
     key: str
     token_ids: list[int] | None  # None = release
-    options: dict[str, Any] = field(default_factory=dict)  # cache_salt, cache_salt_from
+    options: dict[str, Any] = field(default_factory=dict)  # cache_namespace, cache_salt, cache_salt_from
+
+
+@dataclass
+class _Purge:
+    namespace: str
+    done: Future[int]
 
 
 class EngineShutDownError(RuntimeError):
@@ -68,7 +75,7 @@ class AsyncEngine:
         self.model_name: str = self.engine.model_name
         self.max_model_len: int = self.engine.max_model_len
         self._cond = threading.Condition()
-        self._commands: deque[_Add | _Abort | _Retain] = deque()
+        self._commands: deque[_Add | _Abort | _Retain | _Purge] = deque()
         self._num_pending_adds = 0
         self._sinks: dict[
             str, tuple[asyncio.AbstractEventLoop, asyncio.Queue[Any]]
@@ -86,12 +93,13 @@ class AsyncEngine:
         request_id: str | None = None,
         *,
         owner: str | None = None,
+        cache_namespace: str | None = None,
         cache_salt: str | None = None,
         cache_salt_from: int = 0,
     ) -> AsyncIterator[StreamDelta]:
         """Deltas of one request until it finishes. Raises ``PromptTooLongError`` or
-        ``EngineOverloadedError`` before the first delta. ``owner``, ``cache_salt`` and
-        ``cache_salt_from``: see ``LLMEngine.add_request``."""
+        ``EngineOverloadedError`` before the first delta. ``owner`` and the cache options:
+        see ``LLMEngine.add_request``."""
         params = params or SamplingParams()
         token_ids = self.engine.encode_prompt(prompt)
         self.engine.admission.admit_prompt(token_ids)
@@ -104,7 +112,12 @@ class AsyncEngine:
             prompt if isinstance(prompt, str) else None,
             asyncio.get_running_loop(),
             queue,
-            {"owner": owner, "cache_salt": cache_salt, "cache_salt_from": cache_salt_from},
+            {
+                "owner": owner,
+                "cache_namespace": cache_namespace,
+                "cache_salt": cache_salt,
+                "cache_salt_from": cache_salt_from,
+            },
         )
         with self._cond:
             if self._shutdown:
@@ -143,7 +156,14 @@ class AsyncEngine:
         """Thread-safe ``LLMEngine.release``."""
         self._command(_Retain(key, None))
 
-    def _command(self, command: _Abort | _Retain) -> None:
+    def purge_namespace(self, namespace: str) -> Future[int]:
+        """Thread-safe ``LLMEngine.purge_namespace``, applied before the next step; the
+        future gives the pool blocks dropped (callers need not wait for it)."""
+        done: Future[int] = Future()
+        self._command(_Purge(namespace, done))
+        return done
+
+    def _command(self, command: _Abort | _Retain | _Purge) -> None:
         with self._cond:
             self._commands.append(command)
             self._cond.notify()
@@ -203,9 +223,18 @@ class AsyncEngine:
         self._deliver(outbox)
         engine.close()
 
-    def _apply(self, command: _Add | _Abort | _Retain, outbox: dict[Any, list[tuple[Any, Any]]]) -> None:
+    def _apply(
+        self, command: _Add | _Abort | _Retain | _Purge, outbox: dict[Any, list[tuple[Any, Any]]]
+    ) -> None:
         if isinstance(command, _Abort):
             self.engine.abort(command.request_id)
+            return
+        if isinstance(command, _Purge):
+            try:
+                command.done.set_result(self.engine.purge_namespace(command.namespace))
+            except Exception as exc:  # a failed purge must not stop the engine thread
+                logger.exception("purging KV namespace failed")
+                command.done.set_exception(exc)
             return
         if isinstance(command, _Retain):
             if command.token_ids is None:

@@ -30,7 +30,8 @@ from inference.engine.outputs import EngineStats, RequestOutput, StreamDelta, re
 from inference.engine.sequence import Request, Sequence
 from inference.engine.sequence_factory import SequenceFactory
 from inference.engine.stats import engine_stats, observe_kv_usage
-from inference.kv.block_manager import salt_hash
+from inference.kv.salt import cache_salt as derive_cache_salt
+from inference.kv.salt import salt_hash
 from inference.model_config import ModelConfig
 from inference.runner.model_loader import load_model
 from inference.sampling.beam_search import (
@@ -101,13 +102,16 @@ class LLMEngine:
         request_id: str | None = None,
         *,
         owner: str | None = None,
+        cache_namespace: str | None = None,
         cache_salt: str | None = None,
         cache_salt_from: int = 0,
     ) -> Request:
         """Queue a request. ``owner`` (a user, an API key) gets a fair share of admissions
-        against other owners. ``cache_salt`` keeps the prefix cache of the prompt's tokens
-        from ``cache_salt_from`` on private to requests with the same salt (the blocks
-        wholly before it, e.g. a shared system prompt, stay shared)."""
+        against other owners. ``cache_namespace`` (a site's user, ``"user:<id>"``) keeps
+        the prefix cache of the prompt's tokens from ``cache_salt_from`` on private to
+        requests of the same namespace, and ``cache_salt`` (a caller's, nested inside the
+        namespace) to requests with the same salt too (the blocks wholly before it, e.g. a
+        shared system prompt, stay shared). See ``inference.kv.salt``."""
         params = params or SamplingParams()
         token_ids = self.encode_prompt(prompt)
         request_id = request_id or uuid.uuid4().hex
@@ -120,6 +124,7 @@ class LLMEngine:
             token_ids,
             params,
             owner=owner,
+            cache_namespace=cache_namespace,
             cache_salt=cache_salt,
             cache_salt_from=cache_salt_from,
         )
@@ -153,15 +158,35 @@ class LLMEngine:
 
     # ---- retention and tiers ----------------------------------------------------------
     def retain(
-        self, key: str, token_ids: list[int], *, cache_salt: str | None = None, cache_salt_from: int = 0
+        self,
+        key: str,
+        token_ids: list[int],
+        *,
+        cache_namespace: str | None = None,
+        cache_salt: str | None = None,
+        cache_salt_from: int = 0,
     ) -> int:
         """Keep the KV blocks of ``token_ids`` (e.g. an open conversation's history) in
         memory longest: evicted last, and to the next tier, never dropped. ``key``
-        replaces its earlier prefix. ``cache_salt`` / ``cache_salt_from`` must be those the
-        conversation's requests pass to ``add_request``. Returns the number of full blocks marked."""
-        salt = salt_hash(cache_salt) if cache_salt else 0
+        replaces its earlier prefix. The cache options must be those the conversation's
+        requests pass to ``add_request``. Returns the number of full blocks marked."""
+        salt = derive_cache_salt(cache_namespace, cache_salt).value
         salt_block = max(0, cache_salt_from) // self.block_manager.block_size
         return self.block_manager.retain(key, [int(t) for t in token_ids], salt, salt_block if salt else 0)
+
+    def purge_namespace(self, namespace: str) -> int:
+        """Forget every KV block salted in ``namespace`` (``add_request``'s
+        ``cache_namespace``): cached ones leave the pool and every tier (disk files
+        deleted); ones held by running requests are never served again and go back empty
+        when freed, and those requests publish no more blocks. Returns the pool blocks
+        dropped."""
+        root = salt_hash(namespace)
+        for request in self.requests.values():
+            if request.cache_namespace == root:
+                request.cache_private = True
+                for seq in request.seqs:
+                    seq.cache_private = True
+        return self.block_manager.purge_namespace(root)
 
     def release(self, key: str) -> None:
         """Undo ``retain(key, ...)`` (the conversation's last tab closed)."""

@@ -282,7 +282,7 @@ class Scheduler:
         if tiers is None or not tiers.enabled or len(request.seqs) != 1:
             return False
         blocks = self.block_manager.registered_blocks(request.seqs[0])
-        missing = [b for b in blocks if tiers.find(b[0], b[1], b[2]) is None]
+        missing = [b for b in blocks if tiers.find(b[0], b[1], b[2], b[4]) is None]
         if not tiers.prefer_swap(len(blocks), len(missing), request.seqs[0].num_computed_tokens):
             return False
         tiers.swap_out(missing)

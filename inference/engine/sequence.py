@@ -47,8 +47,13 @@ class Sequence:
     # Prefix-cache privacy: a non-zero salt is mixed into the chain hash from block
     # ``cache_salt_block`` on, so those blocks (and all after them) match only
     # sequences with the same salt; the blocks before stay shared by everyone.
+    # ``cache_namespace`` is the salt's root (``inference.kv.salt``), kept with each
+    # salted block; ``cache_private``: its namespace was purged while this ran, so its
+    # blocks are no longer published to the prefix cache.
     cache_salt: int = 0
     cache_salt_block: int = 0
+    cache_namespace: int = 0
+    cache_private: bool = False
     pending_loads: list[Any] = field(default_factory=list)  # kv_tiers.Load, while loading KV
     # Sampling and output state.
     generator: torch.Generator | None = None
@@ -98,8 +103,11 @@ class Request:
     # Who asked (a user, an API key): the scheduler admits waiting requests round-robin
     # across owners. None: FIFO among other unowned requests.
     owner: str | None = None
-    cache_salt: int = 0  # see Sequence.cache_salt; copied to every sequence of the request
+    # See Sequence.cache_salt; copied to every sequence of the request.
+    cache_salt: int = 0
     cache_salt_block: int = 0
+    cache_namespace: int = 0
+    cache_private: bool = False
     arrival_time: float = field(default_factory=time.monotonic)
     status: RequestStatus = RequestStatus.WAITING
     seqs: list[Sequence] = field(default_factory=list)  # live (unfinished) sequences

@@ -4,7 +4,8 @@ text: a seeded generator, an incremental detokenizer, a reasoning splitter, logp
 from __future__ import annotations
 
 from inference.engine.sequence import Request, Sequence
-from inference.kv.block_manager import BlockManager, salt_hash
+from inference.kv.block_manager import BlockManager
+from inference.kv.salt import cache_salt as derive_cache_salt
 from inference.sampling.params import SamplingParams
 from inference.sampling.reasoning_parser import ReasoningSplitter
 from inference.sampling.sampler import Sampler
@@ -25,6 +26,7 @@ class SequenceFactory:
         params: SamplingParams,
         *,
         owner: str | None = None,
+        cache_namespace: str | None = None,
         cache_salt: str | None = None,
         cache_salt_from: int = 0,
     ) -> Request:
@@ -32,8 +34,9 @@ class SequenceFactory:
         request = Request(
             request_id, token_ids, params, prompt=prompt if isinstance(prompt, str) else None, owner=owner
         )
-        if cache_salt:
-            request.cache_salt = salt_hash(cache_salt)
+        salt = derive_cache_salt(cache_namespace, cache_salt)
+        if salt.value:
+            request.cache_salt, request.cache_namespace = salt.value, salt.namespace
             request.cache_salt_block = max(0, cache_salt_from) // self.block_manager.block_size
         request.seqs.append(self.new_seq(request, token_ids, index=0))
         return request
@@ -42,6 +45,7 @@ class SequenceFactory:
         params = request.params
         seq = Sequence(list(token_ids), request.num_prompt_tokens, index=index, request=request)
         seq.cache_salt, seq.cache_salt_block = request.cache_salt, request.cache_salt_block
+        seq.cache_namespace, seq.cache_private = request.cache_namespace, request.cache_private
         if params.seed is not None and not params.use_beam_search:
             seq.generator = self.sampler.make_generator(params.seed + index)
         if not params.use_beam_search:

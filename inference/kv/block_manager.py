@@ -17,6 +17,10 @@
   an evicted one handed down, and ``match_lower`` continues a prefix lookup past the
   pool's last hit; ``start_loads`` copies those blocks into fresh pool blocks
   (``inference.kv.tiers``).
+- **Namespaces** (``inference.kv.salt``): a salted block keeps its salt's namespace id;
+  ``purge_namespace`` drops a namespace's cached blocks here and in the tiers, and
+  unregisters its blocks still in use, so they are never served again and go back
+  empty when freed.
 - Forking shares a table (counts + 1). A sequence about to write into a block that
   others also hold (the partly filled tail after a fork) gets a private copy first:
   the block manager allocates the copy and queues ``(src, dst)`` for the runner.
@@ -33,6 +37,7 @@ import xxhash
 
 from inference.engine.sequence import Sequence
 from inference.kv.block_stats import BlockStats
+from inference.kv.salt import salt_hash as salt_hash  # re-exported: callers hash salts here
 
 if TYPE_CHECKING:
     from inference.kv.tiers import TierStack
@@ -45,16 +50,12 @@ class Block:
     hash: int | None = None  # set only while registered in the prefix cache
     token_ids: tuple[int, ...] = ()  # a registered block's tokens, compared on a hit
     parent_hash: int = 0
+    namespace: int = 0  # the salt's namespace id (0: unsalted, shared by everyone)
 
 
 def chain_hash(parent: int, token_ids: list[int]) -> int:
     """Hash of a full block given its parent's hash, so equal hashes mean equal prefixes."""
     return xxhash.xxh64_intdigest(parent.to_bytes(8, "little") + array("q", token_ids).tobytes())
-
-
-def salt_hash(salt: str) -> int:
-    """A cache salt as the 64-bit value mixed into the chain (never 0, which means unsalted)."""
-    return xxhash.xxh64_intdigest(b"cache-salt\0" + salt.encode()) or 1
 
 
 def salted_parent(hashes: list[int], i: int, salt: int = 0, salt_block: int = 0) -> int:
@@ -64,6 +65,11 @@ def salted_parent(hashes: list[int], i: int, salt: int = 0, salt_block: int = 0)
     if salt and i == salt_block:
         parent ^= salt
     return parent
+
+
+def block_namespace(seq: Sequence, i: int) -> int:
+    """The namespace of ``seq``'s block ``i``: its salt's, from the salted block on."""
+    return seq.cache_namespace if seq.cache_salt and i >= seq.cache_salt_block else 0
 
 
 def prefix_hashes(token_ids: list[int], block_size: int, salt: int = 0, salt_block: int = 0) -> list[int]:
@@ -160,7 +166,11 @@ class BlockManager:
                 break
             block = self.blocks[block_id]
             parent = self._parent_hash(seq, i)
-            if block.parent_hash != parent or block.token_ids != tuple(seq.token_ids[i * bs : (i + 1) * bs]):
+            if (
+                block.parent_hash != parent
+                or block.namespace != block_namespace(seq, i)
+                or block.token_ids != tuple(seq.token_ids[i * bs : (i + 1) * bs])
+            ):
                 break  # a 64-bit collision: treat as a miss
             hits.append(block_id)
         return hits
@@ -186,19 +196,20 @@ class BlockManager:
         if self.tiers is not None:
             self.tiers.counters.hit_tokens["pool"] += max(0, num_hit_tokens - num_loaded_tokens)
 
-    def registered_blocks(self, seq: Sequence) -> list[tuple[int, int, tuple[int, ...], int]]:
-        """(hash, parent hash, tokens, block id) of ``seq``'s blocks in the prefix cache."""
+    def registered_blocks(self, seq: Sequence) -> list[tuple[int, int, tuple[int, ...], int, int]]:
+        """(hash, parent hash, tokens, block id, namespace) of ``seq``'s blocks in the prefix cache."""
         out = []
         for block_id in seq.block_table[: seq.num_registered_blocks]:
             block = self.blocks[block_id]
             if block.hash is not None:
-                out.append((block.hash, block.parent_hash, block.token_ids, block_id))
+                out.append((block.hash, block.parent_hash, block.token_ids, block_id, block.namespace))
         return out
 
     def register_full_blocks(self, seq: Sequence) -> None:
         """After a step: publish blocks that became full (and computed) to the cache."""
         full = seq.num_computed_tokens // self.block_size
-        if not self.enable_prefix_caching or full <= seq.num_registered_blocks:
+        # A purged namespace's running request publishes nothing more (see purge_namespace).
+        if not self.enable_prefix_caching or seq.cache_private or full <= seq.num_registered_blocks:
             return
         hashes, bs = self._hashes(seq, full), self.block_size
         for i in range(seq.num_registered_blocks, full):
@@ -208,9 +219,12 @@ class BlockManager:
             if block.hash is None and hashes[i] not in self._by_hash:
                 block.hash, block.parent_hash = hashes[i], self._parent_hash(seq, i)
                 block.token_ids = tuple(seq.token_ids[i * bs : (i + 1) * bs])
+                block.namespace = block_namespace(seq, i)
                 self._by_hash[block.hash] = block.block_id
                 if self.tiers is not None:
-                    self.tiers.block_cached(block.hash, block.parent_hash, block.token_ids, block.block_id)
+                    self.tiers.block_cached(
+                        block.hash, block.parent_hash, block.token_ids, block.block_id, block.namespace
+                    )
         seq.num_registered_blocks = full
 
     def reset_prefix_cache(self) -> int:
@@ -222,6 +236,28 @@ class BlockManager:
                 self._evict(self.blocks[block_id])
                 self._empty.append(block_id)
         return n
+
+    def purge_namespace(self, namespace: int) -> int:
+        """Drop every block of ``namespace`` (a deleted user's) from the prefix cache: cached
+        free ones become empty, ones still in use are unregistered (no lookup finds them,
+        and they come back empty when freed), and the tiers drop theirs. The shared,
+        unsalted namespace 0 is never purged. Returns the pool blocks dropped."""
+        if not namespace:
+            return 0
+        dropped = 0
+        for block in self.blocks:
+            if block.hash is None or block.namespace != namespace:
+                continue
+            block_id = block.block_id
+            if block.ref_count == 0:
+                free_list = self._cached_free if block_id in self._cached_free else self._retained_free
+                del free_list[block_id]
+                self._empty.append(block_id)
+            self._evict(block)
+            dropped += 1
+        if self.tiers is not None:
+            self.tiers.purge_namespace(namespace)
+        return dropped
 
     # ---- retention ------------------------------------------------------------------
     def retain(self, key: str, token_ids: list[int], salt: int = 0, salt_block: int = 0) -> int:
@@ -268,9 +304,8 @@ class BlockManager:
         for i in range(start, len(hashes)):
             if hashes[i] in self._by_hash:
                 break  # in the pool after all (a later admission will revive it)
-            tier = self.tiers.find(
-                hashes[i], self._parent_hash(seq, i), tuple(seq.token_ids[i * bs : (i + 1) * bs])
-            )
+            tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
+            tier = self.tiers.find(hashes[i], self._parent_hash(seq, i), tokens, block_namespace(seq, i))
             if tier is None:
                 break
             found.append(tier)
@@ -287,7 +322,9 @@ class BlockManager:
             parent = self._parent_hash(seq, i)
             tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
             seq.pending_loads.append(
-                self.tiers.start_load(tier, seq.block_hashes[i], parent, tokens, block_id)
+                self.tiers.start_load(
+                    tier, seq.block_hashes[i], parent, tokens, block_id, block_namespace(seq, i)
+                )
             )
 
     def loads_done(self, seq: Sequence) -> bool:
@@ -383,15 +420,20 @@ class BlockManager:
             block = self.blocks[block_id]
             if self.tiers is not None:
                 self.tiers.block_evicted(
-                    block.hash, block.parent_hash, block.token_ids, block_id, retained=retained
-                )  # type: ignore[arg-type]
+                    block.hash,  # type: ignore[arg-type]
+                    block.parent_hash,
+                    block.token_ids,
+                    block_id,
+                    block.namespace,
+                    retained=retained,
+                )
             self._evict(block)
         self.blocks[block_id].ref_count = 1
         return block_id
 
     def _evict(self, block: Block) -> None:
         del self._by_hash[block.hash]  # type: ignore[arg-type]
-        block.hash, block.token_ids, block.parent_hash = None, (), 0
+        block.hash, block.token_ids, block.parent_hash, block.namespace = None, (), 0, 0
 
     def _release(self, block_id: int) -> None:
         block = self.blocks[block_id]

@@ -20,6 +20,10 @@
 - **Size bound and LRU.** The index (hash → entry, oldest first) lives in memory and is
   rebuilt from the files at start. Past ``capacity_bytes`` the least recently used
   entries go, unretained ones before retained ones.
+- **Namespaces.** A salted block's file lives in a directory named for its salt
+  namespace (``<namespace:016x>/<hash:016x>.kv``; unsalted blocks at the top), so a
+  lookup serves a block only for its own namespace, and ``purge_namespace`` deletes a
+  namespace's files, also ones from an earlier run, and cancels its queued writes.
 - **Warm restart.** ``FINGERPRINT.json`` records what the K/V depend on (the served
   weights, the tokenizer, the KV layout, dtype, block size; ``inference.kv.fingerprint``).
   A new process with another fingerprint empties the tier (one log line) instead of
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -51,6 +56,14 @@ import numpy as np
 import torch
 import xxhash
 
+from inference.kv.disk_files import (
+    SUFFIX,
+    block_files,
+    block_path,
+    namespace_dir,
+    namespace_of_dir,
+    remove_namespace_files,
+)
 from kernels.private_paths import ensure_private_dir, open_private_file
 
 logger = logging.getLogger(__name__)
@@ -58,9 +71,8 @@ logger = logging.getLogger(__name__)
 MAGIC = b"KVBLK002"
 # magic, hash, parent, fingerprint digest, num_tokens, payload_len, checksum
 _HEADER = struct.Struct("<8sQQ16sIQQ")
-FORMAT = 2
+FORMAT = 3  # 3: salted blocks in a directory per namespace
 FINGERPRINT_FILE = "FINGERPRINT.json"
-SUFFIX = ".kv"
 DEFAULT_QUEUE_BLOCKS = 64
 
 
@@ -69,6 +81,7 @@ class DiskEntry:
     parent: int
     tokens: tuple[int, ...]
     size: int  # bytes on disk
+    namespace: int = 0  # the block's salt namespace (its directory)
 
 
 @dataclass(slots=True)
@@ -77,6 +90,8 @@ class _Write:
     parent: int
     tokens: tuple[int, ...]
     data: torch.Tensor  # a private CPU copy of pool[b]
+    namespace: int = 0
+    ticket: int = 0  # queue order, against purges of its namespace
 
 
 def _checksum(tokens_bytes: bytes, payload: memoryview | bytes) -> int:
@@ -118,6 +133,8 @@ class DiskTier:
         self._queue: queue.Queue[_Write | None] = queue.Queue(maxsize=queue_blocks)
         self._forced: list[_Write] = []  # unbounded: writes that must not be dropped
         self._pending: set[int] = set()  # hashes queued but not yet on disk
+        self._tickets = itertools.count(1)
+        self._purged_before: dict[int, int] = {}  # namespace -> first ticket after its last purge
         self._writer: threading.Thread | None = None
         self._stopping = False
         self._reader: ThreadPoolExecutor | None = None
@@ -175,15 +192,20 @@ class DiskTier:
     def _remove_all_blocks(self) -> int:
         removed = 0
         for path in self.dir.iterdir():
-            if path.suffix in (SUFFIX, ".tmp") and path.name != FINGERPRINT_FILE:
+            if namespace_of_dir(path) is not None:
+                removed += remove_namespace_files(path)
+            elif path.suffix in (SUFFIX, ".tmp") and path.name != FINGERPRINT_FILE:
                 path.unlink(missing_ok=True)
                 removed += path.suffix == SUFFIX
         return removed
 
+    def _path(self, block_hash: int, namespace: int = 0) -> Path:
+        return block_path(self.dir, block_hash, namespace)
+
     def _scan(self) -> None:
         """Rebuild the index from the files' headers, oldest modification first (LRU)."""
         found = []
-        for path in self.dir.glob(f"*{SUFFIX}"):
+        for namespace, path in list(block_files(self.dir)):
             try:
                 with open(path, "rb") as f:
                     head = f.read(_HEADER.size)
@@ -201,7 +223,8 @@ class DiskTier:
                 path.unlink(missing_ok=True)
                 continue
             # A truncated payload is caught by the read's length check and checksum.
-            found.append((stat.st_mtime, block_hash, DiskEntry(parent, tokens, stat.st_size)))
+            entry = DiskEntry(parent, tokens, stat.st_size, namespace)
+            found.append((stat.st_mtime, block_hash, entry))
         found.sort(key=lambda item: item[0])
         for _, block_hash, entry in found:
             self._index[block_hash] = entry
@@ -217,13 +240,43 @@ class DiskTier:
     def contains(self, block_hash: int) -> bool:
         return block_hash in self._index or block_hash in self._pending
 
-    def lookup(self, block_hash: int, parent: int, tokens: tuple[int, ...]) -> bool:
-        """Is this exact block (hash, parent and tokens all equal) on disk?"""
+    def lookup(self, block_hash: int, parent: int, tokens: tuple[int, ...], namespace: int = 0) -> bool:
+        """Is this exact block (hash, parent, tokens and namespace all equal) on disk?"""
         if not self.enabled:
             return False
         with self._lock:
             entry = self._index.get(block_hash)
-            return entry is not None and entry.parent == parent and entry.tokens == tokens
+            return (
+                entry is not None
+                and entry.parent == parent
+                and entry.tokens == tokens
+                and entry.namespace == namespace
+            )
+
+    # ---- purge ---------------------------------------------------------------------------
+    def purge_namespace(self, namespace: int) -> int:
+        """Delete every block of ``namespace`` (never the unsalted 0): its index entries,
+        its files (also ones no index lists), and its writes still queued, which the writer
+        then skips. Returns the indexed blocks dropped."""
+        if not namespace:
+            return 0
+        with self._lock:
+            self._purged_before[namespace] = next(self._tickets)
+            victims = [h for h, e in self._index.items() if e.namespace == namespace]
+            for block_hash in victims:
+                self.used_bytes -= self._index.pop(block_hash).size
+            dropped = [job for job in self._forced if self._purged(job)]
+            self._forced = [job for job in self._forced if not self._purged(job)]
+        for job in dropped:  # the writer never sees these: they are no longer pending
+            self._pending.discard(job.block_hash)
+        folder = namespace_dir(self.dir, namespace)
+        if folder.is_dir():
+            remove_namespace_files(folder)
+        return len(victims)
+
+    def _purged(self, job: _Write) -> bool:
+        """Was ``job`` queued before a purge of its namespace? (caller holds the lock)"""
+        return job.ticket < self._purged_before.get(job.namespace, 0)
 
     # ---- writes (engine thread enqueues, the writer thread writes) -----------------------
     def write(
@@ -234,6 +287,7 @@ class DiskTier:
         block: torch.Tensor,
         *,
         force: bool = False,
+        namespace: int = 0,
     ) -> bool:
         """Queue ``block`` (``pool[b]``) for writing; never blocks. Returns False when the
         write was dropped (queue full) or is unnecessary (already there or queued)."""
@@ -242,7 +296,8 @@ class DiskTier:
         if not force and self._queue.full():
             self.writes_dropped += 1
             return False
-        job = _Write(block_hash, parent, tokens, block.detach().to("cpu", copy=True))
+        data = block.detach().to("cpu", copy=True)
+        job = _Write(block_hash, parent, tokens, data, namespace, next(self._tickets))
         self._pending.add(block_hash)
         if force:
             with self._lock:
@@ -275,7 +330,10 @@ class DiskTier:
             try:
                 self._write_file(job)
             except OSError as exc:
-                self._disable_on_write_error(exc)
+                with self._lock:
+                    purged = self._purged(job)  # its directory went while it was written
+                if not purged:
+                    self._disable_on_write_error(exc)
             finally:
                 self._pending.discard(job.block_hash)
 
@@ -294,8 +352,13 @@ class DiskTier:
             payload.nbytes,
             _checksum(tokens_bytes, payload),
         )
-        path = self.dir / f"{job.block_hash:016x}{SUFFIX}"
+        path = self._path(job.block_hash, job.namespace)
         tmp = path.with_suffix(".tmp")
+        with self._lock:
+            if self._purged(job):
+                return
+        if job.namespace:
+            ensure_private_dir(path.parent)
         with os.fdopen(open_private_file(tmp), "wb") as f:
             f.write(header)
             f.write(tokens_bytes)
@@ -303,9 +366,12 @@ class DiskTier:
         os.replace(tmp, path)
         size = len(header) + len(tokens_bytes) + payload.nbytes
         with self._lock:
+            if self._purged(job):  # purged while it was written: never indexed, never served
+                path.unlink(missing_ok=True)
+                return
             old = self._index.pop(job.block_hash, None)
             self.used_bytes -= old.size if old else 0
-            self._index[job.block_hash] = DiskEntry(job.parent, job.tokens, size)
+            self._index[job.block_hash] = DiskEntry(job.parent, job.tokens, size, job.namespace)
             self.used_bytes += size
             self.bytes_written += size
             self.write_s += time.perf_counter() - started
@@ -330,26 +396,29 @@ class DiskTier:
             entry = self._index.pop(victim)
             self.used_bytes -= entry.size
             self.evicted_blocks += 1
-            (self.dir / f"{victim:016x}{SUFFIX}").unlink(missing_ok=True)
+            self._path(victim, entry.namespace).unlink(missing_ok=True)
 
     # ---- reads ---------------------------------------------------------------------------
     def read_async(
-        self, block_hash: int, parent: int, tokens: tuple[int, ...]
+        self, block_hash: int, parent: int, tokens: tuple[int, ...], namespace: int = 0
     ) -> Future[torch.Tensor | None]:
         """The block's data as a CPU tensor of ``block_shape``, or None (missing, corrupt)."""
         assert self._reader is not None
         with self._lock:
             if block_hash in self._index:
                 self._index.move_to_end(block_hash)  # recently used
-        return self._reader.submit(self.read, block_hash, parent, tokens)
+        return self._reader.submit(self.read, block_hash, parent, tokens, namespace)
 
-    def read(self, block_hash: int, parent: int, tokens: tuple[int, ...]) -> torch.Tensor | None:
+    def read(
+        self, block_hash: int, parent: int, tokens: tuple[int, ...], namespace: int = 0
+    ) -> torch.Tensor | None:
+        """Only the namespace's own directory is read, so no other namespace's file is served."""
         started = time.perf_counter()
-        path = self.dir / f"{block_hash:016x}{SUFFIX}"
+        path = self._path(block_hash, namespace)
         try:
             raw = path.read_bytes()
         except OSError:
-            self._forget(block_hash, corrupt=False)
+            self._forget(block_hash, corrupt=False, namespace=namespace)
             return None
         tokens_bytes = np.asarray(tokens, dtype=np.int64).tobytes()
         start = _HEADER.size + len(tokens_bytes)
@@ -363,7 +432,7 @@ class DiskTier:
             logger.info("KV disk tier: block file %s holds another model's K/V; recomputing it", path.name)
             with self._lock:
                 self.foreign_blocks += 1
-            self._forget(block_hash, corrupt=False)
+            self._forget(block_hash, corrupt=False, namespace=namespace)
             return None
         ok = (
             h == block_hash
@@ -377,7 +446,7 @@ class DiskTier:
         )
         if not ok:
             logger.warning("KV disk tier: block file %s is corrupt or truncated; recomputing it", path.name)
-            self._forget(block_hash, corrupt=True)
+            self._forget(block_hash, corrupt=True, namespace=namespace)
             return None
         data = torch.frombuffer(bytearray(memoryview(raw)[start:]), dtype=torch.uint8)
         with self._lock:
@@ -385,13 +454,14 @@ class DiskTier:
             self.read_s += time.perf_counter() - started
         return data.view(self.dtype).view(self.block_shape)
 
-    def _forget(self, block_hash: int, *, corrupt: bool) -> None:
+    def _forget(self, block_hash: int, *, corrupt: bool, namespace: int = 0) -> None:
         with self._lock:
-            entry = self._index.pop(block_hash, None)
-            if entry is not None:
+            entry = self._index.get(block_hash)
+            if entry is not None and entry.namespace == namespace:
+                del self._index[block_hash]
                 self.used_bytes -= entry.size
             self.corrupt_blocks += corrupt
-        (self.dir / f"{block_hash:016x}{SUFFIX}").unlink(missing_ok=True)
+        self._path(block_hash, namespace).unlink(missing_ok=True)
 
     # ---- life cycle ----------------------------------------------------------------------
     def flush(self, timeout: float = 30.0) -> None:

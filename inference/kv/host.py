@@ -32,6 +32,7 @@ class HostEntry:
     slot: int
     parent: int
     tokens: tuple[int, ...]
+    namespace: int = 0  # the block's salt namespace (inference.kv.salt)
 
 
 class HostTier:
@@ -43,7 +44,7 @@ class HostTier:
         capacity_bytes: int,
         *,
         is_retained: Callable[[int], bool] = lambda h: False,
-        on_evict: Callable[[int, int, tuple[int, ...], torch.Tensor], None] | None = None,
+        on_evict: Callable[[int, int, tuple[int, ...], torch.Tensor, int], None] | None = None,
     ) -> None:
         self.pool = pool
         self.block_bytes = pool[0].numel() * pool.element_size()
@@ -51,7 +52,8 @@ class HostTier:
         self.cuda = pool.device.type == "cuda"
         self.slab = torch.empty((num_slots, *pool.shape[1:]), dtype=pool.dtype, pin_memory=self.cuda)
         self.is_retained = is_retained
-        self.on_evict = on_evict  # called with (hash, parent, tokens, host data) before a slot is reused
+        # Called with (hash, parent, tokens, host data, namespace) before a slot is reused.
+        self.on_evict = on_evict
         self._index: OrderedDict[int, HostEntry] = OrderedDict()  # least recently used first
         self._free = list(range(num_slots - 1, -1, -1))
         self._slot_events: dict[int, Any] = {}  # slot -> event of the copy last writing it
@@ -73,18 +75,37 @@ class HostTier:
     def contains(self, block_hash: int) -> bool:
         return block_hash in self._index
 
-    def lookup(self, block_hash: int, parent: int, tokens: tuple[int, ...]) -> bool:
+    def lookup(self, block_hash: int, parent: int, tokens: tuple[int, ...], namespace: int = 0) -> bool:
         entry = self._index.get(block_hash)
-        return entry is not None and entry.parent == parent and entry.tokens == tokens
+        return (
+            entry is not None
+            and entry.parent == parent
+            and entry.tokens == tokens
+            and entry.namespace == namespace
+        )
+
+    def purge_namespace(self, namespace: int) -> int:
+        """Drop ``namespace``'s blocks; their slots are free (and zeroed) at once."""
+        victims = [h for h, entry in self._index.items() if entry.namespace == namespace]
+        if victims and self._stream is not None:
+            self._stream.synchronize()  # no copy may still read or write a slot being zeroed
+        for block_hash in victims:
+            slot = self._index.pop(block_hash).slot
+            self._slot_events.pop(slot, None)
+            self.slab[slot].zero_()
+            self._free.append(slot)
+        return len(victims)
 
     # ---- pool -> host ----------------------------------------------------------------------
-    def store(self, block_hash: int, parent: int, tokens: tuple[int, ...], block_id: int) -> bool:
+    def store(
+        self, block_hash: int, parent: int, tokens: tuple[int, ...], block_id: int, namespace: int = 0
+    ) -> bool:
         """Copy ``pool[block_id]`` into a slot (evicting the LRU slot if none is free)."""
         if not self.enabled or block_hash in self._index:
             return False
         slot = self._free.pop() if self._free else self._evict_one()
         self._copy(self.slab[slot], self.pool[block_id], slot_written=slot)
-        self._index[block_hash] = HostEntry(slot, parent, tokens)
+        self._index[block_hash] = HostEntry(slot, parent, tokens, namespace)
         self.bytes_written += self.block_bytes
         return True
 
@@ -94,7 +115,7 @@ class HostTier:
             victim = next(iter(self._index))
         entry = self._index.pop(victim)
         if self.on_evict is not None:
-            self.on_evict(victim, entry.parent, entry.tokens, self.host_block(entry.slot))
+            self.on_evict(victim, entry.parent, entry.tokens, self.host_block(entry.slot), entry.namespace)
         return entry.slot
 
     def host_block(self, slot: int) -> torch.Tensor:

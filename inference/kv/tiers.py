@@ -3,8 +3,10 @@
     pool (device) -> host (pinned RAM; CUDA only) -> disk (files; any device)
 
 Every tier holds whole blocks (``pool[b]``, whatever its trailing shape) keyed by the
-prefix cache's chained hash, with the parent hash and tokens kept for the collision
-check. The block manager calls in at three moments:
+prefix cache's chained hash, with the parent hash, tokens and salt namespace kept for the
+collision check (a block is served only to a lookup naming all four). The block manager
+calls in at three moments (and ``purge_namespace`` drops one namespace's blocks from
+every tier):
 
 - **A block becomes cached** (full, computed, registered): it is written through to
   disk now. Its K/V never change after this point, so one write is final, and a block
@@ -92,53 +94,76 @@ class TierStack:
         return self.disk if self.disk is not None and self.disk.enabled else None
 
     # ---- writes ----------------------------------------------------------------------------
-    def block_cached(self, block_hash: int, parent: int, tokens: tuple[int, ...], block_id: int) -> None:
+    def block_cached(
+        self, block_hash: int, parent: int, tokens: tuple[int, ...], block_id: int, namespace: int = 0
+    ) -> None:
         disk = self._disk()
         if disk is not None and not disk.contains(block_hash):
-            disk.write(block_hash, parent, tokens, self.pool[block_id])
+            disk.write(block_hash, parent, tokens, self.pool[block_id], namespace=namespace)
 
     def block_evicted(
-        self, block_hash: int, parent: int, tokens: tuple[int, ...], block_id: int, *, retained: bool
+        self,
+        block_hash: int,
+        parent: int,
+        tokens: tuple[int, ...],
+        block_id: int,
+        namespace: int = 0,
+        *,
+        retained: bool,
     ) -> None:
         if self.host is not None:
-            self.host.store(block_hash, parent, tokens, block_id)
+            self.host.store(block_hash, parent, tokens, block_id, namespace)
             return
         disk = self._disk()
         if disk is not None and not disk.contains(block_hash):
-            disk.write(block_hash, parent, tokens, self.pool[block_id], force=retained)
+            disk.write(block_hash, parent, tokens, self.pool[block_id], force=retained, namespace=namespace)
 
-    def swap_out(self, blocks: list[tuple[int, int, tuple[int, ...], int]]) -> None:
+    def swap_out(self, blocks: list[tuple[int, int, tuple[int, ...], int, int]]) -> None:
         """A preempted request's full blocks that no lower tier holds yet go down now
         (forced: they are about to lose their only copy when the pool reuses them)."""
-        for block_hash, parent, tokens, block_id in blocks:
-            if self.find(block_hash, parent, tokens) is not None:
+        for block_hash, parent, tokens, block_id, namespace in blocks:
+            if self.find(block_hash, parent, tokens, namespace) is not None:
                 continue
             if self.host is not None:
-                self.host.store(block_hash, parent, tokens, block_id)
+                self.host.store(block_hash, parent, tokens, block_id, namespace)
             elif (disk := self._disk()) is not None:
-                disk.write(block_hash, parent, tokens, self.pool[block_id], force=True)
+                disk.write(block_hash, parent, tokens, self.pool[block_id], force=True, namespace=namespace)
 
     def _host_evicted(
-        self, block_hash: int, parent: int, tokens: tuple[int, ...], data: torch.Tensor
+        self, block_hash: int, parent: int, tokens: tuple[int, ...], data: torch.Tensor, namespace: int
     ) -> None:
         disk = self._disk()
         if disk is not None and not disk.contains(block_hash):
-            disk.write(block_hash, parent, tokens, data, force=self._is_retained(block_hash))
+            force = self._is_retained(block_hash)
+            disk.write(block_hash, parent, tokens, data, force=force, namespace=namespace)
 
     def _is_retained(self, block_hash: int) -> bool:
         return self.host.is_retained(block_hash) if self.host is not None else False
 
     # ---- reads -----------------------------------------------------------------------------
-    def find(self, block_hash: int, parent: int, tokens: tuple[int, ...]) -> str | None:
-        if self.host is not None and self.host.lookup(block_hash, parent, tokens):
+    def find(self, block_hash: int, parent: int, tokens: tuple[int, ...], namespace: int = 0) -> str | None:
+        if self.host is not None and self.host.lookup(block_hash, parent, tokens, namespace):
             return "host"
         disk = self._disk()
-        if disk is not None and disk.lookup(block_hash, parent, tokens):
+        if disk is not None and disk.lookup(block_hash, parent, tokens, namespace):
             return "disk"
         return None
 
+    def purge_namespace(self, namespace: int) -> None:
+        """Drop ``namespace``'s blocks from the host tier and the disk (files deleted)."""
+        if self.host is not None:
+            self.host.purge_namespace(namespace)
+        if self.disk is not None:
+            self.disk.purge_namespace(namespace)
+
     def start_load(
-        self, tier: str, block_hash: int, parent: int, tokens: tuple[int, ...], block_id: int
+        self,
+        tier: str,
+        block_hash: int,
+        parent: int,
+        tokens: tuple[int, ...],
+        block_id: int,
+        namespace: int = 0,
     ) -> Load:
         if tier == "host":
             assert self.host is not None
@@ -149,7 +174,7 @@ class TierStack:
                 future.set_result(None)
             return Load(tier, block_id, future)
         assert self.disk is not None
-        return Load(tier, block_id, self.disk.read_async(block_hash, parent, tokens))
+        return Load(tier, block_id, self.disk.read_async(block_hash, parent, tokens, namespace))
 
     def finish_load(self, load: Load) -> bool:
         """Copy a finished disk read into its pool block. False = not served (recompute)."""

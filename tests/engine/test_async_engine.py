@@ -135,3 +135,19 @@ async def test_idle_engine_thread_sleeps(engine: AsyncEngine) -> None:
     before = time.process_time()
     await asyncio.sleep(0.5)
     assert time.process_time() - before - (time.thread_time() - cpu) < 0.1
+
+
+async def test_purge_namespace_from_another_thread_drops_that_users_prefix_before_the_next_step(
+    engine: AsyncEngine, tiny: TinyModel
+) -> None:
+    prompt = random_prompts(tiny.tokenizer, 1, seed=23, min_len=40, max_len=40)[0]
+
+    async def cached(user: str) -> int:
+        deltas = [d async for d in engine.stream(prompt, greedy(1), cache_namespace=user)]
+        return deltas[-1].num_cached_tokens
+
+    assert await cached("user:1") == 0
+    assert await cached("user:1") == 32  # two full blocks before the last token
+    dropped = await asyncio.wrap_future(await asyncio.to_thread(engine.purge_namespace, "user:1"))
+    assert dropped >= 2
+    assert await cached("user:1") == 0

@@ -73,3 +73,75 @@ def test_salting_keeps_a_users_multi_turn_hits_and_hides_them_from_other_users(t
     # Another user sending the very same first turn shares only the system prompt's blocks.
     other = finish(engine, tok.encode_chat(first), 2, cache_salt="user:2", cache_salt_from=shared)
     assert other.num_cached_tokens == shared // bs * bs > 0
+
+
+# ---- namespaces: a caller's salt lives inside its namespace; purges ----------------------------
+
+
+def system_and_question(tiny: TinyModel, question: str) -> tuple[list[int], int]:
+    """A chat prompt whose system prompt fills at least two blocks, and that prompt's length."""
+    rules = " ".join(f"Rule {i}: answer carefully and in full sentences." for i in range(8))
+    messages = [
+        {"role": "system", "content": f"You are a careful assistant. {rules}"},
+        {"role": "user", "content": question},
+    ]
+    encoding = tiny.tokenizer.encode_chat_segments(messages)
+    return encoding.token_ids, len(encoding.segments[0])
+
+
+def test_a_callers_salt_is_nested_in_its_namespace_and_never_matches_another_namespace(
+    tiny: TinyModel,
+) -> None:
+    engine = tiny.engine()
+    prompt = tiny.tokenizer.encode("the lighthouse keeper counted the waves " * 8)
+    full = (len(prompt) - 1) // engine.block_manager.block_size * engine.block_manager.block_size
+    finish(engine, prompt, 2, cache_namespace="user:1")
+    # Another namespace gets nothing, whatever salt it names (even the first one's name).
+    assert finish(engine, prompt, 1, cache_namespace="user:2", cache_salt="user:1").num_cached_tokens == 0
+    assert finish(engine, prompt, 1, cache_namespace="user:2").num_cached_tokens == 0
+    assert finish(engine, prompt, 1).num_cached_tokens == 0
+    # Inside the namespace, a salt is a cache of its own; no salt is the namespace's cache.
+    assert finish(engine, prompt, 1, cache_namespace="user:1", cache_salt="tenant").num_cached_tokens == 0
+    assert finish(engine, prompt, 1, cache_namespace="user:1").num_cached_tokens == full
+    assert finish(engine, prompt, 1, cache_namespace="user:1", cache_salt="tenant").num_cached_tokens == full
+
+
+def test_purging_a_namespace_drops_its_blocks_and_keeps_other_users_and_the_system_prompt(
+    tiny: TinyModel,
+) -> None:
+    engine = tiny.engine()
+    bs = engine.block_manager.block_size
+    prompt, shared = system_and_question(tiny, "Tell me about lighthouses and the keepers who ran them.")
+    full = (len(prompt) - 1) // bs * bs
+    for user in ("user:1", "user:2"):
+        finish(engine, prompt, 4, cache_namespace=user, cache_salt_from=shared)
+    assert engine.purge_namespace("user:1") > 0
+    again = finish(engine, prompt, 1, cache_namespace="user:1", cache_salt_from=shared)
+    assert again.num_cached_tokens == shared // bs * bs > 0  # only the common system prompt
+    other = finish(engine, prompt, 1, cache_namespace="user:2", cache_salt_from=shared)
+    assert other.num_cached_tokens == full
+    bm = engine.block_manager
+    assert all(b.ref_count == 0 for b in bm.blocks) and bm.num_free_blocks == bm.num_blocks
+    assert engine.purge_namespace("user:3") == 0
+
+
+def test_a_running_request_of_a_purged_namespace_is_never_served_and_frees_its_blocks_empty(
+    tiny: TinyModel,
+) -> None:
+    engine = tiny.engine()
+    bm = engine.block_manager
+    prompt = tiny.tokenizer.encode("a private question about the winter storms " * 6)
+    running = engine.add_request(prompt, greedy(40), cache_namespace="user:1")
+    while running.seqs[0].num_output_tokens < 20:  # prefilled, and decoding
+        engine.step()
+    root = running.cache_namespace
+    assert any(b.namespace == root and b.hash is not None for b in bm.blocks)
+    engine.purge_namespace("user:1")
+    assert not any(b.namespace == root and b.hash is not None for b in bm.blocks)
+    probe = Sequence(list(prompt) + [5], len(prompt) + 1)
+    probe.cache_salt, probe.cache_namespace = running.cache_salt, root
+    assert bm.match_prefix(probe) == []
+    while engine.has_unfinished():  # it goes on, publishing none of its new blocks
+        engine.step()
+    assert not any(b.namespace == root and b.hash is not None for b in bm.blocks)
+    assert bm.stats().cached == 0 and bm.num_free_blocks == bm.num_blocks

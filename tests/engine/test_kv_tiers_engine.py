@@ -1,7 +1,7 @@
 """The KV tiers inside the engine, on the tiny model: exact outputs under memory pressure
 with swaps and tier hits, a history coming back from disk, the loading-KV state while
-the batch steps on, corrupted block files, a warm restart in a second process, and a
-disk that cannot be used."""
+the batch steps on, corrupted block files, a warm restart in a second process, a disk
+that cannot be used, and a user's blocks purged from every tier."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ import pytest
 from inference.engine.llm_engine import LLMEngine
 from inference.engine.sequence import RequestStatus, Sequence
 from inference.kv.block_manager import prefix_hashes
+from inference.kv.disk_files import namespace_dir
+from inference.kv.salt import cache_salt
 from tests.engine.engine_fixtures import TinyModel, greedy, random_prompts, run_to_completion
 
 
@@ -28,7 +30,7 @@ def assert_nothing_leaked(engine: LLMEngine) -> None:
     disk = engine.tiers.disk
     disk.flush()
     assert not disk._pending and not disk._forced
-    assert {p.name for p in disk.dir.glob("*.kv")} == {f"{h:016x}.kv" for h in disk._index}
+    assert set(disk.dir.rglob("*.kv")) == {disk._path(h, e.namespace) for h, e in disk._index.items()}
     assert disk.used_bytes == sum(e.size for e in disk._index.values()) <= disk.capacity_bytes
 
 
@@ -213,3 +215,38 @@ def test_a_disk_tier_of_size_zero_or_unwritable_leaves_one_tier_with_one_warning
     prompts = random_prompts(tiny.tokenizer, 4, seed=7, min_len=30, max_len=45)
     roomy = run_to_completion(tiny.engine(), prompts, greedy(20))
     assert [o.token_ids for o in run_to_completion(zero, prompts, greedy(20))] == [o.token_ids for o in roomy]
+
+
+def test_a_purged_users_blocks_leave_the_pool_and_the_disk_and_a_restart_cannot_serve_them(
+    tiny: TinyModel, tmp_path: Path
+) -> None:
+    prompts = random_prompts(tiny.tokenizer, 2, seed=11, min_len=60, max_len=60)
+    engine = tiny.engine(kv_disk_dir=str(tmp_path))
+    for user, prompt in zip(("user:1", "user:2"), prompts, strict=True):
+        engine.add_request(prompt, greedy(4), cache_namespace=user)
+        while engine.has_unfinished():
+            engine.step()
+    disk = engine.tiers.disk
+    disk.flush()
+    roots = {name: cache_salt(name, None).namespace for name in ("user:1", "user:2")}
+    folders = {name: namespace_dir(disk.dir, root) for name, root in roots.items()}
+    assert all(list(folder.glob("*.kv")) for folder in folders.values())
+
+    engine.purge_namespace("user:1")
+    disk.flush()
+    assert not folders["user:1"].exists() and list(folders["user:2"].glob("*.kv"))
+    assert all(e.namespace != roots["user:1"] for e in disk._index.values())
+    assert_nothing_leaked(engine)
+    engine.close()
+
+    restarted = tiny.engine(kv_disk_dir=str(tmp_path))  # a warm restart on the same directory
+    outputs = []
+    for user, prompt in zip(("user:1", "user:2"), prompts, strict=True):
+        request = restarted.add_request(prompt, greedy(1), cache_namespace=user)
+        while restarted.has_unfinished():
+            restarted.step()
+        outputs.append(request)
+    assert outputs[0].num_cached_tokens == 0
+    bs = restarted.block_manager.block_size
+    assert outputs[1].num_cached_tokens == (len(prompts[1]) - 1) // bs * bs  # from disk
+    restarted.close()

@@ -1,13 +1,14 @@
 """The KV tiers without a model: the disk tier's files, LRU and failure modes, the host
 tier's bookkeeping on CPU tensors, retention in the block manager, the cost model, the
-preemption victim, and a Hypothesis state machine over interleaved admit / compute /
-evict / write / read / retain / release / abort / corrupt keeping the invariants across
-the pool and both tiers."""
+preemption victim, namespace purges, and a Hypothesis state machine over interleaved
+admit / compute / evict / write / read / retain / release / abort / corrupt / purge (of
+a salt namespace) keeping the invariants across the pool and both tiers."""
 
 from __future__ import annotations
 
 import logging
 import os
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -21,7 +22,9 @@ from inference.engine.scheduler import Scheduler
 from inference.engine.sequence import Request, RequestStatus, Sequence
 from inference.kv.block_manager import BlockManager, prefix_hashes
 from inference.kv.disk import _HEADER, FINGERPRINT_FILE, DiskTier
+from inference.kv.disk_files import namespace_dir
 from inference.kv.host import HostTier
+from inference.kv.salt import cache_salt
 from inference.kv.tiers import TierStack
 from inference.sampling.params import SamplingParams
 
@@ -45,7 +48,7 @@ def compute(bm: BlockManager, pool: torch.Tensor, seq: Sequence) -> None:
     n = seq.num_tokens - seq.num_computed_tokens
     assert bm.allocate_slots(seq, n)
     seq.num_computed_tokens += n
-    hashes = prefix_hashes(seq.token_ids, BS)
+    hashes = prefix_hashes(seq.token_ids, BS, seq.cache_salt, seq.cache_salt_block)
     for i, h in enumerate(hashes):
         pool[seq.block_table[i]] = block_value(h)
     bm.register_full_blocks(seq)
@@ -160,6 +163,49 @@ def test_a_full_disk_during_writes_turns_the_tier_off_once(
     disk.close()
 
 
+def test_disk_tier_serves_a_block_only_to_its_namespace_and_a_purge_deletes_its_files(tmp_path: Path) -> None:
+    a, b = cache_salt("user:1", None).namespace, cache_salt("user:2", None).namespace
+    disk = make_disk(tmp_path)
+    disk.write(7, 3, (1, 2, 3, 4), block_value(7), namespace=a)
+    disk.write(8, 3, (1, 2, 3, 4), block_value(8), namespace=b)
+    disk.write(9, 0, (5, 6, 7, 8), block_value(9))  # unsalted: shared by everyone
+    disk.flush()
+    assert disk.lookup(7, 3, (1, 2, 3, 4), a) and not disk.lookup(7, 3, (1, 2, 3, 4), b)
+    assert not disk.lookup(7, 3, (1, 2, 3, 4))
+    assert disk.read(7, 3, (1, 2, 3, 4), namespace=b) is None  # only its own directory is read
+    block_file = namespace_dir(tmp_path, a) / f"{7:016x}.kv"
+    assert block_file.exists()  # the miss deleted nothing of a's
+    assert namespace_dir(tmp_path, a).stat().st_mode & 0o777 == 0o700  # as private as the tier
+    assert block_file.stat().st_mode & 0o777 == 0o600
+
+    assert disk.purge_namespace(a) == 1
+    assert not namespace_dir(tmp_path, a).exists() and not disk.lookup(7, 3, (1, 2, 3, 4), a)
+    assert disk.lookup(8, 3, (1, 2, 3, 4), b) and disk.lookup(9, 0, (5, 6, 7, 8))
+    assert disk.purge_namespace(0) == 0 and disk.lookup(9, 0, (5, 6, 7, 8))  # never the shared one
+    disk.close()
+    again = make_disk(tmp_path)  # a warm restart rebuilds the namespaces from the directories
+    assert again.lookup(8, 3, (1, 2, 3, 4), b) and not again.lookup(8, 3, (1, 2, 3, 4), a)
+    assert torch.equal(again.read(8, 3, (1, 2, 3, 4), namespace=b), block_value(8))
+    assert again.purge_namespace(b) == 1 and not list(tmp_path.rglob(f"{8:016x}.kv"))
+    again.close()
+
+
+def test_a_purge_cancels_the_namespaces_queued_writes_but_not_later_ones(tmp_path: Path) -> None:
+    a = cache_salt("user:1", None).namespace
+    disk = make_disk(tmp_path, queue_blocks=16)
+    with disk._lock:  # the writer waits: everything below is still queued at the purge
+        for h in range(1, 6):
+            disk.write(h, 0, (h,), block_value(h), namespace=a, force=h == 5)
+        disk.write(6, 0, (6,), block_value(6))
+        disk.purge_namespace(a)
+        disk.write(7, 0, (7,), block_value(7), namespace=a)  # the user is still there: cached again
+    disk.flush()
+    assert set(disk._index) == {6, 7} and disk.used_bytes == sum(e.size for e in disk._index.values())
+    assert [p.name for p in namespace_dir(tmp_path, a).glob("*")] == [f"{7:016x}.kv"]
+    assert disk.enabled  # skipped writes are no write errors
+    disk.close()
+
+
 # ---- host tier (pinned on CUDA; plain CPU tensors here) -----------------------------------------
 
 
@@ -168,7 +214,7 @@ def test_host_tier_stores_loads_and_hands_its_lru_victims_down() -> None:
     handed_down: list[int] = []
     nbytes = pool[0].numel() * 8
     host = HostTier(pool, 2 * nbytes, is_retained=lambda h: h == 1)
-    host.on_evict = lambda h, parent, tokens, data: handed_down.append(h) or None
+    host.on_evict = lambda h, parent, tokens, data, namespace: handed_down.append(h) or None
     for block_id, h in enumerate((1, 2, 3)):
         pool[block_id] = block_value(h)
         host.store(h, 0, (h,), block_id)
@@ -178,6 +224,19 @@ def test_host_tier_stores_loads_and_hands_its_lru_victims_down() -> None:
     host.before_forward()
     assert torch.equal(pool[3], block_value(3))
     assert host.stats()["bytes_read"] == nbytes and host.stats()["bytes_written"] == 3 * nbytes
+
+
+def test_host_tier_purge_frees_and_zeroes_only_that_namespaces_slots() -> None:
+    pool = torch.zeros(4, *SHAPE, dtype=torch.float64)
+    host = HostTier(pool, 3 * pool[0].numel() * 8)
+    a = cache_salt("user:1", None).namespace
+    for block_id, (h, namespace) in enumerate(((1, a), (2, 0), (3, a))):
+        pool[block_id] = block_value(h)
+        host.store(h, 0, (h,), block_id, namespace)
+    assert host.lookup(1, 0, (1,), a) and not host.lookup(1, 0, (1,))  # the namespace must match
+    assert host.purge_namespace(a) == 2
+    assert not host.lookup(1, 0, (1,), a) and not host.lookup(3, 0, (3,), a) and host.lookup(2, 0, (2,))
+    assert len(host._free) == 2 and all(not host.slab[slot].any() for slot in host._free)
 
 
 # ---- retention, cost model, victim ---------------------------------------------------------------
@@ -269,13 +328,25 @@ TOKENS = st.builds(
     st.integers(0, 12),
     st.lists(st.integers(1, 3), max_size=4),
 ).filter(lambda tokens: len(tokens) >= 2)
+# Who sends it: unsalted, or a user's namespace salted from block 0, 1 or 2 on (the
+# blocks before stay shared, as a common system prompt's do).
+NAMESPACES = ("user:1", "user:2")
+OWNER = st.tuples(st.sampled_from((None, *NAMESPACES)), st.integers(0, 2))
+
+
+def salted_seq(tokens: list[int], owner: tuple[str | None, int]) -> Sequence:
+    seq = Sequence(tokens, len(tokens))
+    salt = cache_salt(owner[0], None)
+    seq.cache_salt, seq.cache_namespace = salt.value, salt.namespace
+    seq.cache_salt_block = owner[1] if salt.value else 0
+    return seq
 
 
 class TierMachine(RuleBasedStateMachine):
-    """Sequences over a 3-token alphabet (so prefixes are shared) through a 10-block pool,
-    a 3-slot host tier and a 24-block disk tier with a 6-write queue, under random
-    admissions (prefill, or lower-tier loads first), aborts, pool pressure, retention and
-    file damage."""
+    """Sequences over a 3-token alphabet (so prefixes are shared), unsalted or salted by
+    one of two namespaces, through a 10-block pool, a 3-slot host tier and a 24-block disk
+    tier with a 6-write queue, under random admissions (prefill, or lower-tier loads
+    first), aborts, pool pressure, retention, file damage and namespace purges."""
 
     use_host = False
 
@@ -289,19 +360,19 @@ class TierMachine(RuleBasedStateMachine):
         nbytes = self.pool[0].numel() * 8
         self.bm = BlockManager(10, BS)
         host = HostTier(self.pool, 3 * nbytes, is_retained=self.bm.is_retained) if self.use_host else None
+        self.host = host
         self.disk.is_retained = self.bm.is_retained
         self.bm.tiers = TierStack(self.pool, BS, host=host, disk=self.disk)
         self.running: list[Sequence] = []
         self.loading: list[Sequence] = []
         self.keys: set[str] = set()
-        self.seen: list[list[int]] = []
+        self.seen: list[tuple[list[int], tuple[str | None, int]]] = []
+        self.purged: set[int] = set()  # namespaces purged and not used since
 
     def teardown(self) -> None:
         if hasattr(self, "disk"):
             self.disk.close()
-            for path in self.dir.iterdir():
-                path.unlink()
-            self.dir.rmdir()
+            shutil.rmtree(self.dir)
 
     @precondition(lambda self: self.seen)
     @rule(i=st.integers(0, 100), pressure=st.integers(0, 10), flush=st.booleans())
@@ -311,21 +382,23 @@ class TierMachine(RuleBasedStateMachine):
         if flush:
             self.disk.flush()
         self.evict(pressure)
-        self.admit(self.seen[i % len(self.seen)] + [1])
+        tokens, owner = self.seen[i % len(self.seen)]
+        self.admit(tokens + [1], owner)
         if self.loading and flush:
             self.finish_loading(len(self.loading) - 1)
 
-    @rule(tokens=TOKENS)
-    def admit(self, tokens: list[int]) -> None:
-        self.seen.append(tokens)
+    @rule(tokens=TOKENS, owner=OWNER)
+    def admit(self, tokens: list[int], owner: tuple[str | None, int]) -> None:
+        self.seen.append((tokens, owner))
         bm = self.bm
         if len(self.running) >= 2:  # the oldest finishes: the pool keeps turning over
             bm.free(self.running.pop(0))
-        seq = Sequence(tokens, len(tokens))
+        seq = salted_seq(tokens, owner)
         hits = bm.match_prefix(seq)
         lower = bm.match_lower(seq, len(hits))
         if bm.num_revived(hits) + bm.blocks_for(len(tokens)) - len(hits) > bm.num_free_blocks:
             return
+        self.purged.discard(seq.cache_namespace)  # its blocks may be cached again from here on
         bm.admit(seq, hits)
         if lower:
             bm.start_loads(seq, lower)
@@ -347,13 +420,26 @@ class TierMachine(RuleBasedStateMachine):
                 load.future.result()
         before = seq.num_computed_tokens
         served = self.bm.complete_loads(seq)
-        hashes = prefix_hashes(seq.token_ids, BS)
+        hashes = prefix_hashes(seq.token_ids, BS, seq.cache_salt, seq.cache_salt_block)
         for j in range(before // BS, (before + served) // BS):
             # Served from a tier: exactly what was computed for these tokens.
             assert torch.equal(self.pool[seq.block_table[j]], block_value(hashes[j]))
         if self.bm.blocks_needed(seq, seq.num_tokens - seq.num_computed_tokens) <= self.bm.num_free_blocks:
             compute(self.bm, self.pool, seq)  # the prefill of what no tier had
         self.running.append(seq)
+
+    @rule(i=st.integers(0, 100), tokens=st.lists(st.integers(1, 3), min_size=1, max_size=6))
+    def decode(self, i: int, tokens: list[int]) -> None:
+        """A running sequence generates more tokens; the blocks they fill are published."""
+        if not self.running:
+            return
+        seq = self.running[i % len(self.running)]
+        if self.bm.blocks_needed(seq, seq.num_tokens + len(tokens) - seq.num_computed_tokens) > (
+            self.bm.num_free_blocks
+        ):
+            return
+        seq.token_ids += tokens
+        compute(self.bm, self.pool, seq)
 
     @rule(blocks=st.integers(1, 10))
     def evict(self, blocks: int) -> None:
@@ -375,9 +461,10 @@ class TierMachine(RuleBasedStateMachine):
         self.bm.free(seq)
         seq.pending_loads = []
 
-    @rule(key=st.sampled_from(["a", "b", "c"]), tokens=TOKENS)
-    def retain(self, key: str, tokens: list[int]) -> None:
-        self.bm.retain(key, tokens)
+    @rule(key=st.sampled_from(["a", "b", "c"]), tokens=TOKENS, owner=OWNER)
+    def retain(self, key: str, tokens: list[int], owner: tuple[str | None, int]) -> None:
+        seq = salted_seq(tokens, owner)
+        self.bm.retain(key, tokens, seq.cache_salt, seq.cache_salt_block)
         self.keys.add(key)
 
     @precondition(lambda self: self.keys)
@@ -392,15 +479,48 @@ class TierMachine(RuleBasedStateMachine):
 
     @rule(i=st.integers(0, 100))
     def damage_a_file(self, i: int) -> None:
-        files = sorted(self.dir.glob("*.kv"))
+        files = sorted(self.dir.rglob("*.kv"))
         if files:
             path = files[i % len(files)]
             try:
                 raw = bytearray(path.read_bytes())
             except FileNotFoundError:
-                return  # the I/O thread evicted it since the listing: nothing to damage
+                return  # the I/O thread evicted (or a purge deleted) it since the listing
             raw[-1] ^= 0xFF
             path.write_bytes(bytes(raw))
+
+    @rule(name=st.sampled_from(NAMESPACES), flush=st.booleans())
+    def purge(self, name: str, flush: bool) -> None:
+        """A user is deleted: as ``LLMEngine.purge_namespace`` does, their sequences still
+        running publish nothing more, and every tier drops the namespace's blocks."""
+        namespace = cache_salt(name, None).namespace
+        for seq in self.running + self.loading:
+            if seq.cache_namespace == namespace:
+                seq.cache_private = True
+        self.bm.purge_namespace(namespace)
+        self.purged.add(namespace)
+        if flush:  # writes queued before the purge are skipped, never land
+            self.disk.flush()
+            assert not self.disk._pending  # cancelled writes are no longer waited for
+            assert not list(namespace_dir(self.dir, namespace).glob("*.kv"))
+        for tokens, owner in self.seen:
+            if owner[0] == name:
+                seq = salted_seq(tokens + [1], owner)
+                hits = self.bm.match_prefix(seq)
+                lower = self.bm.match_lower(seq, len(hits))
+                # Only the unsalted blocks before the salt's start can still be found.
+                assert len(hits) + len(lower) <= owner[1]
+
+    @invariant()
+    def purged_namespaces_are_in_no_tier(self) -> None:
+        if not hasattr(self, "bm"):
+            return
+        for namespace in self.purged:
+            assert all(b.namespace != namespace for b in self.bm.blocks if b.hash is not None)
+            if self.host is not None:
+                assert all(e.namespace != namespace for e in self.host._index.values())
+            with self.disk._lock:
+                assert all(e.namespace != namespace for e in self.disk._index.values())
 
     @invariant()
     def ref_counts_balance_and_nothing_leaks(self) -> None:
@@ -418,6 +538,8 @@ class TierMachine(RuleBasedStateMachine):
             assert bm.is_retained(bm.blocks[block_id].hash)
         for block_id in bm._cached_free:
             assert not bm.is_retained(bm.blocks[block_id].hash)
+        for block_id in bm._empty:
+            assert bm.blocks[block_id].hash is None
 
     @invariant()
     def cached_blocks_hold_what_their_hash_says(self) -> None:
