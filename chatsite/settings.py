@@ -227,8 +227,9 @@ API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 1_000_000)
 API_RATE_LIMIT_PER_MINUTE = env_int("API_RATE_LIMIT_PER_MINUTE", 60)
 # Completions one API request may ask for: n x number of prompts.
 API_MAX_SEQUENCES_PER_REQUEST = env_int("API_MAX_SEQUENCES_PER_REQUEST", 16)
-# Prefix-cache privacy: each user's KV blocks after the shared system prompt are salted
-# with the user, so time to first token cannot tell whether another user sent the same text.
+# Prefix-cache privacy: each user's KV blocks after the shared system prompt (chat, titles,
+# API calls) are salted with the user, so time to first token cannot tell whether another
+# user sent the same text (conversations/chat/cache_salt.py).
 # Off for single-user deployments that want cross-conversation sharing of everything.
 PREFIX_CACHE_SALT = env_bool("PREFIX_CACHE_SALT", True)
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, 2_621_440)

@@ -7,10 +7,15 @@ class ConversationsConfig(AppConfig):
     verbose_name = "Conversations"
 
     def ready(self) -> None:
+        from django.conf import settings
         from django.db.backends.signals import connection_created
+        from django.db.models.signals import post_delete
 
         from conversations.accounts import login_throttle  # noqa: F401 - connects its signal receivers
+        from conversations.chat.kv_purge import user_deleted
         from conversations.ops import files
 
         # SQLite databases created outside settings (Django's test databases) are private too.
         connection_created.connect(files.on_connection_created, dispatch_uid="conversations.private_sqlite")
+        # A deleted user's KV blocks leave every engine's tiers.
+        post_delete.connect(user_deleted, sender=settings.AUTH_USER_MODEL, dispatch_uid="kv-purge-user")

@@ -38,6 +38,7 @@ from conversations.api.errors import (
     too_large,
 )
 from conversations.api.usage import CLIENT_CLOSED, RequestLog
+from conversations.chat.cache_salt import cache_options, system_prompt_tokens
 from conversations.ops.engine_handle import aget_engine
 
 log = logging.getLogger(__name__)
@@ -135,6 +136,14 @@ def check_fan_out(n: int | None, num_prompts: int) -> None:
 def engine_owner(request: HttpRequest) -> str:
     """Fair share in the engine is per API key: a flooding key queues behind itself."""
     return f"api-key:{request.auth.pk}"
+
+
+def engine_cache(
+    request: HttpRequest, cache_salt: str | None, shared_prefix_tokens: int = 0
+) -> dict[str, Any]:
+    """The prefix cache is the key owner's (shared with their chat); a body's ``cache_salt``
+    is nested inside it, never used as it came."""
+    return cache_options(request.auth.owner_id, shared_prefix_tokens, cache_salt)
 
 
 def count_prompts(prompt: Any) -> int:
@@ -239,6 +248,12 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
     params = sampling_params(body, max_tokens, top_logprobs, chat=True)
     prompt = await encode_chat(engine, messages)
     check_context(engine, [prompt], max_tokens, "messages")
+    # A leading system prompt's blocks are shared with everyone, as the chat's are.
+    shared = (
+        0
+        if body.cache_salt
+        else await asyncio.to_thread(system_prompt_tokens, engine.tokenizer, messages, prompt)
+    )
     generation = Generation(
         engine,
         kind="chat",
@@ -247,7 +262,7 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
         prompt_param="messages",
         top_logprobs=top_logprobs,
         owner=engine_owner(request),
-        cache_salt=body.cache_salt,
+        cache=engine_cache(request, body.cache_salt, shared),
     )
     return await respond(request, generation, body)
 
@@ -303,7 +318,7 @@ async def completions(request: HttpRequest, body: schemas.CompletionRequest) -> 
         prompt_param="prompt",
         echo=texts if body.echo else None,
         owner=engine_owner(request),
-        cache_salt=body.cache_salt,
+        cache=engine_cache(request, body.cache_salt),
     )
     return await respond(request, generation, body)
 

@@ -145,7 +145,9 @@ class Generation:
         top_logprobs: int | None = None,  # chat: how many alternatives per token (None: no logprobs)
         echo: list[str] | None = None,  # completions: prompt texts to prepend
         owner: str | None = None,  # the engine's fair-share owner (the API key)
-        cache_salt: str | None = None,  # vLLM's cache_salt
+        # The engine's cache options (conversations.chat.cache_salt.cache_options): the key
+        # owner's namespace, with the body's cache_salt nested in it.
+        cache: dict[str, Any] | None = None,
     ) -> None:
         self.engine = engine
         self.kind = kind
@@ -155,7 +157,7 @@ class Generation:
         self.n = params.n
         self.top_logprobs = top_logprobs
         self.echo = echo
-        self.engine_options = {"owner": owner, "cache_salt": cache_salt}
+        self.engine_options = {"owner": owner, **(cache or {})}
         self.id = new_response_id(kind)
         self.created = int(time.time())
         self.model = engine.model_name

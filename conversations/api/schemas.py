@@ -66,7 +66,9 @@ class SamplingFields(RequestSchema):
         min_length=1,
         max_length=256,
         description="vLLM extension: prefix-cache blocks are shared only between requests with the same "
-        "salt (and never with unsalted ones), so timing cannot reveal other requests' prompts.",
+        "salt from the same account (the salt is nested inside the key owner's own cache, so it never "
+        "matches another account's requests, whatever salt they use). Without it a request shares the "
+        "cache of its owner's other requests and chats, never another account's.",
     )
 
 

@@ -11,6 +11,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from conversations.chat.answer_rows import stale_after
+from conversations.chat.kv_purge import purge_user_kv
 from conversations.models import ApiRequest, Conversation, DataJob, Message
 
 
@@ -36,11 +37,15 @@ def purge_conversation(pk: int) -> None:
 
 
 def purge_deleted_conversations() -> int:
-    """Conversations deleted more than ``DELETED_CONVERSATION_RETENTION_DAYS`` ago."""
+    """Conversations deleted more than ``DELETED_CONVERSATION_RETENTION_DAYS`` ago, and
+    their owners' KV blocks in every engine (the engine knows blocks by user, not by
+    conversation: those users' other prefixes are recomputed on their next turn)."""
     cutoff = timezone.now() - timedelta(days=settings.DELETED_CONVERSATION_RETENTION_DAYS)
-    doomed = list(Conversation.all_objects.filter(deleted_at__lt=cutoff).values_list("pk", flat=True))
-    for pk in doomed:
+    doomed = list(Conversation.all_objects.filter(deleted_at__lt=cutoff).values_list("pk", "owner_id"))
+    for pk, _owner in doomed:
         purge_conversation(pk)
+    for owner_id in sorted({owner for _pk, owner in doomed}):
+        purge_user_kv(owner_id)
     return len(doomed)
 
 

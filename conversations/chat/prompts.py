@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
-
+from conversations.chat.cache_salt import cache_options
 from conversations.chat.segments import encode_segments
 
 # Characters per token assumed for text without stored ids, when guessing how far back the
@@ -171,8 +170,6 @@ def engine_options(owner_id: int, plan: PromptPlan) -> dict[str, Any]:
 
 
 def cache_salt_options(owner_id: int, shared_prefix_tokens: int) -> dict[str, Any]:
-    """The user's prefix-cache salt from the end of the shared system prompt on (also what
-    KV retention must name, so it marks the same blocks)."""
-    if not settings.PREFIX_CACHE_SALT:
-        return {}
-    return {"cache_salt": f"user:{owner_id}", "cache_salt_from": shared_prefix_tokens}
+    """The user's prefix-cache namespace from the end of the shared system prompt on (also
+    what KV retention must name, so it marks the same blocks): ``conversations.chat.cache_salt``."""
+    return cache_options(owner_id, shared_prefix_tokens)

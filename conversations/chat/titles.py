@@ -11,6 +11,8 @@ The flow, with a real worker (``REDIS_URL`` set):
    which any site process serving it may take, and waits for the reply on a channel of its
    own. The worker never loads a model. When no site process answers within
    ``TITLE_REPLY_SECONDS`` the task retries ``TITLE_RETRY_SECONDS`` later.
+   The prompt is salted with the conversation's owner (``conversations.chat.cache_salt``):
+   only the fixed instruction's blocks are shared between users, never the exchange.
 3. The title is stored only while ``title_source`` is still ``auto`` (a title the user set
    stays theirs), then announced: ``conversations`` to the owner's tabs (the sidebar reloads)
    and ``title {conversation_id, title}`` to the tabs showing that conversation.
@@ -36,6 +38,7 @@ from channels.db import database_sync_to_async
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from django.conf import settings
 
+from conversations.chat.cache_salt import cache_options
 from conversations.chat.groups import broadcast, conversation_group, user_group
 from conversations.chat.tree import Tree
 from conversations.enqueue import GENERATE_TITLE, enqueue_on_commit, tasks_run_here
@@ -141,14 +144,21 @@ async def announce_title(conversation_id: int, owner_id: int, title: str) -> Non
 # --- Asking an engine ------------------------------------------------------------------
 
 
-async def generate_with_engine(engine: Any, messages: list[dict]) -> str:
-    """Greedy, short: the same title for the same exchange."""
+async def generate_with_engine(engine: Any, messages: list[dict], owner_id: int) -> str:
+    """Greedy, short: the same title for the same exchange. Salted with ``owner_id``, the
+    conversation's owner, from the end of the instruction (every user's same system prompt)."""
     from inference import SamplingParams
 
-    ids = await asyncio.to_thread(engine.tokenizer.encode_chat, messages)
+    encoding = await asyncio.to_thread(engine.tokenizer.encode_chat_segments, messages)
+    shared = len(encoding.segments[0]) if encoding.exact else 0
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TITLE_TOKENS)
     text = ""
-    stream = engine.stream(ids, params, request_id=f"title-{uuid.uuid4().hex[:12]}")
+    stream = engine.stream(
+        encoding.token_ids,
+        params,
+        request_id=f"title-{uuid.uuid4().hex[:12]}",
+        **cache_options(owner_id, shared),
+    )
     try:
         async for delta in stream:
             text += delta.text
@@ -159,7 +169,7 @@ async def generate_with_engine(engine: Any, messages: list[dict]) -> str:
     return text
 
 
-async def ask_site(messages: list[dict], timeout: float) -> str:
+async def ask_site(messages: list[dict], owner_id: int, timeout: float) -> str:
     """A title from whichever site process takes the request off ``engine.titles``."""
     layer = get_channel_layer()
     if layer is None or isinstance(layer, InMemoryChannelLayer):
@@ -171,6 +181,7 @@ async def ask_site(messages: list[dict], timeout: float) -> str:
             "type": "title.request",
             "reply_channel": reply_channel,
             "messages": messages,
+            "owner_id": owner_id,
             "deadline": time.time() + timeout,
         },
     )
@@ -183,26 +194,35 @@ async def ask_site(messages: list[dict], timeout: float) -> str:
     return str(reply.get("text", ""))
 
 
-async def _title_text(messages: list[dict], local_only: bool) -> str:
+async def _title_text(messages: list[dict], owner_id: int, local_only: bool) -> str:
     if engine_status()["ready"]:  # this process is a site process with its engine loaded
-        return await generate_with_engine(await aget_engine(), messages)
+        return await generate_with_engine(await aget_engine(), messages, owner_id)
     if local_only:
         raise NoLiveEngine("this process has no engine loaded")
-    return await ask_site(messages, settings.TITLE_REPLY_SECONDS)
+    return await ask_site(messages, owner_id, settings.TITLE_REPLY_SECONDS)
+
+
+def _exchange_and_owner(conversation_id: int) -> tuple[tuple[str, str], int] | None:
+    """The first exchange to title and the conversation's owner, whose namespace salts the
+    title prompt; None when there is nothing to title."""
+    exchange = first_exchange(conversation_id)
+    owner_id = Conversation.all_objects.filter(pk=conversation_id).values_list("owner_id", flat=True).first()
+    return None if exchange is None or owner_id is None else (exchange, owner_id)
 
 
 async def awrite_title(conversation_id: int, local_only: bool = False) -> str | None:
     """The task's work: the title written and announced, or None when there is nothing to do
     (the user set a title, the conversation is gone, the model wrote nothing usable).
     Raises :class:`NoLiveEngine` when no engine could be asked."""
-    exchange = await database_sync_to_async(first_exchange)(conversation_id)
-    if exchange is None:
+    found = await database_sync_to_async(_exchange_and_owner)(conversation_id)
+    if found is None:
         return None
-    title = _usable(conversation_id, await _title_text(title_messages(*exchange), local_only))
-    owner_id = await database_sync_to_async(save_title)(conversation_id, title) if title else None
-    if owner_id is None:
+    exchange, owner_id = found
+    title = _usable(conversation_id, await _title_text(title_messages(*exchange), owner_id, local_only))
+    saved_for = await database_sync_to_async(save_title)(conversation_id, title) if title else None
+    if saved_for is None:
         return None
-    await announce_title(conversation_id, owner_id, title)
+    await announce_title(conversation_id, saved_for, title)
     return title
 
 
@@ -210,15 +230,16 @@ def write_title(conversation_id: int, local_only: bool = False) -> str | None:
     """:func:`awrite_title` for a Celery worker's thread. Its coroutines run on an event loop
     of their own, never handed to a site process's loop (as ``async_to_sync`` does from one of
     that loop's worker threads): that loop may stop for good before it runs them."""
-    exchange = first_exchange(conversation_id)
-    if exchange is None:
+    found = _exchange_and_owner(conversation_id)
+    if found is None:
         return None
-    text = async_to_sync(_title_text, force_new_loop=True)(title_messages(*exchange), local_only)
+    exchange, owner_id = found
+    text = async_to_sync(_title_text, force_new_loop=True)(title_messages(*exchange), owner_id, local_only)
     title = _usable(conversation_id, text)
-    owner_id = save_title(conversation_id, title) if title else None
-    if owner_id is None:
+    saved_for = save_title(conversation_id, title) if title else None
+    if saved_for is None:
         return None
-    async_to_sync(announce_title, force_new_loop=True)(conversation_id, owner_id, title)
+    async_to_sync(announce_title, force_new_loop=True)(conversation_id, saved_for, title)
     return title
 
 
@@ -268,12 +289,16 @@ async def _serve(layer) -> None:
 async def _answer(layer, request: dict) -> None:
     reply_channel = request.get("reply_channel")
     messages = request.get("messages")
+    owner_id = request.get("owner_id")
     if not isinstance(reply_channel, str) or not isinstance(messages, list):
         return
     if float(request.get("deadline") or 0) < time.time():
         return  # the worker gave up on it
     try:
-        text = await generate_with_engine(await aget_engine(), messages)
+        if not isinstance(owner_id, int):
+            # No owner, no title: an unsalted prompt would put the question in everyone's cache.
+            raise ValueError("a title request must name the conversation's owner")
+        text = await generate_with_engine(await aget_engine(), messages, owner_id)
         reply = {"type": "title.reply", "text": text}
     except Exception as exc:
         log.warning("title generation failed", exc_info=True)

@@ -10,7 +10,8 @@ Started once per event loop with its :class:`~conversations.chat.answers.Generat
   created with this process as its owner), ``chat.stop``, ``chat.snapshot`` (send a tab
   elsewhere the text and reasoning so far of an answer generated here), ``chat.retain`` /
   ``chat.release`` (keep the KV of a conversation a tab elsewhere shows, whose answers were
-  generated here: ``conversations.chat.retention``).
+  generated here: ``conversations.chat.retention``), ``kv.purge`` (drop a user's KV blocks:
+  ``conversations.chat.kv_purge``).
 - **Fail over** every ``REAP_SECONDS``: ``streaming`` answers owned by a process whose
   registry entry expired become ``interrupted`` with the text saved so far, and their
   conversations' tabs are told (see :func:`interrupt_orphans`); the KV retention marks
@@ -31,6 +32,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from conversations.chat.groups import broadcast, conversation_group
+from conversations.chat.kv_purge import PURGE_MESSAGE, apply_purge_message
 from conversations.chat.retention import get_retention
 from conversations.chat.tree import message_dict
 from conversations.cluster import registry as cluster
@@ -113,6 +115,8 @@ async def _handle(manager: GenerationManager, message: dict) -> None:
         get_retention().retain_for(message["conversation_id"], message["origin"])
     elif kind == "chat.release":
         get_retention().release_for(message["conversation_id"], message["origin"])
+    elif kind == PURGE_MESSAGE:
+        apply_purge_message(message)
     elif kind == "chat.snapshot":
         text = manager.live_text(message["message_id"])
         if text is not None:

@@ -143,7 +143,8 @@ async def test_an_open_conversation_is_retained_until_its_last_tab_closes(make_u
     plan = (await answer_prompt(answer["id"], engine)).plan
     # Named as the chat's requests name them: salted per user after the system prompt.
     salt = cache_salt_options(alice.pk, plan.shared_prefix_tokens)
-    salted = (salt_hash(salt["cache_salt"]), salt["cache_salt_from"] // bm.block_size) if salt else ()
+    assert salt["cache_namespace"] == f"user:{alice.pk}"
+    salted = (salt_hash(salt["cache_namespace"]), salt["cache_salt_from"] // bm.block_size)
     assert prefix_hashes(plan.token_ids, bm.block_size, *salted)[: len(retained)] == retained
     assert answer["cached_tokens"] >= len(retained) * bm.block_size
     await first.close()

@@ -68,12 +68,13 @@ def test_the_chat_salts_each_users_blocks_after_the_shared_system_prompt(tokeniz
     system_ids = tokenizer.encode("<|im_start|>system\nBe brief.<|im_end|>\n")
     assert plan.token_ids[: plan.shared_prefix_tokens] == system_ids
     settings.PREFIX_CACHE_SALT = True
+    # The user's namespace, from which the engine derives the salt (no salt string of its own).
     assert engine_options(7, plan) == {
         "owner": "user:7",
-        "cache_salt": "user:7",
+        "cache_namespace": "user:7",
         "cache_salt_from": len(system_ids),
     }
-    assert engine_options(8, plan)["cache_salt"] != engine_options(7, plan)["cache_salt"]
+    assert engine_options(8, plan)["cache_namespace"] != engine_options(7, plan)["cache_namespace"]
     # Without a system prompt the template's own default is not assumed shared.
     assert build_prompt(tokenizer, "", [turn("user", "Hello")], 2048, 64).shared_prefix_tokens == 0
 

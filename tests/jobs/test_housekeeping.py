@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -86,3 +88,65 @@ def test_the_beat_schedule_runs_every_housekeeping_task_with_its_period(settings
         assert entry["task"] in celery_app.tasks
     assert schedule["interrupt-orphan-answers"]["schedule"] == settings.ORPHAN_SWEEP_SECONDS
     assert schedule["clear-expired-sessions"]["schedule"] == settings.SESSION_SWEEP_SECONDS
+
+
+# --- KV purge: a user's blocks leave the engine with their data ---------------------------------
+
+
+def cached_tokens(user_id: int, prompt: list[int]) -> int:
+    """What the chat's and API's requests of ``user_id`` get from the prefix cache for ``prompt``."""
+    from conversations.chat.cache_salt import cache_options
+    from conversations.ops.engine_handle import get_engine
+    from inference import SamplingParams
+
+    engine = get_engine()
+
+    async def run() -> int:
+        deltas = [
+            d async for d in engine.stream(prompt, SamplingParams(max_tokens=1), **cache_options(user_id))
+        ]
+        return deltas[-1].num_cached_tokens
+
+    return asyncio.run(run())
+
+
+def warm_prefixes(*users) -> tuple[list[int], int]:
+    """The same private-looking prompt cached for each user; returns it and its full hit."""
+    from conversations.ops.engine_handle import get_engine
+
+    engine = get_engine()
+    prompt = engine.tokenizer.encode(f"{uuid.uuid4().hex} the tenancy dispute and my deposit " * 6)
+    bs = engine.engine.block_manager.block_size
+    for user in users:
+        cached_tokens(user.pk, prompt)
+        assert cached_tokens(user.pk, prompt) == (len(prompt) - 1) // bs * bs
+    return prompt, (len(prompt) - 1) // bs * bs
+
+
+@pytest.mark.usefixtures("tiny_engine")
+def test_purging_deleted_conversations_drops_their_owners_kv_blocks_and_keeps_others(
+    alice, bob, settings, django_capture_on_commit_callbacks
+):
+    settings.PREFIX_CACHE_SALT = True
+    prompt, full = warm_prefixes(alice, bob)
+    conversation = Conversation.objects.create(owner=alice)
+    send_message(conversation, "hello")
+    Conversation.objects.filter(pk=conversation.pk).update(deleted_at=timezone.now() - timedelta(days=31))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert housekeeping.purge_deleted_conversations() == 1
+    assert cached_tokens(alice.pk, prompt) == 0
+    assert cached_tokens(bob.pk, prompt) == full
+
+
+@pytest.mark.usefixtures("tiny_engine")
+def test_deleting_a_user_drops_their_kv_blocks_from_the_engine(
+    alice, bob, settings, django_capture_on_commit_callbacks
+):
+    settings.PREFIX_CACHE_SALT = True
+    prompt, full = warm_prefixes(alice, bob)
+    bob_id = bob.pk
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        bob.delete()
+    assert callbacks  # the purge waits for the deletion to commit
+    assert cached_tokens(bob_id, prompt) == 0
+    assert cached_tokens(alice.pk, prompt) == full

@@ -126,7 +126,9 @@ async def assert_titled(conversation_id: int, event: dict, seen: list[dict]) -> 
     assert "conversations" in [e["type"] for e in seen]  # the sidebar reloads too
     assert count == 2  # the title request added no message
     # Greedy decoding: this process's engine gives the same title for the same exchange.
-    expected = await titles.generate_with_engine(await aget_engine(), titles.title_messages(*exchange))
+    expected = await titles.generate_with_engine(
+        await aget_engine(), titles.title_messages(*exchange), conversation.owner_id
+    )
     assert titles.clean_title(expected) == event["title"]
 
 
@@ -222,3 +224,29 @@ def test_the_worker_side_imports_no_model_code():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+@pytest.mark.usefixtures("tiny_engine")
+async def test_a_title_prompt_is_salted_with_its_owner_past_the_shared_instruction():
+    from conversations.chat.cache_salt import cache_options
+    from inference import SamplingParams
+
+    engine = await aget_engine()
+    question = f"{uuid.uuid4().hex} a private question about my landlord and the deposit " * 3
+    messages = titles.title_messages(question, "Ask for an itemised list of deductions. " * 4)
+    await titles.generate_with_engine(engine, messages, 1)
+    encoding = engine.tokenizer.encode_chat_segments(messages)
+    bs = engine.engine.block_manager.block_size
+    instruction = len(encoding.segments[0]) // bs * bs
+
+    async def cached(**options) -> int:
+        deltas = [d async for d in engine.stream(encoding.token_ids, SamplingParams(max_tokens=1), **options)]
+        return deltas[-1].num_cached_tokens
+
+    assert instruction >= bs
+    assert await cached(**cache_options(2, len(encoding.segments[0]))) == instruction  # another user
+    assert await cached() == instruction  # unsalted: only the instruction is common
+    assert (
+        await cached(**cache_options(1, len(encoding.segments[0])))
+        == (len(encoding.token_ids) - 1) // bs * bs
+    )
