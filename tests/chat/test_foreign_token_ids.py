@@ -1,6 +1,8 @@
-"""Token ids stored under another model (ENGINE_MODEL changed since) fail only the answer
-whose prompt holds them: it ends with an error in its thread, and an answer streaming in
-another conversation meanwhile completes."""
+"""Stored token ids the model cannot take (out of its vocabulary, yet stored under its own
+fingerprint, so the prompt reuses them) fail only the answer whose prompt holds them: the
+engine refuses them at admission, the answer ends with an error in its thread, and an answer
+streaming in another conversation meanwhile completes. (Ids stored under another model's
+fingerprint are never reused: ``test_prompt_history``.)"""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import asyncio
 import pytest
 from asgiref.sync import sync_to_async
 
+from conversations.chat.token_fingerprint import token_fingerprint
 from conversations.models import Conversation, Message
 from conversations.ops.engine_handle import aget_engine
 from tests.chat.conftest import Socket
@@ -26,6 +29,7 @@ async def test_an_answer_over_ids_of_another_model_fails_alone_while_another_str
 ) -> None:
     engine = await aget_engine()
     vocab = engine.engine.model_config.vocab_size
+    fingerprint = token_fingerprint(engine.model_name, engine.tokenizer)
 
     def build() -> tuple[Conversation, Conversation]:
         streaming = make_conversation(alice, temperature=0.0, max_tokens=300)
@@ -36,8 +40,9 @@ async def test_an_answer_over_ids_of_another_model_fails_alone_while_another_str
             parent=question,
             role="assistant",
             content="Hi there",
-            token_ids=[vocab + 17, 42],  # what another model's tokenizer produced
-            model_name="an-earlier-model",
+            token_ids=[vocab + 17, 42],  # damaged: no tokenizer of this model makes them
+            token_fingerprint=fingerprint,
+            model_name=engine.model_name,
         )
         Conversation.objects.filter(pk=stale.pk).update(current_leaf=answer)
         return streaming, stale
