@@ -49,9 +49,12 @@ def database_env() -> dict[str, str]:
     return {"SQLITE_PATH": str(db["NAME"])}
 
 
-def launch_live_site(model_dir: Path, log_dir: Path, **extra_env: str) -> LiveSite:
+def launch_live_site(
+    model_dir: Path, log_dir: Path, *, without: tuple[str, ...] = (), **extra_env: str
+) -> LiveSite:
     """Start Daphne; :func:`wait_until_ready` waits for its engine. By default each site
-    gets its own process-registry prefix, so it is a site of its own on a shared Redis."""
+    gets its own process-registry prefix, so it is a site of its own on a shared Redis.
+    ``without``: environment variables the site must not see (``REDIS_URL``: eager Celery)."""
     port = free_port()
     # No model-written titles unless a test asks: they would rename conversations mid-test.
     # Test clients reuse one key for many calls; the rate limit has its own tests.
@@ -65,7 +68,8 @@ def launch_live_site(model_dir: Path, log_dir: Path, **extra_env: str) -> LiveSi
         **extra_env,
     }
     env.update(ENGINE_MODEL=str(model_dir), ENGINE_PRELOAD="true", DJANGO_SETTINGS_MODULE="chatsite.settings")
-    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    for name in ("DJANGO_ALLOW_ASYNC_UNSAFE", *without):
+        env.pop(name, None)
     log_path = log_dir / f"daphne-{port}.log"
     daphne = Path(sys.executable).with_name("daphne")
     process = subprocess.Popen(

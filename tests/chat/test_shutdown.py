@@ -39,21 +39,21 @@ from tests.live_site import LiveSite, launch_live_site, wait_until_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 STOP_BOUND_SECONDS = 10.0
-# Work that runs inside the site process only under eager Celery; with REDIS_URL a worker runs it.
-EAGER_ONLY = pytest.mark.skipif(
-    bool(os.environ.get("REDIS_URL")), reason="with REDIS_URL a Celery worker, not the site, runs it"
-)
+# Titles and data jobs run inside the site process only under eager Celery (with REDIS_URL a
+# worker runs them), so those cases start their site without REDIS_URL.
+IN_A_WORKER_WITH_REDIS = {"title", "export", "import"}
 SUMMARY = re.compile(
     r"shutdown: (?P<answers>\d+) answers? interrupted, (?P<titles>\d+) title jobs? cancelled, "
     r"(?P<jobs>\d+) data jobs? stopped"
 )
 
 
-def start_site(model_dir: Path, log_dir: Path, **env: str) -> LiveSite:
+def start_site(model_dir: Path, log_dir: Path, without: tuple[str, ...] = (), **env: str) -> LiveSite:
     return wait_until_ready(
         launch_live_site(
             model_dir,
             log_dir,
+            without=without,
             ENGINE_LOADER="tests.support.slow_model.slow_tiny_model",
             SLOW_MODEL_STEP_SECONDS="0.1",
             ENGINE_KV_CACHE_GB="0.25",
@@ -239,11 +239,11 @@ WORK = {
     "kinds",
     [
         ["answer"],
-        pytest.param(["title"], marks=EAGER_ONLY),
-        pytest.param(["export"], marks=EAGER_ONLY),
-        pytest.param(["import"], marks=EAGER_ONLY),
+        ["title"],
+        ["export"],
+        ["import"],
         # The answer's save waits for the write lock the import holds (SQLite): cut first.
-        pytest.param(["answer", "import"], marks=EAGER_ONLY),
+        ["answer", "import"],
     ],
     ids="+".join,
 )
@@ -251,7 +251,8 @@ async def test_sigterm_stops_the_server_within_the_bound_and_leaves_no_work_runn
     kinds, user, cookies, tiny_model_dir, tmp_path
 ):
     env = {"TITLES_FROM_MODEL": "true"} if "title" in kinds else {}
-    site = await asyncio.to_thread(start_site, tiny_model_dir, tmp_path, **env)
+    without = ("REDIS_URL",) if IN_A_WORKER_WITH_REDIS.intersection(kinds) else ()
+    site = await asyncio.to_thread(start_site, tiny_model_dir, tmp_path, without, **env)
     server = Server(site, user, cookies)
     try:
         started = [await WORK[kind][0](server) for kind in kinds]
