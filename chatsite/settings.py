@@ -100,7 +100,9 @@ REDIS_URL = env_url("REDIS_URL", ("redis", "rediss", "unix"))
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # channels_redis's layer, read by one task per process so that a consumer's
+            # disconnect cannot lose another's message (conversations.cluster.channel_layer).
+            "BACKEND": "conversations.cluster.channel_layer.PumpedRedisChannelLayer",
             "CONFIG": {
                 # redis-py 6+ defaults to a 5 s socket timeout, the same length as the layer's
                 # blocking BZPOPMIN, so idle receives would race it and fail: allow longer.
