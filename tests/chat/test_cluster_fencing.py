@@ -13,9 +13,11 @@ import os
 import random
 import signal
 import time
+from datetime import timedelta
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.utils import timezone
 
 from conversations.chat import tree as tree_ops
 from conversations.models import Conversation, Message
@@ -206,6 +208,21 @@ async def test_a_send_the_owner_does_not_claim_in_time_is_generated_by_the_tabs_
     )
     assert b.stats()["total_prompt_tokens"] == prompts_on_b
     await on_a.close()
+
+
+async def test_a_streaming_answer_its_owner_never_started_is_interrupted_and_the_tabs_told(
+    pair, user, cookie
+):
+    a, b = pair
+    conversation = await conversation_of(user, **TINY)
+    on_b = await Tab.open(b, cookie, conversation)
+    # An answer for A whose chat.generate never came, and whose tab's process is gone too.
+    _, answer = await sync_to_async(tree_ops.send_message)(conversation, "Hello?", owner_process=a.pid)
+    await Message.objects.filter(pk=answer.pk).aupdate(updated_at=timezone.now() - timedelta(minutes=1))
+    final = await on_b.finished(answer.pk, timeout=30)  # A's sweep runs every 3 s
+    assert final["status"] == Message.Status.INTERRUPTED
+    assert not await streaming_ids(conversation=conversation)
+    await on_b.close()
 
 
 async def _logged(process: Process, text: str) -> bool:
