@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 
 
 class PumpedRedisChannelLayer(RedisChannelLayer):
+    # Each blocking read waits at most this long: a cancellation swallowed inside redis-py
+    # is noticed within it (an idle process reads Redis once a second).
+    pump_read_seconds = 1
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._pump: asyncio.Task | None = None
@@ -68,14 +72,19 @@ class PumpedRedisChannelLayer(RedisChannelLayer):
     async def _pump_messages(self, real_channel: str) -> None:
         index = self.consistent_hash(real_channel)
         channel_key = self.prefix + real_channel
+        task = asyncio.current_task()
         while True:
+            # Stop when asked, even if redis-py swallowed the cancellation (asyncio.wait_for
+            # on Python 3.11) or turned it into a connection error: else the loop's shutdown
+            # would wait for this task forever.
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
             try:
-                content = await self._brpop_with_clean(index, channel_key, timeout=self.brpop_timeout)
+                content = await self._brpop_with_clean(index, channel_key, timeout=self.pump_read_seconds)
             except asyncio.CancelledError:
                 raise
             except Exception:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():  # redis-py turned it into an error
+                if task is not None and task.cancelling():
                     raise asyncio.CancelledError from None
                 log.warning("reading the channel layer failed", exc_info=True)
                 await asyncio.sleep(1.0)
