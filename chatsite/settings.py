@@ -110,17 +110,23 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- Channels and Celery ------------------------------------------------------
 REDIS_URL = env_url("REDIS_URL", ("redis", "rediss", "unix"))
 if REDIS_URL:
+    _REDIS_LAYER = {
+        # channels_redis's layer, read by one task per process so that a consumer's
+        # disconnect cannot lose another's message (conversations.cluster.channel_layer).
+        "BACKEND": "conversations.cluster.channel_layer.PumpedRedisChannelLayer",
+        "CONFIG": {
+            # redis-py 6+ defaults to a 5 s socket timeout, the same length as the layer's
+            # blocking BZPOPMIN, so idle receives would race it and fail: allow longer.
+            "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+            "capacity": 1000,
+            "expiry": 60,
+        },
+    }
     CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {
-                # redis-py 6+ defaults to a 5 s socket timeout, the same length as the layer's
-                # blocking BZPOPMIN, so idle receives would race it and fail: allow longer.
-                "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
-                "capacity": 1000,
-                "expiry": 60,
-            },
-        }
+        "default": _REDIS_LAYER,
+        # Each process's own channel (conversations.cluster.process_loop) on a layer instance
+        # of its own (its own Redis list and reader): tabs' traffic never delays or touches it.
+        "cluster": _REDIS_LAYER,
     }
     CELERY_BROKER_URL = REDIS_URL
     CELERY_TASK_ALWAYS_EAGER = False
@@ -222,6 +228,9 @@ AFFINITY_MAX_EXTRA_LOAD = env_int("AFFINITY_MAX_EXTRA_LOAD", 8)
 # processes' answers (conversations.cluster.process_loop). Off only in a process that is no server
 # of the site, such as the test runner's (its in-process consumers still relay and route).
 CLUSTER_ADVERTISE = env_bool("CLUSTER_ADVERTISE", True)
+# An answer forwarded to another process that this one has not claimed within this many
+# seconds is taken back and generated here (conversations.cluster.handoff).
+CLUSTER_ACK_SECONDS = env_float("CLUSTER_ACK_SECONDS", 3.0)
 API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 1_000_000)
 # Requests per API key per minute (a key's own limit, set in the admin, wins).
 API_RATE_LIMIT_PER_MINUTE = env_int("API_RATE_LIMIT_PER_MINUTE", 60)

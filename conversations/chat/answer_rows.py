@@ -2,6 +2,12 @@
 
 Each step is synchronous Django ORM code; the async ones are wrapped with
 ``database_sync_to_async`` for the generation manager's tasks.
+
+**The fence.** A process writes an answer's row only while it owns it: ``owner_process`` is
+this process and the status is still ``streaming`` (:func:`update_message` checks both in
+the UPDATE itself). A process that was taken for dead (paused past the registry's expiry)
+may find its answers failed over by another process, or an answer it never claimed taken
+back by the tab's process: then its writes match no row, and it stops that answer.
 """
 
 from __future__ import annotations
@@ -27,10 +33,43 @@ def stale_after() -> float:
     return max(60.0, 10 * settings.PARTIAL_SAVE_SECONDS, 2 * HEARTBEAT_SECONDS)
 
 
+def _owned(message_id: int, owner: str = PROCESS_ID):
+    return Message.objects.filter(pk=message_id, owner_process=owner, status=Message.Status.STREAMING)
+
+
 @database_sync_to_async
 def update_message(message_id: int, **fields: Any) -> int:
+    """Write a live answer's row if this process still owns it (the fence); 0 if not (it
+    was failed over, taken back, finished or deleted)."""
     fields.setdefault("updated_at", timezone.now())
-    return Message.objects.filter(pk=message_id).update(**fields)
+    return _owned(message_id).update(**fields)
+
+
+@database_sync_to_async
+def owned_answers(message_ids: list[int]) -> set[int]:
+    """Those of ``message_ids`` whose rows this process still owns."""
+    return set(
+        Message.objects.filter(
+            pk__in=message_ids, owner_process=PROCESS_ID, status=Message.Status.STREAMING
+        ).values_list("pk", flat=True)
+    )
+
+
+@database_sync_to_async
+def take_over(message_id: int, previous_owner: str) -> bool:
+    """Make this process the owner of a live answer, if ``previous_owner`` still owns it."""
+    return bool(
+        _owned(message_id, previous_owner).update(owner_process=PROCESS_ID, updated_at=timezone.now())
+    )
+
+
+@database_sync_to_async
+def stored_message(message_id: int) -> dict | None:
+    """The row as stored, as the tabs get it; None if it is gone."""
+    from conversations.chat.tree import message_dict
+
+    message = Message.objects.defer("token_ids").filter(pk=message_id).first()
+    return None if message is None else message_dict(message)
 
 
 @database_sync_to_async

@@ -16,6 +16,8 @@ conversation:
   (and touches the row now and then even without new text), so a crash loses at most
   that much; an untouched ``streaming`` row that no live generation owns is shown as
   interrupted (``conversations.chat.answer_rows``).
+- **The fence.** A write that matches no row this process owns (``answer_rows``) stops the
+  answer (``fenced``) without another write or group event.
 - **Other processes.** With several processes (``conversations.cluster.registry``) each live answer
   has one owner, recorded in ``Message.owner_process``. The owner's relay task sends the
   new text and reasoning to the conversation's group at most ``RELAY_HZ`` times a second,
@@ -40,7 +42,12 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from conversations.chat import titles
-from conversations.chat.answer_rows import HEARTBEAT_SECONDS, store_user_segment, update_message
+from conversations.chat.answer_rows import (
+    HEARTBEAT_SECONDS,
+    store_user_segment,
+    stored_message,
+    update_message,
+)
 from conversations.chat.groups import broadcast, conversation_group
 from conversations.chat.prompt_history import answer_prompt
 from conversations.chat.prompts import engine_options
@@ -72,7 +79,8 @@ class Generation:
     text: str = ""
     reasoning: Reasoning = field(default_factory=Reasoning)
     token_ids: list[int] = field(default_factory=list)
-    stop_reason: str | None = None  # "user" | "grace" | "deleted" | "shutdown"
+    # "user" | "grace" | "deleted" | "shutdown" | "fenced" (not ours any more)
+    stop_reason: str | None = None
     finish_reason: str | None = None
     prompt_tokens: int = 0
     cached_tokens: int = 0
@@ -279,25 +287,25 @@ class GenerationManager:
         gen.prompt_tokens, gen.dropped = len(plan.token_ids), plan.dropped
         if plan.user_segment and history:
             await store_user_segment(history[-1]["id"], plan.user_segment, gen.fingerprint)
-        await update_message(
+        owned = await update_message(
             gen.message_id,
             prompt_tokens=gen.prompt_tokens,
             context_dropped=plan.dropped,
             model_name=engine.model_name[:200],
         )
+        if not owned:
+            gen.stop_reason = gen.stop_reason or "fenced"
         if gen.stop_reason:
             return None
+        started = {
+            "message_id": gen.message_id,
+            "context_dropped": plan.dropped,
+            "prompt_tokens": gen.prompt_tokens,
+        }
         self._emit(
-            gen.conversation_id,
-            {
-                "type": "started",
-                "conversation_id": gen.conversation_id,
-                "message_id": gen.message_id,
-                "context_dropped": plan.dropped,
-                "prompt_tokens": gen.prompt_tokens,
-            },
+            gen.conversation_id, {"type": "started", "conversation_id": gen.conversation_id, **started}
         )
-        await broadcast(conversation_group(gen.conversation_id), "started", message_id=gen.message_id)
+        await broadcast(conversation_group(gen.conversation_id), "started", **started)
         gen.saver = asyncio.create_task(self._saver(gen))
         stream = engine.stream(
             plan.token_ids, params, request_id=gen.request_id, **engine_options(gen.owner_id, plan)
@@ -357,10 +365,11 @@ class GenerationManager:
             "time_to_first_token_ms": (first - timing["started"]) * 1000 if first else None,
             "tokens_per_s": count / (now - first) if first and count > 1 and now > first else None,
         }
+        written = None  # rows the final save matched; 0: fenced
         try:
             if gen.stop_reason != "deleted":
                 ids = {"token_ids": gen.token_ids or None, "token_fingerprint": gen.fingerprint}
-                await update_message(gen.message_id, **ids, **fields)
+                written = await update_message(gen.message_id, **ids, **fields)
         except Exception:
             log.exception("final save of message %s failed", gen.message_id)
         finally:
@@ -368,6 +377,9 @@ class GenerationManager:
             self._cancel_grace(gen)
             if gen.relay is not None:
                 gen.relay.cancel()
+        if written == 0:
+            await self._fenced(gen)
+            return
         if cluster.enabled():
             # The last piece, so that relayed deltas add up to the final text everywhere.
             await self._relay_piece(gen)
@@ -381,6 +393,17 @@ class GenerationManager:
             conversation_group(gen.conversation_id), "finished", message_id=gen.message_id, message=message
         )
         titles.answer_finished(gen.conversation_id, gen.message_id, status)
+
+    async def _fenced(self, gen: Generation) -> None:
+        """The answer is no longer this process's: whoever took it told every tab; this
+        process's tabs may have shown text generated here since, so they get the row."""
+        log.warning("answer %s is no longer this process's: its text here is dropped", gen.message_id)
+        stored = await stored_message(gen.message_id)
+        if stored is not None and stored["status"] != Message.Status.STREAMING:
+            self._emit(
+                gen.conversation_id,
+                {"type": "finished", "conversation_id": gen.conversation_id, "message": stored},
+            )
 
     async def _relay(self, gen: Generation) -> None:
         """New text and reasoning to the tabs of other processes, coalesced to at most
@@ -463,8 +486,8 @@ class GenerationManager:
             except Exception:
                 log.warning("partial save of message %s failed", gen.message_id, exc_info=True)
                 continue
-            if not updated:  # the message (or its conversation) was deleted
-                self.stop(gen.message_id, "deleted")
+            if not updated:  # deleted, failed over or taken back: not this process's any more
+                self.stop(gen.message_id, "fenced")
                 return
             saved_len, last_save = count, time.monotonic()
 

@@ -58,8 +58,3 @@ def streaming_owners(conversation_id: int) -> dict[int, str]:
             "pk", "owner_process"
         )
     )
-
-
-@database_sync_to_async
-def set_owner(message_id: int, owner: str) -> None:
-    Message.objects.filter(pk=message_id, status=Message.Status.STREAMING).update(owner_process=owner)

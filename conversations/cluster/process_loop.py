@@ -6,8 +6,10 @@ Started once per event loop with its :class:`~conversations.chat.answers.Generat
 - **Advertise** every ``ADVERTISE_SECONDS``: alive, engine ready, load (running, waiting,
   free KV, live answers) and the channel this process listens on; also which
   conversations its tabs show.
-- **Listen** on that channel: ``chat.generate`` (an answer whose row another process
-  created with this process as its owner), ``chat.stop``, ``chat.snapshot`` (send a tab
+- **Listen** on that channel (on a channel layer instance of its own:
+  ``registry.process_layer``): ``chat.generate`` (an answer whose row another process
+  created with this process as its owner; generated here once claimed, see
+  ``conversations.cluster.handoff``), ``chat.stop``, ``chat.snapshot`` (send a tab
   elsewhere the text and reasoning so far of an answer generated here), ``chat.retain`` /
   ``chat.release`` (keep the KV of a conversation a tab elsewhere shows, whose answers were
   generated here: ``conversations.chat.retention``), ``kv.purge`` (drop a user's KV blocks:
@@ -16,6 +18,9 @@ Started once per event loop with its :class:`~conversations.chat.answers.Generat
   registry entry expired become ``interrupted`` with the text saved so far, and their
   conversations' tabs are told (see :func:`interrupt_orphans`); the KV retention marks
   made here for a process that died are released.
+- **Fence**: stop the answers whose rows are no longer this process's (failed over while
+  it seemed dead); interrupt the rows it owns that nothing here generates
+  (``conversations.cluster.fencing``).
 - **Grace**: re-check, for answers with no tab here, whether a tab elsewhere shows them.
 """
 
@@ -36,6 +41,8 @@ from conversations.chat.kv_purge import PURGE_MESSAGE, apply_purge_message
 from conversations.chat.retention import get_retention
 from conversations.chat.tree import message_dict
 from conversations.cluster import registry as cluster
+from conversations.cluster.fencing import fence, sweep_unattended
+from conversations.cluster.handoff import claim
 from conversations.cluster.registry import PROCESS_ID, ProcessInfo
 from conversations.models import Message
 from conversations.ops.engine_handle import current_engine
@@ -77,9 +84,9 @@ def _info(manager: GenerationManager, channel: str) -> ProcessInfo:
 
 
 async def _listen(manager: GenerationManager) -> None:
-    layer = get_channel_layer()
-    # The default prefix: channels_redis reads every process-local channel of a layer
-    # through one Redis list, so a channel with another prefix would starve the consumers'.
+    # Its own layer instance: this loop is the only receiver there, and it is never
+    # cancelled while the process serves, so no consumer's disconnect can drop its messages.
+    layer = cluster.process_layer()
     channel = await layer.new_channel()
     # Keep a reference: the loop holds tasks only weakly, and one nobody holds can vanish.
     manager.process_tasks.append(
@@ -104,6 +111,11 @@ async def _listen(manager: GenerationManager) -> None:
 async def _handle(manager: GenerationManager, message: dict) -> None:
     kind = message.get("type")
     if kind == "chat.generate":
+        if not await claim(message["message_id"]):  # taken back by the tab's process meanwhile
+            log.warning(
+                "answer %s was claimed elsewhere before it reached this process", message["message_id"]
+            )
+            return
         manager.start(
             conversation_id=message["conversation_id"],
             owner_id=message["owner_id"],
@@ -137,17 +149,22 @@ async def _handle(manager: GenerationManager, message: dict) -> None:
 
 async def _housekeeping(manager: GenerationManager, channel: str) -> None:
     last_reap = 0.0
+    advertised = False
     while True:
         try:
-            await cluster.advertise(_info(manager, channel))
+            if not await cluster.advertise(_info(manager, channel)) and advertised:
+                log.warning("this process's registry entry had expired: others may take it for dead")
+            advertised = True
             await cluster.set_watching(list(manager.watchers))
             for gen in list(manager.generations.values()):
                 if not manager.watcher_count(gen.conversation_id):
                     manager.check_grace(gen)
+            await fence(manager)
             if time.monotonic() - last_reap >= REAP_SECONDS:
                 last_reap = time.monotonic()
                 liveness = await cluster.liveness()
                 await fail_over(liveness)
+                await sweep_unattended(manager)
                 get_retention().forget_processes(liveness.live)
         except asyncio.CancelledError:
             raise

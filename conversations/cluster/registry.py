@@ -14,10 +14,14 @@ process advertises itself in Redis with a short expiry and reads the others' ent
   ``conversations.cluster.process_loop.fail_over``);
 - ``{prefix}:watch:{conversation_id}`` — a hash ``pid -> unix expiry``: the processes with
   a tab showing that conversation, so the owner of a live answer runs its grace period
-  only when no tab anywhere shows it.
+  only when no tab anywhere shows it;
+- ``{prefix}:claim:{message_id}`` — the process that claimed a forwarded answer (the
+  owner's acknowledgement, or the tab's process taking it back; see
+  ``conversations.cluster.handoff``), expiring after a while.
 
-Each process also listens on a channel of its own on the channel layer (``channel`` in
-its entry): the tab's process sends it ``chat.generate`` (run this answer here),
+Each process also listens on a channel of its own (``channel`` in its entry), on a channel
+layer instance of its own (:func:`process_layer`): the tab's process sends it
+``chat.generate`` (claim this answer and run it here),
 ``chat.stop``, ``chat.snapshot`` (send this tab the text so far) and ``chat.retain`` /
 ``chat.release`` (KV retention of a conversation whose answers this process generated).
 
@@ -34,7 +38,7 @@ import uuid
 import weakref
 from dataclasses import asdict, dataclass
 
-from channels.layers import get_channel_layer
+from channels.layers import channel_layers, get_channel_layer
 from django.conf import settings
 
 log = logging.getLogger(__name__)
@@ -84,16 +88,29 @@ def redis_client():
     return client
 
 
+PROCESS_LAYER = "cluster"
+
+
+def process_layer():
+    """The channel layer of the processes' own channels: an instance apart from the
+    consumers' (the ``cluster`` alias of ``CHANNEL_LAYERS``), so a tab's disconnect cannot
+    touch it; the default layer where there is no such alias (one process, in memory)."""
+    return get_channel_layer(PROCESS_LAYER if PROCESS_LAYER in channel_layers else "default")
+
+
 # --- Advertising and reading the registry -------------------------------------------
 
 
-async def advertise(info: ProcessInfo) -> None:
+async def advertise(info: ProcessInfo) -> bool:
+    """Refresh this process's entry; False if it had expired (or never existed): other
+    processes may have taken this one for dead and failed over its answers meanwhile."""
     client = redis_client()
     async with client.pipeline(transaction=False) as pipe:
         pipe.sadd(_key("procs"), info.pid)
         pipe.hset(_key("seen"), info.pid, time.time())
-        pipe.set(_key("proc", info.pid), json.dumps(asdict(info)), ex=PROCESS_TTL_SECONDS)
-        await pipe.execute()
+        pipe.set(_key("proc", info.pid), json.dumps(asdict(info)), ex=PROCESS_TTL_SECONDS, get=True)
+        *_, previous = await pipe.execute()
+    return previous is not None
 
 
 async def withdraw(pid: str) -> None:
@@ -206,7 +223,7 @@ def choose_owner(preferred: str | None, processes: dict[str, ProcessInfo]) -> st
 
 async def send_to_process(info: ProcessInfo, message: dict) -> bool:
     """A control message to another process's channel; False if it could not be sent."""
-    layer = get_channel_layer()
+    layer = process_layer()
     if layer is None or not info.channel:
         return False
     try:

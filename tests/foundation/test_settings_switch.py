@@ -55,7 +55,7 @@ def test_database_url_switches_to_postgresql_and_redis_url_to_redis_layer_and_br
     chosen = json.loads(result.stdout)
     assert chosen["db"] == "django.db.backends.postgresql"
     assert chosen["conn_max_age"] == 0
-    assert chosen["layer"] == "channels_redis.core.RedisChannelLayer"
+    assert chosen["layer"] == "conversations.cluster.channel_layer.PumpedRedisChannelLayer"
     assert chosen["eager"] is False
     assert chosen["broker"] == "redis://cache.invalid:6379/0"
     # Login failures and API rate limits are then counted in Redis, across processes.
