@@ -33,3 +33,16 @@ async def broadcast(group: str, event: str, **data: Any) -> None:
         await layer.group_send(group, {"type": "chat.event", "event": event, "process": PROCESS_ID, **data})
     except Exception:  # a full or unreachable layer must not break a generation
         log.warning("group_send to %s failed", group, exc_info=True)
+
+
+async def announce_finished(messages: list[dict], process: str) -> None:
+    """Tell each message's conversation that it is finished as stored (``message``), on
+    behalf of ``process``: a process id, or a stand-in such as the fail-over's."""
+    for message in messages:
+        await broadcast(
+            conversation_group(message["conversation_id"]),
+            "finished",
+            message_id=message["id"],
+            message=message,
+            process=process,
+        )

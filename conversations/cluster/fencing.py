@@ -25,7 +25,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from conversations.chat.answer_rows import owned_answers
-from conversations.chat.groups import broadcast, conversation_group
+from conversations.chat.groups import announce_finished
 from conversations.chat.tree import message_dict
 from conversations.cluster.registry import PROCESS_ID
 from conversations.models import Message
@@ -84,11 +84,5 @@ async def sweep_unattended(manager: GenerationManager) -> int:
     swept = await _interrupt_unattended(list(manager.generations))
     for message in swept:
         log.warning("answer %s was never started here: now interrupted", message["id"])
-        await broadcast(
-            conversation_group(message["conversation_id"]),
-            "finished",
-            message_id=message["id"],
-            message=message,
-            process=SWEEPER,
-        )
+    await announce_finished(swept, SWEEPER)
     return len(swept)

@@ -36,7 +36,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 from django.utils import timezone
 
-from conversations.chat.groups import broadcast, conversation_group
+from conversations.chat.groups import announce_finished
 from conversations.chat.kv_purge import PURGE_MESSAGE, apply_purge_message
 from conversations.chat.retention import get_retention
 from conversations.chat.tree import message_dict
@@ -207,11 +207,5 @@ async def fail_over(liveness: cluster.Liveness, message_ids: list[int] | None = 
     reaped = await interrupt_orphans(liveness, message_ids)
     for message in reaped:
         log.warning("answer %s of a dead process is now interrupted", message["id"])
-        await broadcast(
-            conversation_group(message["conversation_id"]),
-            "finished",
-            message_id=message["id"],
-            message=message,
-            process=REAPER,
-        )
+    await announce_finished(reaped, REAPER)
     return len(reaped)
