@@ -6,6 +6,11 @@ rows themselves newest first, a page at a time, until their guessed tokens pass 
 context can hold. The reads are short calls on Channels' database thread (one thread shared
 by every consumer); rendering and tokenising run in a worker thread. Should the guess fall
 short, the builder asks for older messages and more is read.
+
+Once a thread outgrew the context, where its prompt starts is kept on
+``Conversation.context_start`` (see ``build_prompt``): it is read back on every prompt and
+written by the answer path alone (a quick update on the database thread), never by the
+retention's look at the thread.
 """
 
 from __future__ import annotations
@@ -17,7 +22,13 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.db.models import BooleanField, ExpressionWrapper, Q
 
-from conversations.chat.prompts import NeedEarlierHistory, PromptPlan, build_prompt, estimated_tokens
+from conversations.chat.prompts import (
+    FRAME_TOKENS,
+    NeedEarlierHistory,
+    PromptPlan,
+    build_prompt,
+    estimated_tokens,
+)
 from conversations.chat.token_fingerprint import token_fingerprint
 from conversations.chat.tree import Tree, path_rows
 from conversations.models import Conversation, Message
@@ -47,12 +58,19 @@ class PlannedPrompt:
 
 
 def read_history(
-    conversation_id: int, leaf_id: int | None, *, fingerprint: str, reach: int, streaming: bool = True
+    conversation_id: int,
+    leaf_id: int | None,
+    *,
+    fingerprint: str,
+    reach: int,
+    streaming: bool = True,
+    start_id: int | None = None,
 ) -> HistoryRead:
     """Synchronous: the prompt-worthy messages on the path to ``leaf_id`` (no failed
     answers, no empty ones; no streaming ones unless ``streaming``), newest first until
-    about ``reach`` tokens and a user message, the oldest read. Stored ids under another
-    fingerprint than ``fingerprint`` are left out."""
+    about ``reach`` tokens and a user message, the oldest read, and back to ``start_id``
+    if it is on the path not far before that. Stored ids under another fingerprint than
+    ``fingerprint`` are left out."""
     blank = ExpressionWrapper(Q(content=""), output_field=BooleanField())
     path = [
         (pk, role)
@@ -63,7 +81,11 @@ def read_history(
     ]
     messages: list[dict] = []
     tokens, begin = 0, len(path)
-    while begin > 0 and tokens < reach:
+    # The stored start, if on the path: a history that fitted takes fewer messages than this.
+    anchor = next((i for i, (pk, _) in enumerate(path) if pk == start_id), None)
+    if anchor is not None and len(path) - anchor > reach // FRAME_TOKENS:
+        anchor = None
+    while begin > 0 and (tokens < reach or (anchor is not None and begin > anchor)):
         end, begin = begin, max(0, begin - PAGE)
         while begin > 0 and path[begin][1] != Message.Role.USER:
             begin -= 1  # whole turns: a page starts with a question
@@ -103,16 +125,23 @@ async def plan_prompt(
     *,
     add_generation_prompt: bool = True,
     streaming: bool = True,
+    keep_start: bool = False,
 ) -> PlannedPrompt:
     """The prompt for the thread ending at ``leaf_id`` on ``engine``: rows read in short
     database calls, the prompt built off the database thread (see the module docstring).
-    Raises ``PromptTooLongError`` like ``build_prompt``."""
+    It starts where ``conversation.context_start`` says while that fits; ``keep_start``
+    stores where it starts now. Raises ``PromptTooLongError`` like ``build_prompt``."""
     tokenizer, max_model_len = engine.tokenizer, engine.max_model_len
     fingerprint = await asyncio.to_thread(token_fingerprint, engine.model_name, tokenizer)
-    reach = first_reach(max_model_len)
+    reach, start_id = first_reach(max_model_len), conversation.context_start_id
     while True:
         history = await database_sync_to_async(read_history)(
-            conversation.pk, leaf_id, fingerprint=fingerprint, reach=reach, streaming=streaming
+            conversation.pk,
+            leaf_id,
+            fingerprint=fingerprint,
+            reach=reach,
+            streaming=streaming,
+            start_id=start_id,
         )
         try:
             plan = await asyncio.to_thread(
@@ -124,11 +153,21 @@ async def plan_prompt(
                 conversation.max_tokens,
                 earlier=history.earlier,
                 add_generation_prompt=add_generation_prompt,
+                start_id=start_id,
             )
         except NeedEarlierHistory:
             reach *= 4
             continue
+        if keep_start and plan.start_id != start_id:
+            await _save_start(conversation, plan.start_id)
         return PlannedPrompt(conversation, history, plan, fingerprint)
+
+
+@database_sync_to_async
+def _save_start(conversation: Conversation, start_id: int | None) -> None:
+    # update(): no save signals, and updated_at (the list's order) stays as it was.
+    Conversation.all_objects.filter(pk=conversation.pk).update(context_start_id=start_id)
+    conversation.context_start_id = start_id
 
 
 @database_sync_to_async
@@ -146,7 +185,7 @@ async def answer_prompt(message_id: int, engine: Any) -> PlannedPrompt | None:
     inputs = await _answer_inputs(message_id)
     if inputs is None:
         return None
-    return await plan_prompt(inputs[0], inputs[1], engine)
+    return await plan_prompt(inputs[0], inputs[1], engine, keep_start=True)
 
 
 @database_sync_to_async

@@ -2,7 +2,9 @@
 
 Stored token ids of earlier turns are reused verbatim, so a conversation's next turn
 hits the prefix cache. A history too long for the context loses its oldest turns; the
-system prompt always stays. Only the newest turns that can fit are rendered (the
+system prompt always stays. The cut moves in large steps (to about three quarters of the
+room for history) and stays put while the turns after it fit, so consecutive turns share
+their prompt as a prefix (``start_id`` in, ``PromptPlan.start_id`` out). Only the newest turns that can fit are rendered (the
 history's length does not matter beyond that), and each render is linear in the
 messages it holds (``conversations.chat.segments``).
 """
@@ -20,6 +22,9 @@ from conversations.chat.segments import encode_segments
 CHARS_PER_TOKEN = 4
 # Tokens a message's header and tail add around its content, for the same guess.
 FRAME_TOKENS = 4
+# When the history must be cut, it is cut down to this share of the room for history, so the
+# next turns fit after the same cut (and hit the prefix cache) until that room is used up.
+CUT_TARGET = 3 / 4
 
 
 class NeedEarlierHistory(Exception):
@@ -36,6 +41,9 @@ class PromptPlan:
     # Leading ids every user may share in the prefix cache: the system prompt's segment.
     shared_prefix_tokens: int = 0
     exact: bool = True  # False: the template rewrites earlier turns, so no prefix is stable
+    # The message the kept history starts with, once a cut was needed (None: nothing cut):
+    # stored by the caller and passed back as ``start_id``, so the next turns keep the cut.
+    start_id: int | None = None
 
 
 def chat_messages(system_prompt: str, history: list[dict]) -> list[dict]:
@@ -69,6 +77,7 @@ def build_prompt(
     *,
     earlier: int = 0,
     add_generation_prompt: bool = True,
+    start_id: int | None = None,
 ) -> PromptPlan:
     """The prompt ids for answering ``history`` (oldest first, ending with the question).
 
@@ -77,9 +86,13 @@ def build_prompt(
     context (or ``max_tokens`` if smaller) is kept for the answer. Raises
     ``PromptTooLongError`` if even the system prompt and the last turn alone do not fit.
     ``earlier``: how many older messages of the conversation were left unread (counted
-    in ``dropped``); raises :class:`NeedEarlierHistory` should they be needed."""
-    from inference import PromptTooLongError
+    in ``dropped``); raises :class:`NeedEarlierHistory` should they be needed.
 
+    The cut is cache-stable: the prompt starts at message ``start_id`` (the previous turn's
+    ``PromptPlan.start_id``) when it starts a turn of ``history`` and the history from it
+    fits. Otherwise, when something must go, whole oldest turns go until the history takes
+    at most ``CUT_TARGET`` of its room (the last turn always stays), and the plan's
+    ``start_id`` names the new start."""
     reserve = max(1, min(max_tokens, max_model_len // 4))
     budget = max_model_len - reserve
     turn_starts = [i for i, item in enumerate(history) if item["role"] == "user"] or [0]
@@ -90,22 +103,17 @@ def build_prompt(
             tokenizer, chat_messages(system_prompt, history[first:]), add_generation_prompt
         )
 
-    start, encoding = _window(encode, history, turn_starts, budget, offset, earlier)
-    while True:  # drop the fewest oldest turns that make it fit
-        ids = encoding.token_ids
-        if len(ids) <= budget:
-            break
-        later = [s for s in turn_starts if s > start]
-        if not later:
-            raise PromptTooLongError(len(ids), budget)
-        current, start = start, later[0]
-        if encoding.exact:
-            excess = len(ids) - budget
-            for candidate in later:
-                start = candidate
-                if _dropped(encoding, offset, candidate - current) >= excess:
-                    break
-        encoding = encode(start)
+    anchored = _anchored(encode, history, turn_starts, start_id, budget)
+    if anchored is not None:
+        start, encoding = anchored
+    else:
+        start, encoding = _window(encode, history, turn_starts, budget, offset, earlier)
+        start, encoding = _fit(encode, turn_starts, start, encoding, budget, budget, offset)
+        if start or earlier:  # a cut was needed: make room for the next turns too
+            target = int(budget * CUT_TARGET)
+            start, encoding = _fit(encode, turn_starts, start, encoding, target, budget, offset)
+    ids = encoding.token_ids
+    cut = bool(start or earlier) and bool(history)
     user_segment = None
     if encoding.exact and history and history[-1]["role"] == "user" and len(history) - start + offset > 1:
         user_segment = list(encoding.segments[-1])
@@ -116,7 +124,42 @@ def build_prompt(
         user_segment=user_segment,
         shared_prefix_tokens=len(encoding.segments[0]) if system_prompt and encoding.exact else 0,
         exact=encoding.exact,
+        start_id=history[start].get("id") if cut else None,
     )
+
+
+def _anchored(encode, history: list[dict], turn_starts: list[int], start_id: int | None, budget: int):
+    """The start at message ``start_id`` and its encoding, if it starts a turn of ``history``
+    (an edit or another branch leaves it off the path) and the prompt from it fits."""
+    if start_id is None:
+        return None
+    start = next((i for i in turn_starts if history[i].get("id") == start_id), None)
+    if start is None:
+        return None
+    encoding = encode(start)
+    return (start, encoding) if len(encoding.token_ids) <= budget else None
+
+
+def _fit(encode, turn_starts: list[int], start: int, encoding, budget: int, hard: int, offset: int):
+    """The fewest oldest turns from ``start`` on dropped to fit ``budget``; the last turn
+    stays even over ``budget`` if it fits ``hard`` (else ``PromptTooLongError``)."""
+    from inference import PromptTooLongError
+
+    while len(encoding.token_ids) > budget:
+        later = [s for s in turn_starts if s > start]
+        if not later:
+            if len(encoding.token_ids) <= hard:
+                return start, encoding  # only the target missed: the last turn fits
+            raise PromptTooLongError(len(encoding.token_ids), hard)
+        current, start = start, later[0]
+        if encoding.exact:
+            excess = len(encoding.token_ids) - budget
+            for candidate in later:
+                start = candidate
+                if _dropped(encoding, offset, candidate - current) >= excess:
+                    break
+        encoding = encode(start)
+    return start, encoding
 
 
 def _window(encode, history: list[dict], turn_starts: list[int], budget: int, offset: int, earlier: int):

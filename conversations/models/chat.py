@@ -51,6 +51,12 @@ class Conversation(models.Model):
     active_root = models.ForeignKey(
         "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The message the prompt's kept history starts with once the thread outgrew the context:
+    # later answers start there while their history fits, so their prompts share a cached
+    # prefix (``conversations.chat.prompts``). Written by the answer path only.
+    context_start = models.ForeignKey(
+        "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     # Set by "delete"; the row and its messages go when housekeeping purges it.
     deleted_at = models.DateTimeField(null=True, blank=True, db_index=True)

@@ -85,3 +85,91 @@ def test_turning_prefix_cache_salting_off_leaves_only_the_fair_share_owner(token
     settings.PREFIX_CACHE_SALT = False
     plan = build_prompt(tokenizer, "Be brief.", [turn("user", "Hello")], 2048, 64)
     assert engine_options(7, plan) == {"owner": "user:7"}
+
+
+def chat_turns(
+    tokenizer, turns: int, max_model_len: int, max_tokens: int = 48, system_prompt: str = "Be brief."
+):
+    """A chat of ``turns`` turns, each prompt built with the start the previous one kept, as
+    the answer path does; returns the history (messages with ids) and each turn's plan."""
+    history: list[dict] = []
+    plans = []
+    start_id = None
+    for i in range(turns):
+        history.append(
+            {"id": 2 * i, **turn("user", f"Question {i}: " + "how far is the lighthouse? " * (i % 4 + 1))}
+        )
+        plan = build_prompt(tokenizer, system_prompt, history, max_model_len, max_tokens, start_id=start_id)
+        history[-1]["token_ids"] = plan.user_segment
+        answer = f"Answer {i}: " + "the lamp turns all night. " * (i % 5 + 1)
+        history.append(
+            {
+                "id": 2 * i + 1,
+                **turn("assistant", answer, tokenizer.encode(answer) + tokenizer.eos_token_ids[:1]),
+            }
+        )
+        plans.append(plan)
+        start_id = plan.start_id
+    return history, plans
+
+
+def test_consecutive_turns_share_the_previous_prompt_as_a_prefix_after_the_context_fills(tokenizer):
+    _, plans = chat_turns(tokenizer, 160, 2048)
+    filled = next(i for i, plan in enumerate(plans) if plan.dropped)
+    pairs = list(zip(plans[filled:], plans[filled + 1 :], strict=False))
+    shared = sum(1 for a, b in pairs if b.token_ids[: len(a.token_ids)] == a.token_ids)
+    jumps = len(pairs) - shared
+    assert len(pairs) > 60 and shared >= 0.8 * len(pairs) and jumps >= 3  # the cut moved, in steps
+    assert all(a.dropped <= b.dropped for a, b in zip(plans, plans[1:], strict=False))  # only forward
+
+
+def test_the_kept_history_always_fits_and_a_new_cut_leaves_a_quarter_free(tokenizer):
+    max_model_len, max_tokens = 512, 48
+    budget = max_model_len - max_tokens
+    _, plans = chat_turns(tokenizer, 120, max_model_len, max_tokens)
+    assert all(len(plan.token_ids) <= budget for plan in plans)
+    for a, b in zip(plans, plans[1:], strict=False):
+        if b.dropped > a.dropped:  # a new cut: down to three quarters of the room
+            assert len(b.token_ids) <= budget * 3 / 4 and b.start_id is not None
+        assert b.max_tokens == min(max_tokens, max_model_len - len(b.token_ids))
+
+
+def test_a_conversation_that_fits_keeps_no_start_and_is_cut_as_before(tokenizer):
+    _, plans = chat_turns(tokenizer, 6, 4096)
+    assert all(plan.dropped == 0 and plan.start_id is None for plan in plans)
+
+
+def test_a_stored_start_off_the_path_falls_back_to_a_new_cut(tokenizer):
+    history, plans = chat_turns(tokenizer, 60, 512)
+    start_id = plans[-1].start_id
+    question = {"id": 10_000, **turn("user", "And at dawn?")}
+    fresh = build_prompt(tokenizer, "Be brief.", [*history, question], 512, 48)
+    # An edit before the stored start: the path holds copies with other ids.
+    edited = [{**item, "id": item["id"] + 100_000} for item in history]
+    plan = build_prompt(tokenizer, "Be brief.", [*edited, question], 512, 48, start_id=start_id)
+    assert plan.token_ids == fresh.token_ids and plan.dropped == fresh.dropped
+    assert plan.start_id == fresh.start_id + 100_000
+    # A start that is not a turn's first message (an answer) is not one to keep either.
+    answer_id = history[-1]["id"]
+    assert (
+        build_prompt(tokenizer, "Be brief.", [*history, question], 512, 48, start_id=answer_id).token_ids
+        == fresh.token_ids
+    )
+
+
+def test_a_stored_start_whose_history_no_longer_fits_moves_the_cut_forward(tokenizer):
+    history, plans = chat_turns(tokenizer, 60, 512)
+    start_id = plans[-1].start_id
+    kept = next(i for i, item in enumerate(history) if item["id"] == start_id)
+    long_question = {"id": 10_000, **turn("user", "Tell me everything. " * 60)}
+    plan = build_prompt(tokenizer, "Be brief.", [*history, long_question], 512, 48, start_id=start_id)
+    assert plan.dropped > kept and len(plan.token_ids) <= 512 - 48
+    with pytest.raises(PromptTooLongError):  # only when the last turn alone cannot fit
+        build_prompt(
+            tokenizer,
+            "Be brief.",
+            [*history, {"id": 1, **turn("user", "x " * 2000)}],
+            512,
+            48,
+            start_id=start_id,
+        )

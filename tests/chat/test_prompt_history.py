@@ -12,10 +12,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 
-from conversations.chat import prompts
+from conversations.chat import prompt_history, prompts
 from conversations.chat.answer_rows import store_user_segment
 from conversations.chat.fork import fork_at
-from conversations.chat.prompt_history import answer_prompt, plan_prompt, read_history
+from conversations.chat.prompt_history import answer_prompt, plan_prompt, read_history, thread_prompt
 from conversations.chat.prompts import build_prompt
 from conversations.chat.retention import retention_key
 from conversations.chat.token_fingerprint import token_fingerprint
@@ -195,3 +195,78 @@ async def test_prompts_are_built_off_the_shared_database_thread(make_user, make_
     assert len(threads) >= 2  # the answer's prompt and the retained history
     assert database_thread not in threads
     assert (await answer_prompt(answer["id"], engine)).plan.token_ids  # the answer's prompt rebuilds
+
+
+def ask(conversation, parent_id: int, text: str) -> Message:
+    """A question under ``parent_id`` and its streaming answer (returned), as a send makes."""
+    question = Message.objects.create(
+        conversation=conversation, parent_id=parent_id, role="user", content=text
+    )
+    answer = Message.objects.create(
+        conversation=conversation, parent=question, role="assistant", status=Message.Status.STREAMING
+    )
+    Conversation.objects.filter(pk=conversation.pk).update(current_leaf=answer)
+    return answer
+
+
+def finish(answer: Message, text: str, tokenizer, fingerprint: str) -> None:
+    ids = tokenizer.encode(text) + tokenizer.eos_token_ids[:1]
+    Message.objects.filter(pk=answer.pk).update(
+        content=text, token_ids=ids, token_fingerprint=fingerprint, status=Message.Status.COMPLETE
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_answer_path_keeps_where_the_prompt_starts_and_the_retention_only_reads_it(
+    make_user, make_conversation, tokenizer, monkeypatch
+):
+    user = await sync_to_async(make_user)()
+    conversation = await sync_to_async(make_conversation)(user, system_prompt="Be brief.", max_tokens=64)
+    fingerprint = token_fingerprint("tiny", tokenizer)
+    rows = await sync_to_async(make_thread)(conversation, 200, tokenizer, fingerprint)
+    engine = engine_like(tokenizer, 1024)
+    looked = await thread_prompt(conversation.pk, engine)  # the retention's look writes nothing
+    assert looked.plan.start_id is not None
+    assert (await Conversation.objects.aget(pk=conversation.pk)).context_start_id is None
+    answer = await sync_to_async(ask)(conversation, rows[-1].pk, "And at night?")
+    first = (await answer_prompt(answer.pk, engine)).plan
+    stored = (await Conversation.objects.aget(pk=conversation.pk)).context_start_id
+    assert stored == first.start_id and (await Message.objects.aget(pk=stored)).role == "user"
+    # The next turn starts at the same message: the previous prompt and answer are its prefix.
+    await sync_to_async(finish)(answer, "A lamp, turning.", tokenizer, fingerprint)
+    following = await sync_to_async(ask)(conversation, answer.pk, "And in fog?")
+    second = (await answer_prompt(following.pk, engine)).plan
+    assert second.start_id == stored and second.token_ids[: len(first.token_ids)] == first.token_ids
+    looked = await thread_prompt(conversation.pk, engine)  # reads the kept start
+    assert looked.plan.dropped == second.dropped
+    # A read whose guess stops short of the stored start goes on back to it.
+    monkeypatch.setattr(prompt_history, "PAGE", 8)
+    read = database_sync_to_async(read_history)
+    short = await read(conversation.pk, following.parent_id, fingerprint=fingerprint, reach=300)
+    assert stored not in [m["id"] for m in short.messages]
+    near = await read(
+        conversation.pk, following.parent_id, fingerprint=fingerprint, reach=300, start_id=stored
+    )
+    assert stored in [m["id"] for m in near.messages]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_branch_away_from_the_stored_start_gets_a_new_cut_and_keeps_it(
+    make_user, make_conversation, tokenizer
+):
+    user = await sync_to_async(make_user)()
+    conversation = await sync_to_async(make_conversation)(user, system_prompt="Be brief.", max_tokens=64)
+    fingerprint = token_fingerprint("tiny", tokenizer)
+    rows = await sync_to_async(make_thread)(conversation, 200, tokenizer, fingerprint)
+    engine = engine_like(tokenizer, 1024)
+    answer = await sync_to_async(ask)(conversation, rows[-1].pk, "And at night?")
+    stored = (await answer_prompt(answer.pk, engine)).plan.start_id
+    # An edited question well after the start: the start stays on the path and is kept.
+    edit = await sync_to_async(ask)(conversation, rows[-3].pk, "Edited: and at dusk?")
+    assert (await answer_prompt(edit.pk, engine)).plan.start_id == stored
+    # An edit before the start: a path without it, cut afresh (as without a stored start).
+    branch = await sync_to_async(ask)(conversation, rows[-301].pk, "Edited long ago?")
+    plan = (await answer_prompt(branch.pk, engine)).plan
+    fresh = (await plan_prompt(conversation, branch.parent_id, engine)).plan
+    assert plan.start_id != stored and plan.token_ids == fresh.token_ids
+    assert (await Conversation.objects.aget(pk=conversation.pk)).context_start_id == plan.start_id

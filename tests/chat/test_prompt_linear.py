@@ -8,27 +8,38 @@ import random
 
 import pytest
 
-from conversations.chat.prompts import NeedEarlierHistory, build_prompt, chat_messages
+from conversations.chat.prompts import CUT_TARGET, NeedEarlierHistory, build_prompt, chat_messages
 from conversations.chat.segments import encode_segments
 from inference import PromptTooLongError
 from inference.tokenizer import Tokenizer
 
 
 def reference_build_prompt(tokenizer, system_prompt, history, max_model_len, max_tokens):
-    """The builder as it was before: every prefix of the history rendered, every pass."""
+    """The builder's cut rendered the slow way: every prefix of the history, every pass. The
+    fewest oldest turns dropped to fit; once something was dropped, more go until the history
+    takes at most ``CUT_TARGET`` of its room (the last turn always stays)."""
     reserve = max(1, min(max_tokens, max_model_len // 4))
     budget = max_model_len - reserve
+    start, ids = _reference_cut(tokenizer, system_prompt, history, budget, budget, 0)
+    if start:
+        target = int(budget * CUT_TARGET)
+        start, ids = _reference_cut(tokenizer, system_prompt, history, target, budget, start)
+    return ids, start
+
+
+def _reference_cut(tokenizer, system_prompt, history, budget, hard, start):
     turn_starts = [i for i, item in enumerate(history) if item["role"] == "user"] or [0]
     offset = 1 if system_prompt else 0
-    start = 0
     while True:
         encoding = tokenizer.encode_chat_segments(chat_messages(system_prompt, history[start:]))
         ids = encoding.token_ids
         if len(ids) <= budget:
-            break
+            return start, ids
         later = [s for s in turn_starts if s > start]
         if not later:
-            raise PromptTooLongError(len(ids), budget)
+            if len(ids) <= hard:
+                return start, ids
+            raise PromptTooLongError(len(ids), hard)
         chosen = later[0]
         if encoding.exact:
             excess = len(ids) - budget
@@ -38,7 +49,6 @@ def reference_build_prompt(tokenizer, system_prompt, history, max_model_len, max
                 if sum(len(seg) for seg in segments) >= excess:
                     break
         start = chosen
-    return ids, start
 
 
 def conversation(tokenizer, turns: int, seed: int = 0, reasoning_every: int = 0) -> list[dict]:
