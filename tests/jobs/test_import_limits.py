@@ -153,7 +153,7 @@ def test_daphne_leaves_parsing_an_upload_to_django():
     from chatsite.body_limit import CAN_SKIP_FORM_PARSING, BodyLimitedRequest
 
     if not CAN_SKIP_FORM_PARSING:
-        pytest.skip("this Twisted always parses form bodies")
+        pytest.skip(reason="this Twisted always parses form bodies")
     channel = DummyChannel()
     channel.factory = SimpleNamespace(server=SimpleNamespace(protocol_connected=lambda request: None))
     request = BodyLimitedRequest(channel)
