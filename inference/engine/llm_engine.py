@@ -4,12 +4,10 @@
 free what finished → return a ``StreamDelta`` per sequence that moved. The
 offline ``LLM`` and the threaded ``AsyncEngine`` both drive this class.
 
-Its seams: ``Admission`` turns requests away (prompt too long, queue full);
+Its seams: ``Admission`` turns requests away (prompt too long, queue full, unknown ids);
 ``EngineMetrics`` holds every counter; ``EngineConfig.size_kv_pool`` sizes the KV pool;
-``SequenceFactory`` builds requests and sequences; beam search decides
-(``beam_step`` → ``BeamDecision``) and the engine applies. Stop rules and deltas are in
-``inference.sampling.stop_rules``; the scheduler, block manager, tiers and sampler are
-their own modules.
+``SequenceFactory`` builds requests and sequences; beam search decides (``beam_step`` →
+``BeamDecision``) and the engine applies it.
 """
 
 from __future__ import annotations
@@ -25,10 +23,10 @@ from inference.config import EngineConfig
 from inference.engine.admission import Admission
 from inference.engine.kv_stack import build_kv_stack
 from inference.engine.metrics import EngineMetrics
-from inference.engine.next_tokens import sample_next_tokens
+from inference.engine.next_tokens import finish_for_length, sample_next_tokens
 from inference.engine.outputs import EngineStats, RequestOutput, StreamDelta, request_output
 from inference.engine.sequence import Request, Sequence
-from inference.engine.sequence_factory import SequenceFactory
+from inference.engine.sequence_factory import SequenceFactory, make_private
 from inference.engine.stats import engine_stats, observe_kv_usage
 from inference.kv.salt import cache_salt as derive_cache_salt
 from inference.kv.salt import salt_hash
@@ -166,10 +164,9 @@ class LLMEngine:
         cache_salt: str | None = None,
         cache_salt_from: int = 0,
     ) -> int:
-        """Keep the KV blocks of ``token_ids`` (e.g. an open conversation's history) in
-        memory longest: evicted last, and to the next tier, never dropped. ``key``
-        replaces its earlier prefix. The cache options must be those the conversation's
-        requests pass to ``add_request``. Returns the number of full blocks marked."""
+        """Keep the KV blocks of ``token_ids`` (an open conversation's history) in memory
+        longest: evicted last, to the next tier. ``key`` replaces its earlier prefix; the cache
+        options are those its requests pass to ``add_request``. Returns the blocks marked."""
         salt = derive_cache_salt(cache_namespace, cache_salt).value
         salt_block = max(0, cache_salt_from) // self.block_manager.block_size
         return self.block_manager.retain(key, [int(t) for t in token_ids], salt, salt_block if salt else 0)
@@ -181,11 +178,7 @@ class LLMEngine:
         when freed, and those requests publish no more blocks. Returns the pool blocks
         dropped."""
         root = salt_hash(namespace)
-        for request in self.requests.values():
-            if request.cache_namespace == root:
-                request.cache_private = True
-                for seq in request.seqs:
-                    seq.cache_private = True
+        make_private(self.requests.values(), root)
         return self.block_manager.purge_namespace(root)
 
     def release(self, key: str) -> None:
@@ -204,7 +197,9 @@ class LLMEngine:
         batch = self.scheduler.schedule()
         for request in batch.out_of_memory:
             logger.warning("request %s cannot grow inside the KV pool; finishing it", request.request_id)
-            deltas += self._finish_out_of_memory(request)
+            self.requests.pop(request.request_id, None)
+            self.metrics.count("length")
+            deltas += finish_for_length(request, self._rank_beams)
         if not batch.seqs:
             if self.scheduler.loading:
                 self.scheduler.wait_for_loads(0.01)  # only reads pending: do not spin
@@ -295,23 +290,6 @@ class LLMEngine:
 
     def _rank_beams(self, request: Request, candidates: list[Sequence]) -> list[Sequence]:
         return rank_beams(request, candidates, self.tokenizer, self.eos_token_ids)
-
-    def _finish_out_of_memory(self, request: Request) -> list[StreamDelta]:
-        self.requests.pop(request.request_id, None)
-        self.metrics.count("length")
-        if request.params.use_beam_search:
-            for seq in request.seqs:
-                seq.finish_reason = "length"
-            request.beam_outputs = self._rank_beams(request, request.beam_hyps + request.seqs)
-            request.seqs = []
-            return final_beam_deltas(request)
-        live = list(request.seqs)
-        for seq in live:
-            seq.finish_reason = "length"
-            seq.output_text += seq.detokenizer.flush()
-            request.seqs.remove(seq)
-            request.finished_seqs.append(seq)
-        return stream_deltas(request, live)
 
     # ---- outputs and stats ----------------------------------------------------------
     def request_output(self, request: Request) -> RequestOutput:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
+from inference.engine.outputs import StreamDelta
 from inference.engine.sequence import Request, Sequence
 from inference.engine.sequence_factory import SequenceFactory
+from inference.sampling.beam_search import final_beam_deltas
 from inference.sampling.sampler import Sampler
-from inference.sampling.stop_rules import append_token
+from inference.sampling.stop_rules import append_token, stream_deltas
 
 
 def sample_next_tokens(
@@ -51,3 +55,23 @@ def sample_next_tokens(
             seq.logprobs.append(result.top_logprobs[i])  # type: ignore[arg-type]
         append_token(seq, token, eos_token_ids, max_model_len)
     return len(sample_seqs)
+
+
+def finish_for_length(
+    request: Request, rank: Callable[[Request, list[Sequence]], list[Sequence]]
+) -> list[StreamDelta]:
+    """End every live sequence of ``request`` with ``finish_reason="length"`` (the KV pool
+    could not hold it); a beam search ranks what it has (``rank``). Its final deltas."""
+    if request.params.use_beam_search:
+        for seq in request.seqs:
+            seq.finish_reason = "length"
+        request.beam_outputs = rank(request, request.beam_hyps + request.seqs)
+        request.seqs = []
+        return final_beam_deltas(request)
+    live = list(request.seqs)
+    for seq in live:
+        seq.finish_reason = "length"
+        seq.output_text += seq.detokenizer.flush()
+        request.seqs.remove(seq)
+        request.finished_seqs.append(seq)
+    return stream_deltas(request, live)

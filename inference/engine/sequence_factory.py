@@ -3,6 +3,8 @@ text: a seeded generator, an incremental detokenizer, a reasoning splitter, logp
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from inference.engine.sequence import Request, Sequence
 from inference.kv.block_manager import BlockManager
 from inference.kv.salt import cache_salt as derive_cache_salt
@@ -73,3 +75,13 @@ class SequenceFactory:
         # token, so decode without dropping special tokens.
         tail = self.tokenizer.decode(prompt_ids[-8:], skip_special_tokens=False)
         return ReasoningSplitter(tags, in_reasoning=tail.rstrip().endswith(tags[0]))
+
+
+def make_private(requests: Iterable[Request], namespace: int) -> None:
+    """Requests salted in ``namespace`` publish no more blocks to the prefix cache (the
+    namespace is being purged)."""
+    for request in requests:
+        if request.cache_namespace == namespace:
+            request.cache_private = True
+            for seq in request.seqs:
+                seq.cache_private = True
