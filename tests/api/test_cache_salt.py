@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections import Counter
 
+import httpx
 import openai
 import pytest
 
 from conversations.models import ApiKey, Conversation
 from inference.config import EngineConfig
+from tests.api.conftest import wait_for_rows
 from tests.conftest import session_cookie_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -67,14 +70,24 @@ def probe_like_an_attacker(client, model: str, secret: list[dict], make_fresh, s
 @pytest.fixture
 def client_for(live_site):
     clients: list[openai.OpenAI] = []
+    answered: Counter = Counter()  # responses per user
 
     def make(user) -> openai.OpenAI:
         _key, raw = ApiKey.objects.create_key(user, name="cache-salt")
-        client = openai.OpenAI(base_url=f"{live_site.url}/v1", api_key=raw, max_retries=0, timeout=60)
+
+        def count(_response: httpx.Response) -> None:
+            answered[user] += 1
+
+        http = httpx.Client(timeout=60, event_hooks={"response": [count]})
+        client = openai.OpenAI(base_url=f"{live_site.url}/v1", api_key=raw, max_retries=0, http_client=http)
         clients.append(client)
         return client
 
     yield make
+    # The site writes each call's usage row after its response: let those land before the
+    # test database is flushed, or the flush and a late insert can deadlock.
+    for user, count in answered.items():
+        wait_for_rows(user, count)
     for client in clients:
         client.close()
 
