@@ -64,6 +64,7 @@ from inference.kv.disk_files import (
     namespace_of_dir,
     remove_namespace_files,
 )
+from inference.kv.identity import is_block
 from kernels.private_paths import ensure_private_dir, open_private_file
 
 logger = logging.getLogger(__name__)
@@ -245,13 +246,7 @@ class DiskTier:
         if not self.enabled:
             return False
         with self._lock:
-            entry = self._index.get(block_hash)
-            return (
-                entry is not None
-                and entry.parent == parent
-                and entry.tokens == tokens
-                and entry.namespace == namespace
-            )
+            return is_block(self._index.get(block_hash), parent, tokens, namespace)
 
     # ---- purge ---------------------------------------------------------------------------
     def purge_namespace(self, namespace: int) -> int:

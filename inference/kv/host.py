@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from inference.kv.identity import is_block
+
 
 @dataclass(slots=True)
 class HostEntry:
@@ -76,13 +78,7 @@ class HostTier:
         return block_hash in self._index
 
     def lookup(self, block_hash: int, parent: int, tokens: tuple[int, ...], namespace: int = 0) -> bool:
-        entry = self._index.get(block_hash)
-        return (
-            entry is not None
-            and entry.parent == parent
-            and entry.tokens == tokens
-            and entry.namespace == namespace
-        )
+        return is_block(self._index.get(block_hash), parent, tokens, namespace)
 
     def purge_namespace(self, namespace: int) -> int:
         """Drop ``namespace``'s blocks; their slots are free (and zeroed) at once."""
