@@ -60,6 +60,16 @@ class Conversation(models.Model):
 
     # Set by "delete"; the row and its messages go when housekeeping purges it.
     deleted_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # The sidebar's organisation (conversations.workspace): pinned ones come first, a folder
+    # groups them, and an archived one leaves the list but is still found by search.
+    pinned = models.BooleanField(default=False)
+    folder = models.ForeignKey(
+        "Folder", null=True, blank=True, on_delete=models.SET_NULL, related_name="conversations"
+    )
+    archived_at = models.DateTimeField(null=True, blank=True)
+    # Never in the list, search or exports, and never titled; deleted when its tab closes it
+    # or after TEMPORARY_CHAT_MAX_AGE_SECONDS (housekeeping).
+    temporary = models.BooleanField(default=False)
 
     objects = LiveConversationManager()
     all_objects = models.Manager()
