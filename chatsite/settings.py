@@ -169,6 +169,10 @@ PURGE_SWEEP_SECONDS = env_float("PURGE_SWEEP_SECONDS", 3600.0)
 DELETED_CONVERSATION_RETENTION_DAYS = env_float("DELETED_CONVERSATION_RETENTION_DAYS", 30.0)
 API_REQUEST_RETENTION_DAYS = env_float("API_REQUEST_RETENTION_DAYS", 90.0)
 SESSION_SWEEP_SECONDS = env_float("SESSION_SWEEP_SECONDS", 86400.0)
+# Temporary chats: purged once their tab closes them (at the next sweep) and at the latest
+# this long after they were started.
+TEMPORARY_CHAT_MAX_AGE_SECONDS = env_float("TEMPORARY_CHAT_MAX_AGE_SECONDS", 3600.0)
+TEMPORARY_CHAT_SWEEP_SECONDS = env_float("TEMPORARY_CHAT_SWEEP_SECONDS", 300.0)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")  # beat's own state, not in the repo
 CELERY_BEAT_SCHEDULE = {
     "interrupt-orphan-answers": {
@@ -178,6 +182,10 @@ CELERY_BEAT_SCHEDULE = {
     "purge-deleted-conversations": {
         "task": "conversations.tasks.purge_deleted_conversations",
         "schedule": PURGE_SWEEP_SECONDS,
+    },
+    "purge-temporary-conversations": {
+        "task": "conversations.tasks.purge_temporary_conversations",
+        "schedule": TEMPORARY_CHAT_SWEEP_SECONDS,
     },
     "prune-api-requests": {"task": "conversations.tasks.prune_api_requests", "schedule": PURGE_SWEEP_SECONDS},
     "prune-data-jobs": {"task": "conversations.tasks.prune_data_jobs", "schedule": PURGE_SWEEP_SECONDS},
@@ -262,6 +270,8 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 ALLOW_SIGNUP = env_bool("ALLOW_SIGNUP", True)
+# Share links open for signed-in users of the site only, unless this lets anyone with the link read them.
+ALLOW_PUBLIC_SHARES = env_bool("ALLOW_PUBLIC_SHARES", False)
 # Failed logins for one username from one client within the window; more answer 429.
 LOGIN_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 10)
 LOGIN_FAILURE_WINDOW = env_int("LOGIN_FAILURE_WINDOW", 900)

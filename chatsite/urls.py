@@ -7,6 +7,7 @@ from conversations.accounts.login_throttle import throttled
 
 urlpatterns = [
     path("", include("conversations.chat.urls")),
+    path("", include("conversations.workspace.urls")),
     path("", include("conversations.ops.urls")),
     path("accounts/", include("conversations.accounts.urls")),
     # Before the admin's own login page: the same throttle as the site's.

@@ -62,6 +62,11 @@ def purge_deleted_conversations() -> int:
 
 
 @shared_task
+def purge_temporary_conversations() -> int:
+    return housekeeping.purge_temporary_conversations()
+
+
+@shared_task
 def prune_api_requests() -> int:
     return housekeeping.prune_api_requests()
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 from datetime import timedelta
 from importlib import import_module
 
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from conversations.chat.answer_rows import stale_after
+from conversations.chat.groups import broadcast, conversation_group
 from conversations.chat.kv_purge import purge_user_kv
 from conversations.models import ApiRequest, Conversation, DataJob, Message
 
@@ -43,6 +46,24 @@ def purge_deleted_conversations() -> int:
     cutoff = timezone.now() - timedelta(days=settings.DELETED_CONVERSATION_RETENTION_DAYS)
     doomed = list(Conversation.all_objects.filter(deleted_at__lt=cutoff).values_list("pk", "owner_id"))
     for pk, _owner in doomed:
+        purge_conversation(pk)
+    for owner_id in sorted({owner for _pk, owner in doomed}):
+        purge_user_kv(owner_id)
+    return len(doomed)
+
+
+def purge_temporary_conversations() -> int:
+    """Temporary chats their tab closed, and those older than ``TEMPORARY_CHAT_MAX_AGE_SECONDS``
+    whatever their state, with their owners' KV blocks (as for deleted conversations). A tab
+    still showing one is told it is gone."""
+    cutoff = timezone.now() - timedelta(seconds=settings.TEMPORARY_CHAT_MAX_AGE_SECONDS)
+    doomed = list(
+        Conversation.all_objects.filter(temporary=True)
+        .filter(Q(deleted_at__isnull=False) | Q(created_at__lt=cutoff))
+        .values_list("pk", "owner_id")
+    )
+    for pk, _owner in doomed:
+        async_to_sync(broadcast)(conversation_group(pk), "deleted", conversation_id=pk)
         purge_conversation(pk)
     for owner_id in sorted({owner for _pk, owner in doomed}):
         purge_user_kv(owner_id)

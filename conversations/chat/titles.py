@@ -94,6 +94,7 @@ def is_first_answer(message_id: int) -> bool:
         parent__parent__isnull=True,
         conversation__title_source=Conversation.TitleSource.AUTO,
         conversation__deleted_at__isnull=True,
+        conversation__temporary=False,  # a temporary chat is never titled (nor kept)
     ).exists()
 
 
@@ -101,7 +102,7 @@ def first_exchange(conversation_id: int) -> tuple[str, str] | None:
     """The shown thread's first question and its complete answer, if the title is still the
     model's to write."""
     if not Conversation.objects.filter(
-        pk=conversation_id, title_source=Conversation.TitleSource.AUTO
+        pk=conversation_id, title_source=Conversation.TitleSource.AUTO, temporary=False
     ).exists():
         return None
     return first_exchange_any(conversation_id)

@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from conversations.models import Conversation, Message
 from conversations.models.chat import DEFAULT_TITLE
+from conversations.models.workspace import ratings_for
 
 TITLE_LENGTH = 60
 
@@ -419,7 +420,9 @@ def ensure_empty_conversation(owner) -> Conversation:
     """The owner's untouched new chat if one exists (so "New chat" does not pile up empty
     conversations), else a fresh one."""
     empty = (
-        Conversation.objects.filter(owner=owner, title=DEFAULT_TITLE, messages__isnull=True)
+        Conversation.objects.filter(
+            owner=owner, title=DEFAULT_TITLE, messages__isnull=True, temporary=False, archived_at__isnull=True
+        )
         .order_by("-updated_at")
         .first()
     )
@@ -442,6 +445,10 @@ def conversation_dict(conversation: Conversation) -> dict:
         "top_p": conversation.top_p,
         "top_k": conversation.top_k,
         "max_tokens": conversation.max_tokens,
+        "temporary": conversation.temporary,
+        "pinned": conversation.pinned,
+        "folder_id": conversation.folder_id,
+        "archived": conversation.archived_at is not None,
     }
 
 
@@ -473,7 +480,9 @@ def message_dict(message: Message, tree: Tree | None = None) -> dict:
 
 
 def thread_dict(tree: Tree) -> dict:
+    thread = tree.thread()
+    rated = ratings_for([m.pk for m in thread if m.role == Message.Role.ASSISTANT])
     return {
         "conversation": conversation_dict(tree.conversation),
-        "messages": [message_dict(m, tree) for m in tree.thread()],
+        "messages": [message_dict(m, tree) | {"rating": rated.get(m.pk)} for m in thread],
     }

@@ -25,6 +25,7 @@ from conversations.chat.groups import broadcast, conversation_group, user_group
 from conversations.cluster.registry import PROCESS_ID, Liveness
 from conversations.cluster.registry import enabled as cluster_enabled
 from conversations.models import Conversation, Message
+from conversations.workspace.starting import page_state, start_conversation
 
 LIST_LIMIT = 100
 SEARCH_MAX_CHARS = 200
@@ -71,6 +72,7 @@ def _chat_page(request: HttpRequest, conversation: Conversation | None) -> HttpR
             "create": "/chat/conversations/new/",
             "websocket": "/ws/chat/",
         },
+        **page_state(request),
     }
     return render(request, "conversations/chat.html", {"state": state, "conversation": conversation})
 
@@ -90,13 +92,18 @@ def conversation_page(request: HttpRequest, pk: int) -> HttpResponse:
 # --- JSON: the conversation list -----------------------------------------------------
 
 
-def _conversation_rows(user, query: str) -> list[dict]:
-    conversations = Conversation.objects.filter(owner=user)
+def _conversation_rows(user, query: str, archived: bool = False) -> list[dict]:
+    """The list: pinned first. Temporary chats are never in it; archived ones only when
+    searching (marked as such) or when asked for (``archived``)."""
+    conversations = Conversation.objects.filter(owner=user, temporary=False)
     if query:
         conversations = conversations.filter(
             Q(title__icontains=query) | Q(messages__content__icontains=query)
         ).distinct()
-    rows = list(conversations.order_by("-updated_at", "-id").values("id", "title", "updated_at")[:LIST_LIMIT])
+    else:
+        conversations = conversations.filter(archived_at__isnull=not archived)
+    fields = ("id", "title", "updated_at", "pinned", "folder_id", "archived_at")
+    rows = list(conversations.order_by("-pinned", "-updated_at", "-id").values(*fields)[:LIST_LIMIT])
     snippets: dict[int, str] = {}
     if query and rows:
         matches = (
@@ -113,6 +120,9 @@ def _conversation_rows(user, query: str) -> list[dict]:
             "title": r["title"],
             "updated_at": r["updated_at"].isoformat(),
             "snippet": snippets.get(r["id"], ""),
+            "pinned": r["pinned"],
+            "folder_id": r["folder_id"],
+            "archived": r["archived_at"] is not None,
         }
         for r in rows
     ]
@@ -132,13 +142,16 @@ def _snippet(content: str, query: str, width: int = 80) -> str:
 @never_cache
 def conversation_list(request: HttpRequest) -> JsonResponse:
     query = request.GET.get("q", "").strip()[:SEARCH_MAX_CHARS]
-    return JsonResponse({"conversations": _conversation_rows(request.user, query), "query": query})
+    archived = request.GET.get("archived") == "1"
+    rows = _conversation_rows(request.user, query, archived)
+    return JsonResponse({"conversations": rows, "query": query, "archived": archived})
 
 
 @require_POST
 @login_required_json
 def conversation_create(request: HttpRequest) -> JsonResponse:
-    conversation = tree_ops.ensure_empty_conversation(request.user)
+    """``{preset_id?, temporary?}``: the untouched new chat (or a fresh temporary one)."""
+    conversation = start_conversation(request.user, _json_body(request))
     _notify(user_group(request.user.pk), "conversations")
     return JsonResponse({"conversation": tree_ops.conversation_dict(conversation)}, status=201)
 

@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from conversations.chat.tree import Tree
 from conversations.models import Conversation, Message
+from conversations.transfer import workspace_fields
 
 FORMAT = "chatsite.conversations"
 VERSION = 1
@@ -85,23 +86,33 @@ def conversation_record(conversation: Conversation) -> dict:
     tree = Tree.load(conversation)
     record = {"id": conversation.pk}
     record.update({name: getattr(conversation, name) for name in CONVERSATION_FIELDS})
+    record.update(workspace_fields.conversation_fields(conversation))
+    messages = [message_record(m) for m in parents_first(tree)]
+    ratings = workspace_fields.message_ratings([m["id"] for m in messages])
+    for message in messages:
+        if message["id"] in ratings:
+            message["rating"] = ratings[message["id"]]
     record.update(
         created_at=_iso(conversation.created_at),
         updated_at=_iso(conversation.updated_at),
         current_leaf=conversation.current_leaf_id,
         active_root=conversation.active_root_id,
-        messages=[message_record(m) for m in parents_first(tree)],
+        messages=messages,
     )
     return record
 
 
-def export_json(conversations: Iterable[Conversation]) -> dict:
-    return {
+def export_json(conversations: Iterable[Conversation], owner=None) -> dict:
+    """The file; with ``owner``, also their folders and prompt presets (a whole-account export)."""
+    data = {
         "format": FORMAT,
         "version": VERSION,
         "exported_at": timezone.now().isoformat(),
         "conversations": [conversation_record(c) for c in conversations],
     }
+    if owner is not None:
+        data.update(workspace_fields.account_fields(owner))
+    return data
 
 
 def render_json(data: dict) -> bytes:

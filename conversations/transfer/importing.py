@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 
 from conversations.models import Conversation, Message
-from conversations.transfer import chatgpt
+from conversations.transfer import chatgpt, workspace_fields
 from conversations.transfer.exporting import FORMAT, OPTIONAL_MESSAGE_FIELDS, VERSION, optional_message_fields
 from conversations.transfer.saving import OnBatch, save
 from conversations.transfer.specs import ConversationSpec, NodeSpec
@@ -78,7 +78,9 @@ def _check_count(conversations: Any) -> None:
 
 def import_bytes(owner, raw: bytes, on_batch: OnBatch | None = None) -> ImportResult:
     kind, specs = parse_file(raw)
+    account = account_fields(raw) if kind == "ours" else {}
     ids = save(owner, specs, on_batch)
+    workspace_fields.save_account_fields(owner, account)
     return ImportResult(format=kind, conversation_ids=ids, messages=sum(len(s.nodes) for s in specs))
 
 
@@ -141,6 +143,7 @@ def _our_conversation(index: int, raw: Any) -> ConversationSpec:
             created_at=timestamp(item.get("created_at"), f"{at}: created_at"),
             updated_at=timestamp(item.get("updated_at"), f"{at}: updated_at"),
             active_child=item.get("active_child"),
+            rating=workspace_fields.parse_rating(item, at) if role == Message.Role.ASSISTANT else None,
         )
     order = parents_first({k: n.parent for k, n in nodes.items()}, where)
     for node in nodes.values():  # a pointer that is not a child is dropped, not trusted
@@ -161,7 +164,13 @@ def _our_conversation(index: int, raw: Any) -> ConversationSpec:
         else None,
         created_at=timestamp(raw.get("created_at"), f"{where}: created_at"),
         updated_at=timestamp(raw.get("updated_at"), f"{where}: updated_at"),
+        workspace=workspace_fields.parse_conversation_fields(raw, where),
     )
+
+
+def account_fields(raw: bytes) -> dict:
+    """The folders and presets of our file (already read whole and checked by parse_file)."""
+    return workspace_fields.parse_account_fields(json.loads(raw.decode("utf-8-sig")))
 
 
 def _our_settings(raw: dict, where: str) -> dict:

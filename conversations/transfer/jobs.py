@@ -24,7 +24,9 @@ from conversations.enqueue import RUN_EXPORT, RUN_IMPORT, enqueue_on_commit
 from conversations.models import Conversation, DataJob, Message
 from conversations.ops import stopping
 from conversations.transfer import InvalidFile, export_json, export_markdown, parse_file, render_json
+from conversations.transfer.importing import account_fields
 from conversations.transfer.saving import ImportStopped, save
+from conversations.transfer.workspace_fields import save_account_fields
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +45,17 @@ def message_count(owner) -> int:
 
 def render_export(owner, fmt: str, conversation_id: int | None = None) -> bytes:
     """All of ``owner``'s conversations (or one) in ``fmt`` ("json" or "markdown")."""
-    conversations = Conversation.objects.filter(owner=owner).order_by("created_at", "id")
+    # Temporary chats are not kept, so never exported.
+    conversations = (
+        Conversation.objects.filter(owner=owner, temporary=False)
+        .select_related("folder")
+        .order_by("created_at", "id")
+    )
     if conversation_id is not None:
         conversations = conversations.filter(pk=conversation_id)
     if fmt == "markdown":
         return export_markdown(conversations).encode()
-    return render_json(export_json(conversations))
+    return render_json(export_json(conversations, owner if conversation_id is None else None))
 
 
 def start_export(owner, fmt: str) -> DataJob:
@@ -113,7 +120,10 @@ def run_import(job_id: int) -> None:
         if job is None:
             return
         try:
-            kind, specs = parse_file(bytes(job.payload or b""))
+            raw = bytes(job.payload or b"")
+            kind, specs = parse_file(raw)
+            # Folders and prompt presets of our own files.
+            account = account_fields(raw) if kind == "ours" else {}
         except InvalidFile as exc:
             _fail(job, f"Nothing was imported: {exc}.")
             return
@@ -134,6 +144,7 @@ def run_import(job_id: int) -> None:
             # Only the batches' writes may be cut short: removing what was written after a
             # failure, and the job's outcome, must still reach the database.
             ids = save(job.owner, specs, on_batch=progress, guard=run.cuttable)
+            save_account_fields(job.owner, account)
         except ImportStopped as exc:
             kept = f"The import failed ({type(exc.__cause__).__name__}) after {exc.kept:,} conversations; those were kept."
             _fail(job, _failure(job, exc, kept), exc.kept)

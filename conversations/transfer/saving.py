@@ -18,6 +18,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from conversations.models import Conversation, Message
+from conversations.transfer import workspace_fields
 from conversations.transfer.specs import ConversationSpec
 
 log = logging.getLogger(__name__)
@@ -100,10 +101,15 @@ def _prepare(owner, batch: list[ConversationSpec]) -> Rows:
 
 def _write(rows: Rows, now: datetime) -> list[int]:
     conversations = [conversation for _, conversation, _ in rows]
+    owner = conversations[0].owner if conversations else None
+    workspace_fields.place(owner, [(spec.workspace, conversation) for spec, conversation, _ in rows])
     # Both supported databases return the new ids from a bulk insert (SQLite >= 3.35); the
     # messages made before then pick their conversation's id up as they are inserted.
     Conversation.objects.bulk_create(conversations)
     Message.objects.bulk_create([m for _, _, made in rows for m in made], batch_size=500)
+    workspace_fields.save_ratings(
+        [(n.rating, m) for spec, _, made in rows for n, m in zip(spec.nodes, made, strict=True)]
+    )
     # Rows first, in bulk, then their links in one executemany: the same few statements
     # whatever the trees' shapes (Django's bulk_update builds a CASE per row and is slow).
     links, heads = [], []

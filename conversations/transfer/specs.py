@@ -17,6 +17,7 @@ class NodeSpec:
     created_at: datetime | None = None
     updated_at: datetime | None = None
     active_child: Any = None
+    rating: dict | None = None  # {"value": 1 | -1, "reason"} (conversations.transfer.workspace_fields)
 
 
 @dataclass
@@ -29,3 +30,5 @@ class ConversationSpec:
     active_root: Any = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    # pinned, archived_at, folder (a name): conversations.transfer.workspace_fields
+    workspace: dict = field(default_factory=dict)

@@ -1,0 +1,53 @@
+"""What the workspace's JSON views share: the sign-in check, the body, and telling tabs."""
+
+from __future__ import annotations
+
+import json
+from functools import wraps
+
+from asgiref.sync import async_to_sync
+from django.http import HttpRequest, JsonResponse
+
+from conversations.chat.groups import broadcast, conversation_group, user_group
+
+
+def login_required_json(view):
+    """A JSON view: 401 for a visitor who is not signed in, never a redirect."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args, **kwargs):
+        if not request.user.is_authenticated:
+            return JsonResponse({"detail": "sign in first"}, status=401)
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def json_body(request: HttpRequest) -> dict:
+    """The request's JSON object; anything else (no body, bad JSON, a list) is ``{}``."""
+    if not request.body:
+        return {}
+    try:
+        data = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def bad_request(detail: str) -> JsonResponse:
+    return JsonResponse({"detail": detail}, status=400)
+
+
+def list_changed(user_id: int) -> None:
+    """Every tab of the user fetches its conversation list again."""
+    async_to_sync(broadcast)(user_group(user_id), "conversations")
+
+
+def conversation_changed(conversation_id: int) -> None:
+    """Every tab showing the conversation receives its thread again."""
+    async_to_sync(broadcast)(conversation_group(conversation_id), "settings")
+
+
+def conversation_gone(conversation_id: int) -> None:
+    """Open sockets stop the conversation's answers and tell their tabs it is gone."""
+    async_to_sync(broadcast)(conversation_group(conversation_id), "deleted", conversation_id=conversation_id)

@@ -1,0 +1,108 @@
+"""Share-link views: create one (JSON, from the chat page), the list of mine with revoke, the
+read-only shared page, and "Continue in my account".
+
+The shared page shows the conversation's title and the copied messages, escaped by the
+template (answers are then drawn as Markdown in the browser through DOMPurify), and nothing
+else of its owner: no name, no other conversation, no sidebar. It is ``noindex``.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET, require_POST
+
+from conversations.chat.tree import Busy
+from conversations.models import Conversation, Share
+from conversations.workspace.http import login_required_json
+from conversations.workspace.sharing import fork_share, may_read, take_snapshot
+
+
+def share_dict(request: HttpRequest, share: Share) -> dict:
+    return {
+        "id": share.pk,
+        "title": share.title,
+        "url": request.build_absolute_uri(reverse("share-page", args=[share.token])),
+        "created_at": share.created_at.isoformat(),
+        "active": share.is_active,
+    }
+
+
+@require_POST
+@login_required_json
+def share_create(request: HttpRequest, pk: int) -> JsonResponse:
+    conversation = get_object_or_404(Conversation, pk=pk, owner=request.user)
+    if conversation.temporary:
+        return JsonResponse({"detail": "a temporary chat cannot be shared"}, status=400)
+    try:
+        share = take_snapshot(conversation)
+    except Busy as exc:
+        return JsonResponse({"detail": str(exc)}, status=409)
+    return JsonResponse({"share": share_dict(request, share)}, status=201)
+
+
+@require_GET
+@login_required
+@never_cache
+def my_shares(request: HttpRequest) -> HttpResponse:
+    shares = Share.objects.filter(owner=request.user).defer("messages", "settings")
+    rows = [share_dict(request, s) | {"revoked_at": s.revoked_at} for s in shares]
+    return render(request, "conversations/shares.html", {"shares": rows})
+
+
+@require_POST
+@login_required
+def share_revoke(request: HttpRequest, pk: int) -> HttpResponse:
+    Share.objects.filter(pk=pk, owner=request.user, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    if not Share.objects.filter(pk=pk, owner=request.user).exists():
+        raise Http404("no such share")
+    return redirect("my-shares")
+
+
+def _readable(request: HttpRequest, token: str) -> Share | HttpResponse:
+    share = Share.objects.filter(token=token).first()
+    if share is None or not share.is_active:
+        raise Http404("this link does not exist or was revoked")
+    if not may_read(share, request.user):
+        return redirect_to_login(request.get_full_path())
+    return share
+
+
+def _private(response: HttpResponse) -> HttpResponse:
+    response["X-Robots-Tag"] = "noindex, nofollow"
+    response["Cache-Control"] = "private, no-store"
+    # The link is the key: it must not leave in a Referer header to an answer's links.
+    response["Referrer-Policy"] = "no-referrer"
+    return response
+
+
+@require_GET
+@never_cache
+def share_page(request: HttpRequest, token: str) -> HttpResponse:
+    share = _readable(request, token)
+    if isinstance(share, HttpResponse):
+        return share
+    messages = [
+        {"role": m.get("role"), "content": m.get("content") or "", "reasoning": m.get("reasoning") or ""}
+        for m in share.messages
+        if m.get("role") in ("user", "assistant")
+    ]
+    context = {"share": share, "messages": messages, "system_prompt": share.settings.get("system_prompt", "")}
+    return _private(render(request, "conversations/shared.html", context))
+
+
+@require_POST
+def share_continue(request: HttpRequest, token: str) -> HttpResponse:
+    """Fork the share into the signed-in user's account and open it."""
+    if not request.user.is_authenticated:
+        return redirect_to_login(reverse("share-page", args=[token]))
+    share = _readable(request, token)
+    if isinstance(share, HttpResponse):
+        return share
+    conversation = fork_share(share, request.user)
+    return redirect("conversation", pk=conversation.pk)
