@@ -38,7 +38,8 @@ def _slug(title: str) -> str:
 
 
 def _export_one(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
-    conversation = get_object_or_404(Conversation, pk=pk, owner=request.user)
+    # A temporary chat is not kept, so it has no export either.
+    conversation = get_object_or_404(Conversation, pk=pk, owner=request.user, temporary=False)
     body = data_jobs.render_export(request.user, fmt, conversation_id=conversation.pk)
     extension = data_jobs.EXTENSIONS[fmt]
     content_type = "text/markdown; charset=utf-8" if fmt == "markdown" else "application/json"

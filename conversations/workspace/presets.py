@@ -7,7 +7,7 @@ from __future__ import annotations
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.db.models import Q
+from django.db.models import F, Q
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
@@ -34,7 +34,8 @@ class PresetForm(forms.ModelForm):
 
 def presets_for(user):
     """The user's own presets, then the site-wide ones."""
-    return Preset.objects.filter(Q(owner=user) | Q(owner__isnull=True)).order_by("owner_id", "name", "id")
+    mine_first = F("owner_id").asc(nulls_last=True)
+    return Preset.objects.filter(Q(owner=user) | Q(owner__isnull=True)).order_by(mine_first, "name", "id")
 
 
 def preset_dict(preset: Preset) -> dict:

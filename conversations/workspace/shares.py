@@ -8,6 +8,7 @@ else of its owner: no name, no other conversation, no sidebar. It is ``noindex``
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
@@ -52,7 +53,8 @@ def share_create(request: HttpRequest, pk: int) -> JsonResponse:
 def my_shares(request: HttpRequest) -> HttpResponse:
     shares = Share.objects.filter(owner=request.user).defer("messages", "settings")
     rows = [share_dict(request, s) | {"revoked_at": s.revoked_at} for s in shares]
-    return render(request, "conversations/shares.html", {"shares": rows})
+    context = {"shares": rows, "public_shares": settings.ALLOW_PUBLIC_SHARES}
+    return render(request, "conversations/shares.html", context)
 
 
 @require_POST

@@ -3,6 +3,7 @@ closing a temporary one, and what the page needs of the workspace when it loads.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.http import HttpRequest, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.utils import timezone
@@ -47,4 +48,5 @@ def page_state(request: HttpRequest) -> dict:
     return {
         "folders": folders_of(request.user),
         "presets": [preset_dict(p) for p in presets_for(request.user)],
+        "allow_public_shares": settings.ALLOW_PUBLIC_SHARES,
     }

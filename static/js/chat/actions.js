@@ -3,6 +3,7 @@
 
 import { api, toast, announce } from "./dom.js";
 import { createSocket } from "./socket.js";
+import { listParams, startOptions } from "./workspace/state.js";
 
 /* The conversation list, fetched again `delay` ms after the latest call (calls in between coalesce). */
 function listRefresher(store, listUrl) {
@@ -12,7 +13,7 @@ function listRefresher(store, listUrl) {
     listTimer = setTimeout(async () => {
       const query = store.state.query;
       try {
-        const data = await api(`${listUrl}?q=${encodeURIComponent(query)}`);
+        const data = await api(`${listUrl}?q=${encodeURIComponent(query)}${listParams()}`);
         store.dispatch({ type: "conversations", query, conversations: data.conversations });
       } catch (err) {
         /* the next event will retry */
@@ -120,7 +121,7 @@ export function createActions(store, boot) {
 
   async function ensureConversation() {
     if (store.state.conversationId) return store.state.conversationId;
-    const data = await api(urls.create, { method: "POST", body: {} });
+    const data = await api(urls.create, { method: "POST", body: startOptions() });
     // No "open": the "send" that follows opens it on the server without an empty thread first.
     show(data.conversation.id, true, data.conversation);
     refreshConversations();
@@ -145,7 +146,7 @@ export function createActions(store, boot) {
       refreshConversations(200);
     },
     async newChat() {
-      const data = await api(urls.create, { method: "POST", body: {} });
+      const data = await api(urls.create, { method: "POST", body: startOptions() });
       show(data.conversation.id, true, data.conversation);
       socket.send({ type: "open", conversation_id: data.conversation.id });
       refreshConversations();

@@ -10,6 +10,7 @@ import { installShortcuts } from "./keyboard.js";
 import { createSidebar } from "./sidebar.js";
 import { createStore, initialState } from "./store.js";
 import { createThreadView } from "./thread.js";
+import { installWorkspace } from "./workspace/index.js";
 
 const boot = JSON.parse($("chat-state").textContent);
 const store = createStore(initialState(boot));
@@ -43,6 +44,7 @@ window.addEventListener("popstate", () => {
   actions.openConversation(match ? Number(match[1]) : null, false);
 });
 installShortcuts(store, { actions, sidebar, header, thread, newChat });
+installWorkspace(store, actions, boot, { confirm });
 
 actions.show(store.state.conversationId, false);
 composer.update();

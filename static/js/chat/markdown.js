@@ -3,6 +3,7 @@
  * While an answer streams, only its last block is parsed again on each frame. */
 
 import { ICONS, button, copyText } from "./dom.js";
+import { MATH_ATTR, MATH_TAGS, parseWithMath } from "./workspace/math.js";
 
 const { marked, DOMPurify, hljs } = globalThis;
 
@@ -12,8 +13,9 @@ export const SANITIZE_CONFIG = {
     "ul", "ol", "li", "strong", "em", "b", "i", "del", "s", "sub", "sup",
     "code", "pre", "kbd", "blockquote",
     "table", "thead", "tbody", "tr", "th", "td", "a",
+    ...MATH_TAGS, // KaTeX's MathML, sanitised like the rest (workspace/math.js)
   ],
-  ALLOWED_ATTR: ["href", "title", "class", "start", "align", "colspan", "rowspan"],
+  ALLOWED_ATTR: ["href", "title", "class", "start", "align", "colspan", "rowspan", ...MATH_ATTR],
   ALLOWED_URI_REGEXP: /^(?:https?:|mailto:)/i,
   ALLOW_DATA_ATTR: false,
   ALLOW_ARIA_ATTR: false,
@@ -61,7 +63,7 @@ export function toSafeHtml(text) {
     div.textContent = text || "";
     return `<p>${div.innerHTML}</p>`;
   }
-  return DOMPurify.sanitize(marked.parse(text || "", { gfm: true, async: false }), SANITIZE_CONFIG);
+  return DOMPurify.sanitize(parseWithMath(text || ""), SANITIZE_CONFIG);
 }
 
 /** Where the finished blocks of a streaming text end: after its last blank line outside a code fence. */

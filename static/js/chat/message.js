@@ -3,6 +3,7 @@
 
 import { ICONS, button, copyText } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
+import { ratingNode } from "./workspace/rating.js";
 
 export function reasoningSummary(m) {
   if (m.reasoning_seconds == null) return m.status === "streaming" ? "Thinking…" : "Thoughts";
@@ -183,6 +184,7 @@ export function messageNode(m, index, ctx) {
   body.appendChild(footer);
   if (m.siblings && m.siblings.length > 1) footer.appendChild(switcher(m, index, ctx));
   footer.appendChild(actionsNode(m, index, ctx));
+  if (m.role === "assistant" && m.status !== "streaming" && m.content) footer.appendChild(ratingNode(m, index));
   const state = stateNode(m);
   const meta = metaText(m);
   if (state || meta) {

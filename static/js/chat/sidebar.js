@@ -2,6 +2,7 @@
  * tab order (inert) while closed and holds the focus while open. */
 
 import { $, timeAgo } from "./dom.js";
+import { groupedItems } from "./workspace/organise.js";
 
 const NARROW = window.matchMedia("(max-width: 820px)");
 
@@ -96,7 +97,8 @@ export function createSidebar(store, actions) {
 
   function render() {
     const state = store.state;
-    const items = state.conversations.map((c) => conversationItem(c, c.id === state.conversationId, openFromList));
+    // Pinned, folders, the rest (workspace/organise.js): each row is conversationItem's.
+    const items = groupedItems(state, (c) => conversationItem(c, c.id === state.conversationId, openFromList));
     const focusedId = list.contains(document.activeElement) ? document.activeElement.getAttribute("href") : null;
     list.replaceChildren(...items);
     if (focusedId) {

@@ -1,0 +1,119 @@
+"""Share links: a frozen snapshot, who may read it (two users and an anonymous visitor, with
+and without ALLOW_PUBLIC_SHARES), revoking, my shares, and "Continue in my account"."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from conversations.chat import tree as tree_ops
+from conversations.chat.tree import Tree
+from conversations.models import Conversation, Message, Share
+from tests.workspace.conftest import finish, post_json, signed_in
+
+pytestmark = pytest.mark.django_db
+
+
+def share_of(client, conversation) -> dict:
+    reply = post_json(client, f"/chat/conversations/{conversation.pk}/share/")
+    assert reply.status_code == 201, reply.content
+    return reply.json()["share"]
+
+
+def path_of(share: dict) -> str:
+    return share["url"].removeprefix("http://testserver")
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("public", [False, True])
+def test_who_can_read_a_share(settings, regenerated, alice, bob, public):
+    settings.ALLOW_PUBLIC_SHARES = public
+    conversation = regenerated[0]
+    share = share_of(signed_in(alice), conversation)
+    url = path_of(share)
+
+    for reader in (signed_in(alice), signed_in(bob)):
+        page = reader.get(url)
+        assert page.status_code == 200
+        assert b"Four: $2+2=4$." in page.content and b"Five." not in page.content  # the shown branch only
+        assert page["X-Robots-Tag"] == "noindex, nofollow"
+        assert b'<meta name="robots" content="noindex, nofollow">' in page.content
+        assert b"alice" not in page.content  # nothing of the owner but the title
+    anonymous = Client().get(url)
+    if public:
+        assert anonymous.status_code == 200 and b"Four" in anonymous.content
+        assert b"Sign in to continue" in anonymous.content
+    else:
+        assert anonymous.status_code == 302 and anonymous["Location"].startswith("/accounts/login/")
+    assert signed_in(bob).get("/s/not-a-token/").status_code == 404
+
+
+def test_the_page_escapes_hostile_text(alice, bob):
+    conversation = Conversation.objects.create(owner=alice, title="<script>alert(1)</script>")
+    _, answer = tree_ops.send_message(conversation, "<img src=x onerror=alert(1)>")
+    finish(answer, "<script>steal()</script>")
+    page = signed_in(bob).get(path_of(share_of(signed_in(alice), conversation)))
+    assert b"<script>steal()" not in page.content and b"<img src=x" not in page.content
+    assert b"&lt;script&gt;steal()&lt;/script&gt;" in page.content
+
+
+def test_a_share_is_frozen_and_revocable(regenerated, alice, bob):
+    conversation, _question, _first, second = regenerated
+    owner = signed_in(alice)
+    share = share_of(owner, conversation)
+    url = path_of(share)
+    # Later edits, and even deleting the conversation, leave the copy as it was.
+    Message.objects.filter(pk=second.pk).update(content="Changed later.")
+    post_json(owner, f"/chat/conversations/{conversation.pk}/delete/")
+    page = signed_in(bob).get(url)
+    assert b"Four: $2+2=4$." in page.content and b"Changed later." not in page.content
+
+    listing = owner.get("/shares/")
+    assert listing.status_code == 200 and share["url"].encode() in listing.content
+    assert b"Sums" not in signed_in(bob).get("/shares/").content  # bob has none
+    # Only the owner revokes; then the link is gone for everyone.
+    assert signed_in(bob).post(f"/shares/{share['id']}/revoke/").status_code == 404
+    assert signed_in(bob).get(url).status_code == 200
+    assert owner.post(f"/shares/{share['id']}/revoke/").status_code == 302
+    assert signed_in(bob).get(url).status_code == 404
+    assert owner.get(url).status_code == 404
+    assert b"Revoked" in owner.get("/shares/").content
+
+
+def test_sharing_needs_the_owner_and_a_finished_answer(alice, bob, regenerated):
+    conversation = regenerated[0]
+    assert post_json(signed_in(bob), f"/chat/conversations/{conversation.pk}/share/").status_code == 404
+    assert post_json(Client(), f"/chat/conversations/{conversation.pk}/share/").status_code == 401
+    tree_ops.send_message(conversation, "And 3+3?")  # its answer is streaming
+    assert post_json(signed_in(alice), f"/chat/conversations/{conversation.pk}/share/").status_code == 409
+    temporary = Conversation.objects.create(owner=alice, temporary=True)
+    assert post_json(signed_in(alice), f"/chat/conversations/{temporary.pk}/share/").status_code == 400
+
+
+def test_continue_in_my_account_forks_with_token_ids(settings, regenerated, alice, bob):
+    settings.ALLOW_PUBLIC_SHARES = True
+    conversation, question, _first, second = regenerated
+    share = share_of(signed_in(alice), conversation)
+    token = Share.objects.get(pk=share["id"]).token
+    # An anonymous visitor is sent to sign in first; nothing is created.
+    anonymous = Client().post(f"/s/{token}/continue/")
+    assert anonymous.status_code == 302 and "/accounts/login/" in anonymous["Location"]
+    before = Conversation.objects.count()
+
+    reply = signed_in(bob).post(f"/s/{token}/continue/")
+    assert reply.status_code == 302
+    fork = Conversation.objects.get(owner=bob)
+    assert reply["Location"] == f"/c/{fork.pk}/" and Conversation.objects.count() == before + 1
+    assert (fork.title, fork.system_prompt) == ("Sums", "Be exact.")
+    thread = Tree.load(fork).thread()
+    assert [m.content for m in thread] == ["What is 2+2?", "Four: $2+2=4$."]
+    stored = dict(Message.objects.filter(conversation=fork).values_list("role", "token_ids"))
+    assert stored == {"user": [7, 8, 9], "assistant": [4, 5]}
+    assert {m.token_fingerprint for m in Message.objects.filter(conversation=fork)} == {"fp"}
+    assert fork.current_leaf_id == thread[-1].pk
+    # The fork is bob's own: alice's conversation is untouched.
+    assert Message.objects.filter(conversation=conversation).count() == 3
+    # A revoked share cannot be continued.
+    Share.objects.filter(pk=share["id"]).update(revoked_at=question.created_at)
+    assert signed_in(bob).post(f"/s/{token}/continue/").status_code == 404
+    assert second.pk not in [m.pk for m in thread]
