@@ -78,8 +78,6 @@ def _readable(request: HttpRequest, token: str) -> Share | HttpResponse:
 def _private(response: HttpResponse) -> HttpResponse:
     response["X-Robots-Tag"] = "noindex, nofollow"
     response["Cache-Control"] = "private, no-store"
-    # The link is the key: it must not leave in a Referer header to an answer's links.
-    response["Referrer-Policy"] = "no-referrer"
     return response
 
 

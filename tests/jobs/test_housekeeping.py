@@ -80,6 +80,7 @@ def test_the_beat_schedule_runs_every_housekeeping_task_with_its_period(settings
     assert {entry["task"] for entry in schedule.values()} == {
         "conversations.tasks.interrupt_orphan_answers",
         "conversations.tasks.purge_deleted_conversations",
+        "conversations.tasks.purge_temporary_conversations",
         "conversations.tasks.prune_api_requests",
         "conversations.tasks.prune_data_jobs",
         "conversations.tasks.clear_expired_sessions",
@@ -88,6 +89,7 @@ def test_the_beat_schedule_runs_every_housekeeping_task_with_its_period(settings
         assert entry["task"] in celery_app.tasks
     assert schedule["interrupt-orphan-answers"]["schedule"] == settings.ORPHAN_SWEEP_SECONDS
     assert schedule["clear-expired-sessions"]["schedule"] == settings.SESSION_SWEEP_SECONDS
+    assert schedule["purge-temporary-conversations"]["schedule"] == settings.TEMPORARY_CHAT_SWEEP_SECONDS
 
 
 # --- KV purge: a user's blocks leave the engine with their data ---------------------------------

@@ -17,6 +17,8 @@ export const SANITIZE_CONFIG = {
   ],
   ALLOWED_ATTR: ["href", "title", "class", "start", "align", "colspan", "rowspan", ...MATH_ATTR],
   ALLOWED_URI_REGEXP: /^(?:https?:|mailto:)/i,
+  // MathML's attributes hold plain words (display="block"), never a URL: not held to the regexp above.
+  ADD_URI_SAFE_ATTR: MATH_ATTR,
   ALLOW_DATA_ATTR: false,
   ALLOW_ARIA_ATTR: false,
 };

@@ -68,6 +68,13 @@ export function createOrganiseDialog() {
 export function askFolderName(title, initial = "") {
   const dialog = $("folder-dialog");
   const input = $("folder-name");
+  // Enter in the field saves (the form's default button would be Cancel, the first one).
+  input.onkeydown = (e) => {
+    if (e.key === "Enter" && !e.isComposing) {
+      e.preventDefault();
+      dialog.close("save");
+    }
+  };
   $("folder-dialog-title").textContent = title;
   input.value = initial;
   return new Promise((resolve) => {
