@@ -39,6 +39,18 @@ def update_conversation(conversation_id: int, **fields) -> None:
     in_thread(update)
 
 
+def share_conversation(conversation_id: int) -> str:
+    """A share link's token for the conversation's visible branch (conversations.workspace)."""
+
+    def share():
+        from conversations.models import Conversation
+        from conversations.workspace.sharing import take_snapshot
+
+        return take_snapshot(Conversation.objects.get(pk=conversation_id)).token
+
+    return in_thread(share)
+
+
 # Contract #7, enforced here whatever the server sends, so a UI change that needs an inline script,
 # an inline handler, a style attribute or a remote image fails these tests.
 CSP = (

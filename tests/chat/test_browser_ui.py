@@ -18,6 +18,7 @@ from tests.chat.browser_pages import (
     assert_no_axe_violations,
     enforce_csp,
     make_conversation,
+    share_conversation,
     update_conversation,
     wait_until,
 )
@@ -112,6 +113,16 @@ def test_every_page_has_no_axe_violations(live_site, browser, scheme):
     page.get_by_role("button", name="Create key").click()
     expect(page.get_by_role("heading", name="Your new key")).to_be_visible()
     assert_no_axe_violations(page, f"API keys ({scheme})")
+
+    # The workspace's pages: presets, my shared links, and a shared conversation.
+    token = share_conversation(conversation_id)
+    for path, name in (
+        ("/settings/presets/", "presets"),
+        ("/shares/", "shared links"),
+        (f"/s/{token}/", "shared"),
+    ):
+        page.goto(f"{url}{path}")
+        assert_no_axe_violations(page, f"{name} page ({scheme})")
 
     # Phone width: the shut drawer is out of the tab order, the open one is not cut at the left.
     phone = browser.new_context(

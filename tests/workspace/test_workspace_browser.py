@@ -126,6 +126,9 @@ def test_organise_bulk_archive_and_share_between_users(live_site, browser):
     expect(page.get_by_role("button", name="Work (2)")).to_be_visible()
     assert conversation_fields(ids["Gamma"])["pinned"] is True
     assert_no_axe_violations(page, "sidebar with pinned chats and a folder")
+    page.emulate_media(color_scheme="dark")
+    assert_no_axe_violations(page, "sidebar with pinned chats and a folder (dark)")
+    page.emulate_media(color_scheme="light")
 
     # Archive Alpha; it leaves the list, the search finds it marked, the archive restores it.
     page.get_by_role("button", name="Organise “Alpha”").click()

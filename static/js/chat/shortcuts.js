@@ -14,6 +14,8 @@ export const SHORTCUTS = [
   // Also closes the sidebar drawer when no answer is being written.
   { chords: [{ key: "Escape", shift: false }], action: "Stop the answer being written", command: "stopAnswer" },
   { chords: [{ key: "ArrowUp" }], where: "in an empty message box", action: "Edit your last message" },
+  // Handled by the message box's saved-prompt menu (workspace/slash.js).
+  { chords: [{ key: "/" }], where: "at the start of the message box", action: "Insert a saved prompt" },
   {
     chords: [{ key: "ArrowLeft" }, { key: "ArrowRight" }],
     joiner: " / ",
