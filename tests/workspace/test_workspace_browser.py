@@ -302,6 +302,24 @@ def test_temporary_chat_rating_presets_slash_math_and_phone_width(live_site, bro
     expect(prompt).to_have_value("Answer like a pirate.")
     expect(page.get_by_role("listbox")).to_be_hidden()
 
+    # Closing the tab closes a temporary chat too (pagehide sends a beacon).
+    other = context.new_page()
+    other.goto(f"{url}/")
+    other.get_by_role("button", name="Temporary chat").click()
+    other.get_by_role("button", name="New chat").click()
+    other.wait_for_url(re.compile(r"/c/\d+/$"))
+    closed_id = int(re.search(r"/c/(\d+)/", other.url).group(1))
+
+    def closed():
+        from conversations.models import Conversation
+
+        row = Conversation.all_objects.filter(pk=closed_id).values("temporary", "deleted_at").first()
+        return row is not None and row["temporary"] and row["deleted_at"] is not None
+
+    assert not in_thread(closed)
+    other.close(run_before_unload=True)
+    wait_until(page, lambda: in_thread(closed))
+
     # Phone width: the grouped sidebar and the new controls fit.
     phone = browser.new_context(
         viewport={"width": 390, "height": 844},
