@@ -129,6 +129,7 @@ def test_organise_bulk_archive_and_share_between_users(live_site, browser):
     page.emulate_media(color_scheme="dark")
     assert_no_axe_violations(page, "sidebar with pinned chats and a folder (dark)")
     page.emulate_media(color_scheme="light")
+    page.screenshot(path=ARTIFACTS / "workspace-sidebar.png")
 
     # Archive Alpha; it leaves the list, the search finds it marked, the archive restores it.
     page.get_by_role("button", name="Organise “Alpha”").click()
@@ -292,6 +293,7 @@ def test_temporary_chat_rating_presets_slash_math_and_phone_width(live_site, bro
         return list(Rating.objects.values_list("message_id", "value", "reason"))
 
     wait_until(page, lambda: rating() == [(ids[1], -1, "Too long")])
+    page.screenshot(path=ARTIFACTS / "workspace-math-and-rating.png")
 
     # "/" lists saved prompts; Enter inserts one.
     prompt.focus()
