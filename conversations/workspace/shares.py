@@ -67,7 +67,8 @@ def share_revoke(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _readable(request: HttpRequest, token: str) -> Share | HttpResponse:
-    share = Share.objects.filter(token=token).first()
+    # A deactivated owner's links stop working with their account.
+    share = Share.objects.filter(token=token, owner__is_active=True).first()
     if share is None or not share.is_active:
         raise Http404("this link does not exist or was revoked")
     if not may_read(share, request.user):

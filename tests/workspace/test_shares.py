@@ -80,6 +80,14 @@ def test_a_share_is_frozen_and_revocable(regenerated, alice, bob):
     assert b"Revoked" in owner.get("/shares/").content
 
 
+def test_a_deactivated_owners_links_stop_working(regenerated, alice, bob):
+    url = path_of(share_of(signed_in(alice), regenerated[0]))
+    assert signed_in(bob).get(url).status_code == 200
+    alice.is_active = False
+    alice.save(update_fields=["is_active"])
+    assert signed_in(bob).get(url).status_code == 404
+
+
 def test_sharing_needs_the_owner_and_a_finished_answer(alice, bob, regenerated):
     conversation = regenerated[0]
     assert post_json(signed_in(bob), f"/chat/conversations/{conversation.pk}/share/").status_code == 404
