@@ -24,8 +24,8 @@ from inference.engine.admission import Admission
 from inference.engine.kv_stack import build_kv_stack
 from inference.engine.metrics import EngineMetrics
 from inference.engine.next_tokens import finish_for_length, sample_next_tokens
-from inference.engine.pooling import embed_token_ids
 from inference.engine.outputs import EngineStats, RequestOutput, StreamDelta, request_output
+from inference.engine.pooling import embed_token_ids
 from inference.engine.sequence import Request, Sequence
 from inference.engine.sequence_factory import SequenceFactory, make_private
 from inference.engine.stats import engine_stats, observe_kv_usage

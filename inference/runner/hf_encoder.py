@@ -40,7 +40,9 @@ class HFEncoder:
             if not ids:
                 raise ValueError("every input needs at least one token")
             if len(ids) > self.max_length:
-                raise ValueError(f"an input has {len(ids)} tokens; this model takes at most {self.max_length}")
+                raise ValueError(
+                    f"an input has {len(ids)} tokens; this model takes at most {self.max_length}"
+                )
         rows: list[torch.Tensor] = []
         with self._lock:
             for first in range(0, len(inputs), self.max_batch):

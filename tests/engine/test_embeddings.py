@@ -21,7 +21,9 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="module")
 def engine(tiny_dir) -> LLMEngine:
     loaded = load_model(tiny_dir, device="cpu")
-    return LLMEngine(EngineConfig(model=str(tiny_dir), num_kv_blocks=64, max_num_batched_tokens=64), loaded=loaded)
+    return LLMEngine(
+        EngineConfig(model=str(tiny_dir), num_kv_blocks=64, max_num_batched_tokens=64), loaded=loaded
+    )
 
 
 def hf_mean_pooled(tiny_dir, inputs: list[list[int]]) -> torch.Tensor:
