@@ -30,8 +30,8 @@ from conversations.chat.prompts import (
     estimated_tokens,
 )
 from conversations.chat.token_fingerprint import token_fingerprint
-from conversations.documents.in_prompt import attached_documents, ground_question
 from conversations.chat.tree import Tree, path_rows
+from conversations.documents.in_prompt import attached_documents, ground_question
 from conversations.models import Conversation, Message
 
 # Rows per query when reading a path newest first (well under SQLite's variable limit).

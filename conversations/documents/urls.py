@@ -10,7 +10,9 @@ urlpatterns = [
     path("documents/<int:pk>/", views.detail, name="document"),
     path("documents/<int:pk>/delete/", views.delete, name="document-delete"),
     path("documents/<int:pk>/passage/", views.passage, name="document-passage"),
-    path("chat/conversations/<int:pk>/documents/", views.conversation_documents, name="conversation-documents"),
+    path(
+        "chat/conversations/<int:pk>/documents/", views.conversation_documents, name="conversation-documents"
+    ),
     path(
         "chat/conversations/<int:pk>/documents/<int:document_id>/detach/",
         views.detach,

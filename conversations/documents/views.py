@@ -40,7 +40,9 @@ def _upload(request: HttpRequest) -> Document:
     """The request's file stored as a new document; ``DocumentError`` for a bad one."""
     announced = int(request.META.get("CONTENT_LENGTH") or 0)
     if announced > settings.DOCUMENT_MAX_BYTES + 65_536:
-        raise DocumentError(f"The upload is {announced:,} bytes; a file may have at most {settings.DOCUMENT_MAX_BYTES:,}.")
+        raise DocumentError(
+            f"The upload is {announced:,} bytes; a file may have at most {settings.DOCUMENT_MAX_BYTES:,}."
+        )
     upload = request.FILES.get("file")
     if upload is None:
         raise DocumentError("No file was sent (the form field is `file`).")
@@ -101,9 +103,9 @@ def _sources(conversation_id: int) -> dict[str, dict]:
         "message_id", "passages", "whole"
     )
     by_question = {r["message_id"]: {"passages": r["passages"], "whole": r["whole"]} for r in rows}
-    answers = Message.objects.filter(conversation_id=conversation_id, parent_id__in=list(by_question)).values_list(
-        "id", "parent_id"
-    )
+    answers = Message.objects.filter(
+        conversation_id=conversation_id, parent_id__in=list(by_question)
+    ).values_list("id", "parent_id")
     return {str(answer): by_question[question] for answer, question in answers}
 
 
@@ -115,7 +117,9 @@ def conversation_documents(request: HttpRequest, pk: int) -> JsonResponse:
     conversation = _own_conversation(request, pk)
     if request.method == "POST":
         doc_id = _json_body(request).get("document_id")
-        document = get_object_or_404(Document, pk=int(doc_id) if str(doc_id).isdigit() else 0, owner=request.user)
+        document = get_object_or_404(
+            Document, pk=int(doc_id) if str(doc_id).isdigit() else 0, owner=request.user
+        )
         ConversationDocument.objects.get_or_create(conversation=conversation, document=document)
     attached = _fields().filter(attachments__conversation=conversation, owner=request.user).order_by("pk")
     return JsonResponse(

@@ -16,7 +16,7 @@ def read(name: str, data: bytes) -> str:
 
 @pytest.mark.smoke
 def test_each_kind_gives_its_text_with_headings_marked():
-    assert read("a.txt", "plain words\n\nsecond".encode()) == "plain words\n\nsecond"
+    assert read("a.txt", b"plain words\n\nsecond") == "plain words\n\nsecond"
     assert read("a.md", b"# Title\n\nbody") == "# Title\n\nbody"
     assert read("a.py", b"def f():\n    return 1\n") == "def f():\n    return 1"
     html = b"<html><head><title>T</title><style>p{}</style></head><body><h2>Part</h2><p>One &amp; two</p>"
