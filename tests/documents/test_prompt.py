@@ -50,7 +50,7 @@ async def test_a_small_document_leads_every_prompt_of_the_users_conversations(ma
     assert text.index("The Nile flows north") < text.index("Which way does the Nile flow?")
     assert plan1.shared_prefix_tokens == plan2.shared_prefix_tokens == 0  # never shared with other users
     doc_tokens = len(engine.tokenizer.encode(RIVERS))
-    common = next(i for i, (a, b) in enumerate(zip(plan1.token_ids, plan2.token_ids)) if a != b)
+    common = next(i for i, (a, b) in enumerate(zip(plan1.token_ids, plan2.token_ids, strict=False)) if a != b)
     assert common >= doc_tokens  # the same leading blocks: shared through the prefix cache
     # The retention's mark for the open conversation starts with the same document tokens.
     mark = (await thread_prompt(first.pk, engine)).plan.token_ids
