@@ -3,6 +3,7 @@
 
 import { $, toast } from "./dom.js";
 import { createActions } from "./actions.js";
+import { installAttachments } from "./attachments.js";
 import { createComposer } from "./composer.js";
 import { confirm, openHelp, renderHelp } from "./dialogs.js";
 import { createHeader } from "./header.js";
@@ -43,6 +44,7 @@ window.addEventListener("popstate", () => {
   actions.openConversation(match ? Number(match[1]) : null, false);
 });
 installShortcuts(store, { actions, sidebar, header, thread, newChat });
+installAttachments(store, actions);
 
 actions.show(store.state.conversationId, false);
 composer.update();
