@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from channels.db import database_sync_to_async
 
+from conversations.documents.rendering import documents_system_prompt, with_passages
 from conversations.documents.retrieval import Passage, load_chunks, rank
 from conversations.models import ConversationDocument, MessageSources
 
@@ -32,7 +33,6 @@ WHOLE_SHARE = 0.5
 # Passages put into a question's turn, and citations shown for whole documents.
 TOP_K = 4
 EXCERPT_CHARS = 240
-PREAMBLE = "The user attached these documents. Answer from them when they are relevant."
 
 
 @dataclass
@@ -46,14 +46,7 @@ class AttachedDocuments:
 
     def system_prompt(self, own: str) -> str:
         """The system message: the whole documents first (a stable prefix), then ``own``."""
-        if not self.whole:
-            return own
-        parts = [PREAMBLE]
-        for _id, filename, text in self.whole:
-            parts.append(f'<document name="{filename}">\n{text}\n</document>')
-        if own:
-            parts.append(own)
-        return "\n\n".join(parts)
+        return documents_system_prompt([(name, text) for _id, name, text in self.whole], own)
 
 
 def _attached(conversation_id: int, owner_id: int, max_model_len: int) -> AttachedDocuments:
@@ -92,15 +85,6 @@ def _citation(n: int, p: Passage) -> dict:
         "n": n, "document_id": p.document_id, "filename": p.filename, "chunk_id": p.chunk_id,
         "heading": p.heading, "start": p.start, "end": p.end, "excerpt": excerpt,
     }  # fmt: skip
-
-
-def with_passages(question: str, passages: list[Passage]) -> str:
-    """The question's turn with the passages found for it before it, each with its source."""
-    blocks = []
-    for n, p in enumerate(passages, start=1):
-        where = f"{p.filename}" + (f", {p.heading}" if p.heading else "")
-        blocks.append(f"[{n}] ({where})\n{p.text}")
-    return "Passages from my documents:\n\n" + "\n\n".join(blocks) + f"\n\nQuestion: {question}"
 
 
 async def _search(owner_id: int, doc_ids: list[int], question: str) -> list[Passage]:

@@ -3,6 +3,8 @@ salted from token 0), or searched passages in the question's turn, with citation
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from asgiref.sync import sync_to_async
 
@@ -10,7 +12,7 @@ from conversations.chat.prompt_history import plan_prompt, thread_prompt
 from conversations.documents import in_prompt
 from conversations.documents.jobs import run_extraction, start_upload
 from conversations.documents.views import _sources
-from conversations.models import Conversation, ConversationDocument, Message, MessageSources
+from conversations.models import Conversation, ConversationDocument, Document, Message, MessageSources
 from conversations.ops.engine_handle import aget_engine
 
 RIVERS = "# Rivers\n\nThe Nile flows north into the Mediterranean.\n\n## Deltas\n\nA delta forms where a river slows."
@@ -23,11 +25,21 @@ MANUAL = (
 )
 
 
+def finish_extraction(document_id: int, timeout: float = 30.0) -> None:
+    """Run the job here; if the upload's own thread (eager Celery, after the commit) took it
+    first, wait for that one to finish."""
+    run_extraction(document_id)
+    deadline = time.monotonic() + timeout
+    while Document.objects.get(pk=document_id).status not in ("ready", "failed"):
+        assert time.monotonic() < deadline, "extraction did not finish"
+        time.sleep(0.05)
+
+
 def setup(user, files: dict[str, str], system_prompt: str = "") -> Conversation:
     conversation = Conversation.objects.create(owner=user, system_prompt=system_prompt)
     for name, text in files.items():
         document = start_upload(user, name, text.encode())
-        run_extraction(document.pk)
+        finish_extraction(document.pk)
         ConversationDocument.objects.create(conversation=conversation, document=document)
     return conversation
 
@@ -47,6 +59,7 @@ async def test_a_small_document_leads_every_prompt_of_the_users_conversations(ma
     plan1 = (await plan_prompt(first, q1.pk, engine)).plan
     plan2 = (await plan_prompt(second, q2.pk, engine)).plan
     text = engine.tokenizer.decode(plan1.token_ids, skip_special_tokens=False)
+    assert "The Nile flows north" in text, text[:600]
     assert text.index("The Nile flows north") < text.index("Which way does the Nile flow?")
     assert plan1.shared_prefix_tokens == plan2.shared_prefix_tokens == 0  # never shared with other users
     doc_tokens = len(engine.tokenizer.encode(RIVERS))
