@@ -24,6 +24,9 @@ from conversations.documents.embedder import aget_embedder
 
 # OpenAI's own limit on inputs per request.
 MAX_INPUTS = 2048
+# Tokens one request may embed in all: the engine thread embeds a request between two steps,
+# so a bound here bounds how long the answers streaming meanwhile wait.
+MAX_TOTAL_TOKENS = 32_768
 
 TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
 
@@ -77,6 +80,13 @@ def _inputs(raw: Any) -> tuple[list[str] | None, list[list[int]] | None]:
 
 
 def _check_ids(ids: list[list[int]], vocab_size: int, limit: int) -> None:
+    total = sum(len(seq) for seq in ids)
+    if total > MAX_TOTAL_TOKENS:
+        raise invalid(
+            f"This request has {total} tokens in all; at most {MAX_TOTAL_TOKENS} are embedded per request.",
+            param="input",
+            code="too_many_tokens",
+        )
     for i, seq in enumerate(ids):
         param = "input" if len(ids) == 1 else f"input[{i}]"
         if not seq:

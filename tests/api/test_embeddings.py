@@ -62,6 +62,7 @@ def test_token_arrays_and_a_single_string(openai_client, model_name):
         ({"input": ""}, "input"),
         ({"input": [[10**9]]}, "input"),
         ({"input": [[1] * 100_000]}, "input"),
+        ({"input": [[1] * 2000] * 20}, "input"),
         ({"input": "x", "dimensions": 3}, "dimensions"),
     ],
 )
