@@ -179,11 +179,12 @@ def main() -> None:
     parser.add_argument(
         "--model", default=None, help="an HF directory or .gguf (default SmolLM2-135M-Instruct)"
     )
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     from inference import EngineConfig, LLMEngine
 
-    engine = LLMEngine(EngineConfig(model=args.model, kv_cache_gb=0.5))
+    engine = LLMEngine(EngineConfig(model=args.model, kv_cache_gb=0.5, num_threads=args.threads))
     count = lambda text: len(engine.tokenizer.encode(text))  # noqa: E731
     texts, chunks = load_corpus(count)
     ingest = ingestion(texts, count, engine, chunks)

@@ -7,7 +7,7 @@ import re
 import httpx
 import pytest
 
-from tests.chat.browser_pages import enforce_csp
+from tests.chat.browser_pages import assert_no_axe_violations, enforce_csp
 from tests.chat.test_browser import ARTIFACTS, CHROMIUM_ARGS, Problems, set_settings, sign_up
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -86,6 +86,7 @@ def test_attach_ask_see_the_citation_and_open_the_passage(site, browser, tmp_pat
     expect(answer.locator(".citations")).to_contain_text("horn twice every minute")
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "documents-citation.png"))
+    assert_no_axe_violations(page, "chat with attachments and citations")
 
     with context.expect_page() as opened:
         citation.click()
@@ -93,11 +94,13 @@ def test_attach_ask_see_the_citation_and_open_the_passage(site, browser, tmp_pat
     passage = passage_page.locator("mark#passage")
     expect(passage).to_contain_text("horn twice every minute")
     expect(passage_page.get_by_role("heading", name="lighthouse.md")).to_be_visible()
+    assert_no_axe_violations(passage_page, "passage page")
 
     # Your files lists all three; the failed one says why; deleting one removes it.
     page.goto(f"{site.url}/settings/documents/")
     expect(page.locator(".data-job")).to_have_count(3)
     expect(page.locator(".data-job.failed")).to_contain_text("binary file")
+    assert_no_axe_violations(page, "Your files")
     page.get_by_role("button", name="Delete notes.txt").click()
     expect(page.locator(".data-job")).to_have_count(2)
     assert problems.errors == []
