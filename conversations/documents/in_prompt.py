@@ -24,7 +24,7 @@ from channels.db import database_sync_to_async
 
 from conversations.documents.rendering import documents_system_prompt, with_passages
 from conversations.documents.retrieval import Passage, load_chunks, rank
-from conversations.models import ConversationDocument, MessageSources
+from conversations.models import ConversationDocument, DocumentChunk, MessageSources
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +101,22 @@ async def _search(owner_id: int, doc_ids: list[int], question: str) -> list[Pass
 
 
 @database_sync_to_async
-def _has_sources(message_id: int) -> bool:
-    return MessageSources.objects.filter(message_id=message_id).exists()
+def _stored_passages(message_id: int, owner_id: int) -> list[Passage] | None:
+    """The passages the question's turn was given before (None: never grounded), read again
+    from their chunks, so a rebuilt prompt (a retry, an earlier read) holds the same text."""
+    row = MessageSources.objects.filter(message_id=message_id).values_list("passages", flat=True).first()
+    if row is None:
+        return None
+    wanted = [p["chunk_id"] for p in row if p.get("in_prompt")]
+    chunks = {
+        c.pk: c
+        for c in DocumentChunk.objects.filter(pk__in=wanted, owner_id=owner_id).select_related("document")
+    }
+    return [
+        Passage(c.pk, c.document_id, c.document.filename, c.heading, c.text, c.start, c.end)
+        for c in (chunks.get(i) for i in wanted)
+        if c is not None
+    ]
 
 
 @database_sync_to_async
@@ -113,20 +127,24 @@ def _save_sources(message_id: int, passages: list[dict], whole: list[dict]) -> N
 
 
 async def ground_question(conversation, history: list[dict], docs: AttachedDocuments) -> None:
-    """Find the passages for the question ending ``history`` (a new user turn: no stored
-    ids yet), put the searched documents' passages into its turn, and store its citations."""
+    """Put the searched documents' passages for the question ending ``history`` (a user turn
+    without stored ids) into its turn; the first time, find them and store the question's
+    citations, later (a retry) read the same passages back."""
     if not docs.any or not history or history[-1]["role"] != "user" or history[-1].get("token_ids"):
         return
     question = history[-1]
-    if await _has_sources(question["id"]):
-        return
     owner = conversation.owner_id
+    stored = await _stored_passages(question["id"], owner)
+    if stored is not None:
+        if stored:
+            history[-1] = {**question, "content": with_passages(question["content"], stored)}
+        return
     cited: list[dict] = []
     if docs.searched:
         found = await _search(owner, docs.searched, question["content"])
         if found:
             history[-1] = {**question, "content": with_passages(question["content"], found)}
-        cited = [_citation(n, p) for n, p in enumerate(found, start=1)]
+        cited = [{**_citation(n, p), "in_prompt": True} for n, p in enumerate(found, start=1)]
     if docs.whole:  # the document is in the prompt whole: cite where the answer most likely is
         found = await _search(owner, [d for d, _, _ in docs.whole], question["content"])
         cited += [_citation(len(cited) + n, p) for n, p in enumerate(found[:2], start=1)]

@@ -91,6 +91,9 @@ async def test_a_large_document_is_searched_and_its_passages_cited(make_user, ti
     assert top["n"] == 1 and top["filename"] == "manual.md" and "nine bar" in top["excerpt"]
     document_text = MANUAL.strip()
     assert "nine bar" in document_text[top["start"] : top["end"]]
+    # Built again (a retry, or a longer read of the history): the same passages, not searched again.
+    again = (await plan_prompt(conversation, question.pk, engine)).plan
+    assert again.token_ids == plan.token_ids
     answer = await Message.objects.acreate(conversation=conversation, role="assistant", parent=question)
     cited = await sync_to_async(_sources)(conversation.pk)
     assert cited[str(answer.pk)]["passages"][0]["chunk_id"] == top["chunk_id"]
