@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -28,6 +29,8 @@ log = logging.getLogger(__name__)
 CHUNK_TOKENS = 256
 CHUNK_OVERLAP = 48
 EMBED_BATCH = 16
+# A file still not read this long after its upload lost its job (a process or worker died).
+STALE_SECONDS = 1800
 # Shares of the progress bar: extraction, then chunking, then embedding.
 EXTRACT_SHARE, CHUNK_SHARE = 0.5, 0.1
 
@@ -69,6 +72,19 @@ def start_upload(owner, filename: str, data: bytes) -> Document:
     else:
         enqueue_on_commit(RUN_DOCUMENT, document.pk)
     return document
+
+
+def fail_stale(owner) -> int:
+    """Mark the user's files whose job was lost as failed, so no page waits on them forever."""
+    cutoff = timezone.now() - timedelta(seconds=STALE_SECONDS)
+    return Document.objects.filter(
+        owner=owner, status__in=[Document.Status.PENDING, Document.Status.EXTRACTING], created_at__lt=cutoff
+    ).update(
+        status=Document.Status.FAILED,
+        error="Reading this file did not finish (the server restarted?). Please upload it again.",
+        payload=None,
+        finished_at=timezone.now(),
+    )
 
 
 def _thread(document_id: int) -> None:

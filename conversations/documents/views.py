@@ -18,7 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from conversations.chat.views import _json_body, _own_conversation, login_required_json
 from conversations.documents.formats import ACCEPT, DocumentError
-from conversations.documents.jobs import start_upload
+from conversations.documents.jobs import fail_stale, start_upload
 from conversations.models import ConversationDocument, Document, Message, MessageSources
 
 LIST_LIMIT = 500
@@ -59,8 +59,13 @@ def _upload(request: HttpRequest) -> Document:
 def upload(request: HttpRequest) -> JsonResponse:
     """Multipart ``file`` (and optional ``conversation_id``: attach it there too)."""
     conversation = None
-    if request.POST.get("conversation_id"):
-        conversation = _own_conversation(request, int(request.POST["conversation_id"]))
+    target = request.POST.get("conversation_id", "")
+    if target:
+        if not target.isdigit():
+            return JsonResponse(
+                {"detail": "conversation_id must be a number.", "code": "invalid"}, status=400
+            )
+        conversation = _own_conversation(request, int(target))
     try:
         document = _upload(request)
     except DocumentError as exc:
@@ -74,6 +79,7 @@ def upload(request: HttpRequest) -> JsonResponse:
 @login_required_json
 @require_GET
 def library(request: HttpRequest) -> JsonResponse:
+    fail_stale(request.user)
     docs = _fields().filter(owner=request.user)[:LIST_LIMIT]
     return JsonResponse({"documents": [document_dict(d) for d in docs], "accept": ACCEPT})
 
@@ -121,6 +127,7 @@ def conversation_documents(request: HttpRequest, pk: int) -> JsonResponse:
             Document, pk=int(doc_id) if str(doc_id).isdigit() else 0, owner=request.user
         )
         ConversationDocument.objects.get_or_create(conversation=conversation, document=document)
+    fail_stale(request.user)
     attached = _fields().filter(attachments__conversation=conversation, owner=request.user).order_by("pk")
     return JsonResponse(
         {"documents": [document_dict(d) for d in attached], "sources": _sources(conversation.pk)}
@@ -164,6 +171,7 @@ def documents_page(request: HttpRequest) -> HttpResponse:
         except DocumentError as exc:
             messages.error(request, str(exc))
         return redirect("documents-page")
+    fail_stale(request.user)
     docs = list(_fields().filter(owner=request.user)[:LIST_LIMIT])
     used = Document.objects.filter(owner=request.user).aggregate(total=Sum("size"))["total"] or 0
     context = {

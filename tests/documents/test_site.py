@@ -69,6 +69,8 @@ def test_refused_uploads_say_why(make_user, settings):
     client = client_for(make_user())
     status, body = upload(client, "huge.txt", b"x" * 2000)
     assert status == 400 and "at most 1,000" in body["detail"]
+    status, body = upload(client, "a.txt", b"fine", conversation_id="not-a-number")
+    assert status == 400 and body["code"] == "invalid"
     status, body = upload(client, "tool.exe", b"MZ")
     assert status == 400 and "not supported" in body["detail"]
     assert upload(client, "a.txt", b"y" * 900)[0] == 201
@@ -95,6 +97,10 @@ def test_another_users_documents_are_invisible(make_user, tiny_engine):
     )
     assert attach.status_code == 404 and not ConversationDocument.objects.exists()
     assert b.get("/documents/").json()["documents"] == []
+    theirs = Conversation.objects.create(owner=alice)
+    into_theirs = {"file": SimpleUploadedFile("x.txt", b"into alice's chat"), "conversation_id": str(theirs.pk)}
+    assert b.post("/documents/upload/", into_theirs).status_code == 404
+    assert Document.objects.filter(owner=bob).count() == 0
     assert "private.txt" not in b.get("/settings/documents/").content.decode()
     assert Document.objects.filter(pk=doc_id).exists()
 
@@ -117,3 +123,17 @@ def test_attach_from_the_library_open_the_passage_and_delete(make_user, tiny_eng
     response = client.post(f"/documents/{doc_id}/delete/", HTTP_ACCEPT="application/json")
     assert response.json() == {"deleted": doc_id} and not Document.objects.exists()
     assert not DocumentChunk.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_file_whose_job_was_lost_ends_failed(make_user):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    user = make_user()
+    client = client_for(user)
+    _, body = upload(client, "lost.txt", b"never read")
+    Document.objects.filter(pk=body["document"]["id"]).update(created_at=timezone.now() - timedelta(hours=1))
+    listed = client.get("/documents/").json()["documents"][0]
+    assert listed["status"] == "failed" and "upload it again" in listed["error"]
