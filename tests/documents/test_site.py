@@ -98,7 +98,10 @@ def test_another_users_documents_are_invisible(make_user, tiny_engine):
     assert attach.status_code == 404 and not ConversationDocument.objects.exists()
     assert b.get("/documents/").json()["documents"] == []
     theirs = Conversation.objects.create(owner=alice)
-    into_theirs = {"file": SimpleUploadedFile("x.txt", b"into alice's chat"), "conversation_id": str(theirs.pk)}
+    into_theirs = {
+        "file": SimpleUploadedFile("x.txt", b"into alice's chat"),
+        "conversation_id": str(theirs.pk),
+    }
     assert b.post("/documents/upload/", into_theirs).status_code == 404
     assert Document.objects.filter(owner=bob).count() == 0
     assert "private.txt" not in b.get("/settings/documents/").content.decode()
