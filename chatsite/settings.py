@@ -212,6 +212,13 @@ ENGINE = {
     "kv_disk_gb": env_float("ENGINE_KV_DISK_GB", 4.0),
 }
 ENGINE_PRELOAD = env_bool("ENGINE_PRELOAD", False)
+# Documents (conversations.documents): an embedding model directory (a Hugging Face encoder) for
+# /v1/embeddings and retrieval; empty: the served model's mean-pooled last hidden state.
+EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", "")
+DOCUMENT_MAX_BYTES = env_int("DOCUMENT_MAX_BYTES", 10_000_000)  # one uploaded file
+DOCUMENT_USER_MAX_BYTES = env_int("DOCUMENT_USER_MAX_BYTES", 100_000_000)  # all of one user's files
+DOCUMENT_USER_MAX_FILES = env_int("DOCUMENT_USER_MAX_FILES", 200)
+DOCUMENT_MAX_PAGES = env_int("DOCUMENT_MAX_PAGES", 2_000)  # PDF pages read; more is refused
 # Tests only: the dotted path of a callable returning load_model's (model, tokenizer, config)
 # triple, used instead of loading ENGINE["model"] (e.g. a scripted reasoning model for
 # real server processes, which cannot be patched from the test).

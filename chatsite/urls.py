@@ -15,4 +15,5 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("", include("conversations.api.urls")),
     path("", include("conversations.transfer.urls")),
+    path("", include("conversations.documents.urls")),
 ]

@@ -11,6 +11,7 @@ from celery import Task, current_app
 GENERATE_TITLE = "conversations.tasks.generate_title"
 RUN_EXPORT = "conversations.tasks.run_export"
 RUN_IMPORT = "conversations.tasks.run_import"
+RUN_DOCUMENT = "conversations.tasks.run_document_extraction"
 
 
 def enqueue_on_commit(task_name: str, *args: object) -> None:

@@ -51,6 +51,13 @@ def run_import(job_id: int) -> None:
     data_jobs.run_import(job_id)
 
 
+@shared_task(name=enqueue.RUN_DOCUMENT)
+def run_document_extraction(document_id: int) -> None:
+    from conversations.documents.jobs import run_extraction  # noqa: PLC0415 - loads pypdf/docx lazily
+
+    run_extraction(document_id)
+
+
 @shared_task
 def interrupt_orphan_answers() -> int:
     return housekeeping.interrupt_orphan_answers()

@@ -2,9 +2,11 @@
 
 from django.urls import path
 
-from conversations.api import key_pages
+from conversations.api import embeddings, key_pages
 from conversations.api.app import api
 from conversations.api.errors import api_not_found
+
+assert embeddings.create_embeddings  # importing it registers /v1/embeddings before api.urls
 
 urlpatterns = [
     path("v1/", api.urls),

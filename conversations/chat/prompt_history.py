@@ -31,6 +31,7 @@ from conversations.chat.prompts import (
 )
 from conversations.chat.token_fingerprint import token_fingerprint
 from conversations.chat.tree import Tree, path_rows
+from conversations.documents.in_prompt import attached_documents, ground_question
 from conversations.models import Conversation, Message
 
 # Rows per query when reading a path newest first (well under SQLite's variable limit).
@@ -134,6 +135,9 @@ async def plan_prompt(
     tokenizer, max_model_len = engine.tokenizer, engine.max_model_len
     fingerprint = await asyncio.to_thread(token_fingerprint, engine.model_name, tokenizer)
     reach, start_id = first_reach(max_model_len), conversation.context_start_id
+    # Attached documents: whole ones lead the system message, others are searched per question.
+    docs = await attached_documents(conversation, max_model_len)
+    system_prompt = docs.system_prompt(conversation.system_prompt)
     while True:
         history = await database_sync_to_async(read_history)(
             conversation.pk,
@@ -143,11 +147,13 @@ async def plan_prompt(
             streaming=streaming,
             start_id=start_id,
         )
+        if add_generation_prompt:
+            await ground_question(conversation, history.messages, docs)
         try:
             plan = await asyncio.to_thread(
                 build_prompt,
                 tokenizer,
-                conversation.system_prompt,
+                system_prompt,
                 history.messages,
                 max_model_len,
                 conversation.max_tokens,
@@ -158,6 +164,8 @@ async def plan_prompt(
         except NeedEarlierHistory:
             reach *= 4
             continue
+        if docs.whole:  # the user's documents: salted from the first token
+            plan.shared_prefix_tokens = 0
         if keep_start and plan.start_id != start_id:
             await _save_start(conversation, plan.start_id)
         return PlannedPrompt(conversation, history, plan, fingerprint)

@@ -1,5 +1,6 @@
 from conversations.models.api import ApiKey, ApiRequest
 from conversations.models.chat import Conversation, Message
+from conversations.models.documents import ConversationDocument, Document, DocumentChunk, MessageSources
 from conversations.models.jobs import DataJob
 from conversations.models.ops import EngineStatus
 from conversations.models.workspace import Folder, Preset, Rating, Share
@@ -8,10 +9,14 @@ __all__ = [
     "ApiKey",
     "ApiRequest",
     "Conversation",
+    "ConversationDocument",
     "DataJob",
+    "Document",
+    "DocumentChunk",
     "EngineStatus",
     "Folder",
     "Message",
+    "MessageSources",
     "Preset",
     "Rating",
     "Share",

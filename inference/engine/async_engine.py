@@ -64,6 +64,12 @@ class _Purge:
     done: Future[int]
 
 
+@dataclass
+class _Embed:
+    inputs: list[list[int]]
+    done: Future[Any]
+
+
 class EngineShutDownError(RuntimeError):
     pass
 
@@ -75,7 +81,7 @@ class AsyncEngine:
         self.model_name: str = self.engine.model_name
         self.max_model_len: int = self.engine.max_model_len
         self._cond = threading.Condition()
-        self._commands: deque[_Add | _Abort | _Retain | _Purge] = deque()
+        self._commands: deque[_Add | _Abort | _Retain | _Purge | _Embed] = deque()
         self._num_pending_adds = 0
         self._sinks: dict[
             str, tuple[asyncio.AbstractEventLoop, asyncio.Queue[Any]]
@@ -163,6 +169,25 @@ class AsyncEngine:
         self._command(_Purge(namespace, done))
         return done
 
+    def embed_future(self, inputs: list[list[int]]) -> Future[Any]:
+        """Thread-safe ``LLMEngine.embed``: run by the engine thread between steps (so it
+        never races one); the future gives the ``[N, hidden]`` tensor or the error. Prompts
+        too long or with unknown ids raise here, before anything is queued."""
+        inputs = [[int(t) for t in ids] for ids in inputs]
+        for ids in inputs:
+            self.engine.check_prompt(ids)
+        done: Future[Any] = Future()
+        with self._cond:
+            if self._shutdown:
+                raise EngineShutDownError("the engine is shut down")
+            self._commands.append(_Embed(inputs, done))
+            self._cond.notify()
+        return done
+
+    async def embed(self, inputs: list[list[int]]) -> Any:
+        """``embed_future`` awaited: ``[N, hidden]`` fp32, L2-normalised rows."""
+        return await asyncio.wrap_future(self.embed_future(inputs))
+
     def _command(self, command: _Abort | _Retain | _Purge) -> None:
         with self._cond:
             self._commands.append(command)
@@ -219,15 +244,24 @@ class AsyncEngine:
             self._stats = engine.stats()
             self._deliver(outbox)
         outbox = {}
+        for command in self._commands:  # embeddings queued behind the shutdown
+            if isinstance(command, _Embed):
+                command.done.set_exception(EngineShutDownError("the engine shut down"))
         self._fail_all(EngineShutDownError("the engine shut down"), outbox)
         self._deliver(outbox)
         engine.close()
 
     def _apply(
-        self, command: _Add | _Abort | _Retain | _Purge, outbox: dict[Any, list[tuple[Any, Any]]]
+        self, command: _Add | _Abort | _Retain | _Purge | _Embed, outbox: dict[Any, list[tuple[Any, Any]]]
     ) -> None:
         if isinstance(command, _Abort):
             self.engine.abort(command.request_id)
+            return
+        if isinstance(command, _Embed):
+            try:
+                command.done.set_result(self.engine.embed(command.inputs))
+            except Exception as exc:  # the caller's error, not the engine thread's
+                command.done.set_exception(exc)
             return
         if isinstance(command, _Purge):
             try:

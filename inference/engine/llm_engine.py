@@ -25,6 +25,7 @@ from inference.engine.kv_stack import build_kv_stack
 from inference.engine.metrics import EngineMetrics
 from inference.engine.next_tokens import finish_for_length, sample_next_tokens
 from inference.engine.outputs import EngineStats, RequestOutput, StreamDelta, request_output
+from inference.engine.pooling import embed_token_ids
 from inference.engine.sequence import Request, Sequence
 from inference.engine.sequence_factory import SequenceFactory, make_private
 from inference.engine.stats import engine_stats, observe_kv_usage
@@ -184,6 +185,21 @@ class LLMEngine:
     def release(self, key: str) -> None:
         """Undo ``retain(key, ...)`` (the conversation's last tab closed)."""
         self.block_manager.release(key)
+
+    def embed(self, inputs: list[list[int]]) -> torch.Tensor:
+        """``[N, hidden]`` fp32: each input's mean last hidden state, L2-normalised, from a
+        forward over a scratch pool (``inference.engine.pooling``); no KV block is kept.
+        Raises ``PromptTooLongError`` / ``InvalidPromptError`` as a prompt would."""
+        for ids in inputs:
+            self.admission.check_prompt(ids)
+        return embed_token_ids(
+            self.model,
+            inputs,
+            block_size=self.block_manager.block_size,
+            device=self.device,
+            dtype=self.dtype,
+            max_batch_tokens=self.config.max_num_batched_tokens,
+        )
 
     def close(self) -> None:
         """Finish queued KV writes and stop the tiers' I/O threads."""

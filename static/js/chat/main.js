@@ -3,6 +3,7 @@
 
 import { $, toast } from "./dom.js";
 import { createActions } from "./actions.js";
+import { installAttachments } from "./attachments.js";
 import { createComposer } from "./composer.js";
 import { confirm, openHelp, renderHelp } from "./dialogs.js";
 import { createHeader } from "./header.js";
@@ -45,6 +46,7 @@ window.addEventListener("popstate", () => {
 });
 installShortcuts(store, { actions, sidebar, header, thread, newChat });
 installWorkspace(store, actions, boot, { confirm });
+installAttachments(store, actions);
 
 actions.show(store.state.conversationId, false);
 composer.update();

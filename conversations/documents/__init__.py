@@ -1,0 +1,1 @@
+"""Documents in the chat: uploads, text extraction, chunks, retrieval and embeddings."""

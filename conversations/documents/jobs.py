@@ -1,0 +1,199 @@
+"""Uploads and their extraction job: caps checked at upload, then a Celery task reads the
+text, chunks it and embeds the chunks, counting ``Document.progress`` up as it goes.
+
+Under the embedded defaults (eager Celery) the job runs in a thread of the site process
+after the upload commits, so the upload answers at once and the page can show progress.
+A file that cannot be read fails alone: its row records the reason, nothing else changes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from conversations.documents.chunking import chunk_text
+from conversations.documents.extract import extract
+from conversations.documents.formats import DocumentError, kind_of
+from conversations.enqueue import RUN_DOCUMENT, enqueue_on_commit, tasks_run_here
+from conversations.models import Document, DocumentChunk
+
+log = logging.getLogger(__name__)
+
+CHUNK_TOKENS = 256
+CHUNK_OVERLAP = 48
+EMBED_BATCH = 16
+# A file still not read this long after its upload lost its job (a process or worker died).
+STALE_SECONDS = 1800
+# Shares of the progress bar: extraction, then chunking, then embedding.
+EXTRACT_SHARE, CHUNK_SHARE = 0.5, 0.1
+
+
+def check_caps(owner, filename: str, size: int) -> None:
+    """``DocumentError`` when the file, or the user's library with it, is over its cap."""
+    if size > settings.DOCUMENT_MAX_BYTES:
+        raise DocumentError(
+            f"{filename} is {size:,} bytes; a file may have at most {settings.DOCUMENT_MAX_BYTES:,}."
+        )
+    mine = Document.objects.filter(owner=owner)
+    if mine.count() >= settings.DOCUMENT_USER_MAX_FILES:
+        raise DocumentError(
+            f"You have {settings.DOCUMENT_USER_MAX_FILES} files already: delete some in Your files first."
+        )
+    used = mine.aggregate(total=Sum("size"))["total"] or 0
+    if used + size > settings.DOCUMENT_USER_MAX_BYTES:
+        raise DocumentError(
+            f"{filename} would take your files to {used + size:,} bytes; the limit is "
+            f"{settings.DOCUMENT_USER_MAX_BYTES:,}. Delete some in Your files first."
+        )
+
+
+def start_upload(owner, filename: str, data: bytes) -> Document:
+    """Check and store an upload, then start its extraction once the row commits."""
+    filename = (filename or "file").replace("\\", "/").rsplit("/", 1)[-1][:255] or "file"
+    kind = kind_of(filename)
+    check_caps(owner, filename, len(data))
+    document = Document.objects.create(
+        owner=owner,
+        filename=filename,
+        kind=kind,
+        size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        payload=data,
+    )
+    if tasks_run_here():
+        transaction.on_commit(lambda: _thread(document.pk))
+    else:
+        enqueue_on_commit(RUN_DOCUMENT, document.pk)
+    return document
+
+
+def fail_stale(owner) -> int:
+    """Mark the user's files whose job was lost as failed, so no page waits on them forever."""
+    cutoff = timezone.now() - timedelta(seconds=STALE_SECONDS)
+    return Document.objects.filter(
+        owner=owner, status__in=[Document.Status.PENDING, Document.Status.EXTRACTING], created_at__lt=cutoff
+    ).update(
+        status=Document.Status.FAILED,
+        error="Reading this file did not finish (the server restarted?). Please upload it again.",
+        payload=None,
+        finished_at=timezone.now(),
+    )
+
+
+def _thread(document_id: int) -> None:
+    def run() -> None:
+        try:
+            run_extraction(document_id)
+        finally:
+            connection.close()
+
+    threading.Thread(target=run, name=f"document-{document_id}", daemon=True).start()
+
+
+def _set(document_id: int, **fields) -> None:
+    Document.objects.filter(pk=document_id).update(**fields)
+
+
+def run_extraction(document_id: int) -> None:
+    """The job: claim the pending row, read, chunk, embed, mark ready (or failed)."""
+    claimed = Document.objects.filter(pk=document_id, status=Document.Status.PENDING).update(
+        status=Document.Status.EXTRACTING, progress=0
+    )
+    if not claimed:
+        return  # gone, or a redelivered task finds it taken
+    document = Document.objects.get(pk=document_id)
+    try:
+        _extract_and_index(document)
+    except DocumentError as exc:
+        _set(
+            document_id,
+            status=Document.Status.FAILED,
+            error=str(exc),
+            payload=None,
+            finished_at=timezone.now(),
+        )
+    except Exception as exc:
+        log.exception("extracting document %s failed", document_id)
+        _set(
+            document_id,
+            status=Document.Status.FAILED,
+            error=f"{document.filename} could not be read ({type(exc).__name__}).",
+            payload=None,
+            finished_at=timezone.now(),
+        )
+
+
+def _progress(document_id: int, start: float, share: float):
+    last = [-1]
+
+    def report(fraction: float) -> None:
+        percent = int(100 * (start + share * min(1.0, max(0.0, fraction))))
+        if percent != last[0]:
+            last[0] = percent
+            _set(document_id, progress=percent)
+
+    return report
+
+
+def _extract_and_index(document: Document) -> None:
+    from conversations.documents.embedder import get_embedder  # noqa: PLC0415 - may load a model
+
+    extracted = extract(
+        document.filename,
+        document.kind,
+        bytes(document.payload or b""),
+        max_pages=settings.DOCUMENT_MAX_PAGES,
+        progress=_progress(document.pk, 0.0, EXTRACT_SHARE),
+    )
+    try:
+        embedder = get_embedder()
+        count = lambda text: len(embedder.encode(text))  # noqa: E731
+    except Exception:
+        log.exception("no embedder: document %s gets BM25 only", document.pk)
+        embedder, count = None, None
+    chunks = chunk_text(
+        extracted.text,
+        max_tokens=CHUNK_TOKENS,
+        overlap_tokens=CHUNK_OVERLAP,
+        **({"count": count} if count else {}),
+    )
+    _progress(document.pk, EXTRACT_SHARE, CHUNK_SHARE)(1.0)
+    vectors = _embed_chunks(document.pk, embedder, [f"{c.heading}\n{c.text}".strip() for c in chunks])
+    rows = [
+        DocumentChunk(
+            document_id=document.pk, owner_id=document.owner_id, index=c.index, heading=c.heading[:300],
+            text=c.text, start=c.start, end=c.end, num_tokens=c.num_tokens,
+            embedding=vectors[i].astype("<f4").tobytes() if vectors is not None else None,
+        )
+        for i, c in enumerate(chunks)
+    ]  # fmt: skip
+    num_tokens = (
+        len(embedder.encode(extracted.text)) if embedder is not None else sum(c.num_tokens for c in chunks)
+    )
+    with transaction.atomic():
+        DocumentChunk.objects.bulk_create(rows, batch_size=500)
+        _set(
+            document.pk, status=Document.Status.READY, progress=100, payload=None, text=extracted.text,
+            pages=extracted.pages, num_tokens=num_tokens, finished_at=timezone.now(),
+            embedding_model=embedder.model_name if vectors is not None else "",
+        )  # fmt: skip
+
+
+def _embed_chunks(document_id: int, embedder, texts: list[str]):
+    if embedder is None or not texts:
+        return None
+    import numpy as np  # noqa: PLC0415
+
+    report = _progress(document_id, EXTRACT_SHARE + CHUNK_SHARE, 1 - EXTRACT_SHARE - CHUNK_SHARE)
+    parts = []
+    for first in range(0, len(texts), EMBED_BATCH):
+        parts.append(embedder.embed_texts(texts[first : first + EMBED_BATCH]))
+        report((first + EMBED_BATCH) / len(texts))
+    return np.concatenate(parts)
