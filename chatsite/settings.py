@@ -188,6 +188,7 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+
 # --- Inference engine ----------------------------------------------------------
 def _engine_speculative() -> dict[str, object]:
     try:

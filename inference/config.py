@@ -66,8 +66,7 @@ class EngineConfig:
             "enforce_eager": isinstance(self.enforce_eager, bool),
             "kv_cpu_gb": self.kv_cpu_gb >= 0,
             "kv_disk_gb": self.kv_disk_gb >= 0,
-            "speculative": self.speculative in (None, "ngram") or str(self.speculative)[6:].strip() != ""
-            and str(self.speculative).startswith("draft:"),
+            "speculative": _valid_speculative(self.speculative),
             "num_speculative_tokens": 1 <= self.num_speculative_tokens <= 32,
             "ngram_min": 1 <= self.ngram_min <= self.ngram_max,
             "speculative_max_batch": self.speculative_max_batch >= 1,
@@ -120,6 +119,13 @@ class EngineConfig:
             self.resolve_max_model_len(model_config.max_model_len), num_blocks * self.block_size
         )
         return KVPoolSize(num_blocks, block_bytes, max_model_len)
+
+
+def _valid_speculative(value: object) -> bool:
+    """None, "ngram" or "draft:<a model path>"."""
+    if value is None or value == "ngram":
+        return True
+    return isinstance(value, str) and value.startswith("draft:") and bool(value[len("draft:") :].strip())
 
 
 @dataclass(frozen=True)
