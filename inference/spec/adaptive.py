@@ -1,5 +1,11 @@
 """When speculation pays: per sequence by its recent acceptance, per step by batch size.
 
+How many tokens to propose follows each sequence's last verification: all accepted
+doubles the length (up to k), a rejection cuts it to one more than were accepted. A
+verify row is not free (on a small CPU each extra row adds about a quarter of a decode
+step, measured by ``benchmarks/bench_spec.py``), so a sequence copying a long passage
+proposes long runs and one that only sometimes matches proposes short ones.
+
 A sequence whose proposals keep being rejected (open-ended chat, after the quoted text
 ends) spends verify rows for nothing, so it pauses speculating for a while and then
 tries again (the conversation may start quoting); each pause in a row doubles, up to a
@@ -27,10 +33,12 @@ class _State:
     verifications: int = 0
     paused_until: int = 0  # a step number
     pause: int = FIRST_PAUSE
+    length: int = 2  # tokens to propose next
 
 
 class AdaptivePolicy:
-    def __init__(self, min_acceptance: float, max_batch: int) -> None:
+    def __init__(self, min_acceptance: float, max_batch: int, k: int = 8) -> None:
+        self.k = k
         self.min_acceptance = min_acceptance
         self.max_batch = max_batch
         self.step = 0
@@ -44,10 +52,18 @@ class AdaptivePolicy:
         state = self._states.get(seq)
         return state is None or state.paused_until <= self.step
 
+    def draft_length(self, seq: Sequence) -> int:
+        state = self._states.get(seq)
+        return min(self.k, state.length if state is not None else 2)
+
     def observe(self, seq: Sequence, proposed: int, accepted: int) -> None:
         state = self._states.get(seq)
         if state is None:
             state = self._states[seq] = _State()
+        if accepted == proposed:  # (a proposal may be shorter than asked: n-gram ran out)
+            state.length = min(self.k, max(state.length, 2 * proposed))
+        else:
+            state.length = accepted + 1
         state.rate = (1 - EMA_WEIGHT) * state.rate + EMA_WEIGHT * accepted / proposed
         state.verifications += 1
         if state.verifications >= MIN_VERIFICATIONS and state.rate < self.min_acceptance:

@@ -132,7 +132,7 @@ class Speculator(NoSpeculation):
         self._plan = None
         decoding = sum(1 for n in batch.num_new_tokens if n == 1)
         rows = self._candidates(batch) if self.policy.batch_allows(decoding) else []
-        limits = [self._limit(batch.seqs[i]) for i in rows]
+        limits = [min(self._limit(batch.seqs[i]), self.policy.draft_length(batch.seqs[i])) for i in rows]
         rows, limits = (
             [i for i, lim in zip(rows, limits, strict=True) if lim > 0],
             [x for x in limits if x > 0],
@@ -210,5 +210,5 @@ def build_speculator(config: EngineConfig, engine: Any) -> NoSpeculation:
         eos_token_ids=engine.eos_token_ids,
         max_model_len=engine.max_model_len,
         max_num_batched_tokens=config.max_num_batched_tokens,
-        policy=AdaptivePolicy(config.speculative_min_acceptance, config.speculative_max_batch),
+        policy=AdaptivePolicy(config.speculative_min_acceptance, config.speculative_max_batch, k),
     )
