@@ -46,9 +46,9 @@ class EngineConfig:
     # ngram_max..ngram_min tokens. Off per step above speculative_max_batch decoding
     # sequences, and per sequence while its acceptance is below speculative_min_acceptance.
     speculative: str | None = None
-    num_speculative_tokens: int = 5
-    ngram_min: int = 2
-    ngram_max: int = 4
+    num_speculative_tokens: int = 8
+    ngram_min: int = 3
+    ngram_max: int = 5
     speculative_max_batch: int = 4
     speculative_min_acceptance: float = 0.2
 

@@ -89,7 +89,7 @@ def test_greedy_ngram_output_is_identical_beside_prefill_chunks(small: SmallMode
     arrivals = [0, 0, 3, 5, 9, 14]
     # A small token budget chunks the later prompts' prefill while the first ones verify.
     plain = run_all(small.engine(max_num_batched_tokens=24), ps, GREEDY, arrivals)
-    engine = small.engine("ngram", max_num_batched_tokens=24, speculative_max_batch=16)
+    engine = small.engine("ngram", max_num_batched_tokens=24, speculative_max_batch=16, ngram_min=1)
     spec = run_all(engine, ps, GREEDY, arrivals, check=check_tables)
     assert {r: o.token_ids for r, o in spec.items()} == {r: o.token_ids for r, o in plain.items()}
     stats = engine.speculator.stats
@@ -174,3 +174,34 @@ def test_penalties_stop_rules_logprobs_and_max_tokens_hold(small: SmallModel) ->
         for token, value in want.items():
             assert got[token] == pytest.approx(value, abs=1e-4)
     assert engine.speculator.stats.accepted_tokens > 0
+
+
+# ---- adaptive ------------------------------------------------------------------------------
+def test_the_policy_pauses_a_rejected_sequence_and_sizes_proposals_by_acceptance() -> None:
+    from inference.engine.sequence import Sequence
+    from inference.spec.adaptive import FIRST_PAUSE, MIN_VERIFICATIONS, AdaptivePolicy
+
+    policy = AdaptivePolicy(min_acceptance=0.3, max_batch=4, k=8)
+    copying, chatting = Sequence([1], 1), Sequence([1], 1)
+    assert policy.batch_allows(4) and not policy.batch_allows(5)
+    assert policy.draft_length(copying) == 2
+    for _ in range(3):
+        policy.observe(copying, policy.draft_length(copying), policy.draft_length(copying))
+    assert policy.draft_length(copying) == 8  # all accepted: 2 -> 4 -> 8 (k)
+    policy.observe(copying, 8, 3)
+    assert policy.draft_length(copying) == 4  # cut to one more than accepted
+    for _ in range(MIN_VERIFICATIONS + 2):
+        policy.observe(chatting, 2, 0)
+    assert not policy.allows(chatting) and policy.allows(copying)
+    policy.step += FIRST_PAUSE
+    assert policy.allows(chatting)  # tried again after the pause
+
+
+def test_speculation_is_off_above_the_batch_limit(small: SmallModel) -> None:
+    ps = prompts(6, 6)
+    engine = small.engine("ngram", speculative_max_batch=2, ngram_min=1)
+    run_all(engine, ps, GREEDY)
+    assert engine.speculator.stats.verifications == 0
+    engine = small.engine("ngram", speculative_max_batch=6, ngram_min=1)
+    run_all(engine, ps, GREEDY)
+    assert engine.speculator.stats.verifications > 0
