@@ -55,13 +55,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def make_engine(loaded: Any, speculative: str | None, k: int, max_batch: int = 4) -> LLMEngine:
-    config = EngineConfig(
-        kv_cache_gb=0.25,
-        speculative=speculative,
-        num_speculative_tokens=k,
-        speculative_max_batch=max_batch,
-    )
+def make_engine(loaded: Any, speculative: str | None, k: int, max_batch: int | None = None) -> LLMEngine:
+    config = EngineConfig(kv_cache_gb=0.25, speculative=speculative, num_speculative_tokens=k)
+    if max_batch is not None:
+        config.speculative_max_batch = max_batch
     return LLMEngine(config, loaded=loaded)
 
 
@@ -129,6 +126,35 @@ def single_stream(args: argparse.Namespace, loaded: Any, engines: dict[str, LLME
     return results
 
 
+def verify_cost(loaded: Any, repeats: int = 5) -> dict[int, float]:
+    """Time of one step verifying L proposed tokens of one 300-token sequence, over a plain
+    decode step (L = 0); the best of ``repeats``, L interleaved."""
+    from inference.engine.scheduler import ScheduledBatch
+    from inference.spec.verify import expand
+
+    engine = make_engine(loaded, None, 8)
+    request = engine.add_request(list(range(1000, 1300)), SamplingParams(temperature=0, max_tokens=8))
+    engine.step()
+    seq = request.seqs[0]
+    assert engine.block_manager.allocate_slots(seq, 17)
+    best: dict[int, float] = {}
+    for _ in range(repeats):
+        for extra in (0, 1, 2, 4, 8, 16):
+            batch = ScheduledBatch(seqs=[seq], num_new_tokens=[1])
+            run = expand(batch, {0: [5] * extra}).run if extra else batch
+            start = time.perf_counter()
+            engine.runner.execute(run)
+            best[extra] = min(best.get(extra, 1e9), time.perf_counter() - start)
+    ratios = {extra: t / best[0] for extra, t in best.items()}
+    print(
+        "verify step / decode step, by proposed tokens: "
+        + ", ".join(f"{extra}: {r:.2f}x" for extra, r in ratios.items())
+        + f" (decode step {best[0] * 1000:.1f} ms)",
+        flush=True,
+    )
+    return ratios
+
+
 def crossover(args: argparse.Namespace, loaded: Any) -> dict[int, dict[str, float]]:
     """Throughput of B copies of the code edit at once, speculation on at every B / off."""
     tokenizer = loaded[1]
@@ -168,6 +194,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.draft:
         engines["draft"] = make_engine(loaded, f"draft:{args.draft}", min(args.k, 5))
     figures: dict[str, Any] = {"k": args.k, "tokens": args.tokens, "repeats": args.repeats}
+    figures["verify_cost"] = verify_cost(loaded)
     figures["single_stream"] = single_stream(args, loaded, engines)
     if args.crossover:
         figures["crossover"] = crossover(args, loaded)

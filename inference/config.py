@@ -49,7 +49,7 @@ class EngineConfig:
     num_speculative_tokens: int = 8
     ngram_min: int = 3
     ngram_max: int = 5
-    speculative_max_batch: int = 4
+    speculative_max_batch: int = 8
     speculative_min_acceptance: float = 0.2
 
     def __post_init__(self) -> None:
