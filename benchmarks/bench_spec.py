@@ -43,7 +43,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", default=None, help="HF directory or GGUF (default: SmolLM2-135M)")
     parser.add_argument("--quick", action="store_true", help="fewer tokens and repeats (about a minute)")
     parser.add_argument("--tokens", type=int, default=None, help="greedy tokens per answer (256; quick 160)")
-    parser.add_argument("--k", type=int, default=8, help="num_speculative_tokens")
+    parser.add_argument("--k", type=int, default=5, help="num_speculative_tokens")
     parser.add_argument("--repeats", type=int, default=None, help="alternating runs per engine (3; quick 1)")
     parser.add_argument("--crossover", action="store_true", help="also measure batch sizes 1..16")
     parser.add_argument("--draft", default=None, help="a draft model path: adds a draft-model row")
@@ -139,7 +139,7 @@ def verify_cost(loaded: Any, repeats: int = 5) -> dict[int, float]:
     assert engine.block_manager.allocate_slots(seq, 17)
     best: dict[int, float] = {}
     for _ in range(repeats):
-        for extra in (0, 1, 2, 4, 8, 16):
+        for extra in (0, 1, 2, 3, 4, 5, 6, 8, 16):
             batch = ScheduledBatch(seqs=[seq], num_new_tokens=[1])
             run = expand(batch, {0: [5] * extra}).run if extra else batch
             start = time.perf_counter()

@@ -2,9 +2,10 @@
 
 How many tokens to propose follows each sequence's last verification: all accepted
 doubles the length (up to k), a rejection cuts it to one more than were accepted. A
-verify row is not free (on a small CPU each extra row adds about a quarter of a decode
-step, measured by ``benchmarks/bench_spec.py``), so a sequence copying a long passage
-proposes long runs and one that only sometimes matches proposes short ones.
+verify row is not free (on the 2-core CPU, one step verifying 4 proposed tokens took
+1.6 decode steps and 8 took 3.5: the quantized kernels' small-M tiles hold 6 rows;
+``benchmarks/bench_spec.py`` measures it), so a sequence copying a long passage proposes
+long runs and one that only sometimes matches proposes short ones.
 
 A sequence whose proposals keep being rejected (open-ended chat, after the quoted text
 ends) spends verify rows for nothing, so it pauses speculating for a while and then
