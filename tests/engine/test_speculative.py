@@ -90,10 +90,20 @@ def test_greedy_ngram_output_is_identical_beside_prefill_chunks(small: SmallMode
     # A small token budget chunks the later prompts' prefill while the first ones verify.
     plain = run_all(small.engine(max_num_batched_tokens=24), ps, GREEDY, arrivals)
     engine = small.engine("ngram", max_num_batched_tokens=24, speculative_max_batch=16, ngram_min=1)
+    mixed = []  # steps that verified proposals beside a prefill chunk
+    propose = engine.speculator.propose
+
+    def spy(batch):
+        run = propose(batch)
+        mixed.append(run is not batch and any(n > 1 for n in batch.num_new_tokens))
+        return run
+
+    engine.speculator.propose = spy
     spec = run_all(engine, ps, GREEDY, arrivals, check=check_tables)
     assert {r: o.token_ids for r, o in spec.items()} == {r: o.token_ids for r, o in plain.items()}
     stats = engine.speculator.stats
     assert stats.verifications > 0 and stats.accepted_tokens > 0
+    assert any(mixed)
     assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
 
 
@@ -205,3 +215,18 @@ def test_speculation_is_off_above_the_batch_limit(small: SmallModel) -> None:
     engine = small.engine("ngram", speculative_max_batch=6, ngram_min=1)
     run_all(engine, ps, GREEDY)
     assert engine.speculator.stats.verifications > 0
+
+
+def test_parallel_samples_and_beams_run_beside_speculating_requests(small: SmallModel) -> None:
+    ps = prompts(8, 3)
+    params = [
+        GREEDY,
+        SamplingParams(n=2, temperature=0.8, seed=5, max_tokens=24, ignore_eos=True),
+        SamplingParams(n=2, use_beam_search=True, temperature=0.0, max_tokens=12, ignore_eos=True),
+    ]
+    plain = run_all(small.engine(), ps, params)
+    engine = with_oracle(small, {"r0": plain["r0"]}, speculative_max_batch=16)
+    spec = run_all(engine, ps, params, check=check_tables)
+    for rid, out in plain.items():
+        assert spec[rid].token_ids == out.token_ids, rid
+    assert engine.speculator.stats.accepted_tokens > 0  # only r0 speculated (the oracle knows only it)
