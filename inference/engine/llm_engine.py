@@ -4,10 +4,8 @@
 free what finished → return a ``StreamDelta`` per sequence that moved. The
 offline ``LLM`` and the threaded ``AsyncEngine`` both drive this class.
 
-Its seams: ``Admission`` turns requests away (prompt too long, queue full, unknown ids);
-``EngineMetrics`` holds every counter; ``EngineConfig.size_kv_pool`` sizes the KV pool;
-``SequenceFactory`` builds requests and sequences; beam search decides (``beam_step`` →
-``BeamDecision``) and the engine applies it.
+Seams: ``Admission``, ``EngineMetrics``, ``SequenceFactory``, ``EngineConfig.size_kv_pool``;
+beam search (``beam_step``) and speculation (``inference.spec``) decide, the engine applies.
 """
 
 from __future__ import annotations
@@ -43,6 +41,7 @@ from inference.sampling.beam_search import (
 from inference.sampling.params import SamplingParams
 from inference.sampling.sampler import Sampler
 from inference.sampling.stop_rules import stream_deltas
+from inference.spec.speculator import build_speculator
 from inference.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -83,6 +82,7 @@ class LLMEngine:
         self.sequences = SequenceFactory(self.tokenizer, self.sampler, self.block_manager)
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
         self.requests: dict[str, Request] = {}
+        self.speculator = build_speculator(config, self)
         self._pending: list[StreamDelta] = []  # abort deltas, returned by the next step
 
     # ---- requests -------------------------------------------------------------------
@@ -223,23 +223,24 @@ class LLMEngine:
         observe_kv_usage(self.metrics, self.scheduler, batch)
         if self.tiers is not None:
             self.tiers.before_forward()
-        logits, sampled = self.runner.execute(batch)
+        logits, sampled = self.speculator.split(batch, *self.runner.execute(self.speculator.propose(batch)))
         if self.tiers is not None:
             self.tiers.observe_prefill(time.monotonic() - started, batch.num_tokens)
         self.scheduler.finish_step(batch)
         generated = 0
-        if logits is not None:
-            new, generated = self._process_samples([batch.seqs[i] for i in sampled], logits)
+        if logits is not None or self.speculator.pending:
+            new, generated = self._process_samples([batch.seqs[i] for i in sampled], logits)  # type: ignore[arg-type]
             deltas += new
         self.metrics.observe_step(started, batch.num_tokens, generated)
         return deltas
 
     def _process_samples(self, seqs: list[Sequence], logits: torch.Tensor) -> tuple[list[StreamDelta], int]:
-        """Sample a token for every sequence that reached its end; beams step as a group."""
-        groups: dict[Request, list[int]] = {}
+        """Sample a token for every sequence that reached its end (``logits`` is None when
+        all were verified: their tokens come from the speculator); beams step as a group."""
+        groups: dict[Request, list[int]] = self.speculator.pending_groups()
         for row, seq in enumerate(seqs):
             groups.setdefault(seq.request, []).append(row)  # type: ignore[arg-type]
-        generated = sample_next_tokens(
+        generated = self.speculator.accept() + sample_next_tokens(
             seqs,
             logits,
             groups,

@@ -392,6 +392,15 @@ class BlockManager:
         child.num_registered_blocks = parent.num_registered_blocks
         child.num_computed_tokens = parent.num_computed_tokens
 
+    def truncate(self, seq: Sequence, num_tokens: int) -> None:
+        """Keep only the blocks holding ``seq``'s first ``num_tokens`` positions: the
+        blocks of rejected speculative tokens go back, tail first (they were never
+        registered: only computed, accepted tokens are)."""
+        keep = self.blocks_for(num_tokens)
+        assert keep >= seq.num_registered_blocks, "truncating into registered blocks"
+        while len(seq.block_table) > keep:
+            self._release(seq.block_table.pop())
+
     def free(self, seq: Sequence) -> None:
         """Return a sequence's blocks, tail first, so the tail is evicted before the prefix
         that other conversations are likelier to share."""
