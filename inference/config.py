@@ -40,6 +40,18 @@ class EngineConfig:
     kv_cpu_gb: float = 0.0
     kv_disk_dir: str | None = None
     kv_disk_gb: float = 4.0
+    # A step's time budget while requests are decoding: prompt chunks are sized from the
+    # measured prefill rate so a step takes about this long (0 = off: full chunks).
+    step_budget_ms: float = 150.0
+    # Prefill/decode disaggregation (inference.pd): prefill worker processes (0 = off), the
+    # uncached prompt tokens above which a prompt goes to one, jobs one worker may hold,
+    # seconds before a job falls back to local prefill, and the CPU split ("auto", "off",
+    # or "0-3;4-7": the engine's cores, then each worker's).
+    prefill_workers: int = 0
+    pd_min_prompt_tokens: int = 256
+    pd_queue_size: int = 2
+    pd_timeout_s: float = 60.0
+    pd_affinity: str = "auto"
 
     def __post_init__(self) -> None:
         checks = {
@@ -55,6 +67,11 @@ class EngineConfig:
             "enforce_eager": isinstance(self.enforce_eager, bool),
             "kv_cpu_gb": self.kv_cpu_gb >= 0,
             "kv_disk_gb": self.kv_disk_gb >= 0,
+            "step_budget_ms": self.step_budget_ms >= 0,
+            "prefill_workers": self.prefill_workers >= 0,
+            "pd_min_prompt_tokens": self.pd_min_prompt_tokens >= 0,
+            "pd_queue_size": self.pd_queue_size >= 1,
+            "pd_timeout_s": self.pd_timeout_s > 0,
         }
         for name, ok in checks.items():
             if not ok:

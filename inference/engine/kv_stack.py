@@ -14,6 +14,7 @@ import torch
 
 from inference.config import EngineConfig, KVPoolSize
 from inference.engine.scheduler import Scheduler
+from inference.engine.step_budget import StepBudget
 from inference.kv.block_manager import BlockManager
 from inference.kv.fingerprint import kv_fingerprint
 from inference.kv.tiers import TierStack, build_tiers
@@ -48,6 +49,8 @@ def build_kv_stack(
     scheduler = Scheduler(
         block_manager, config.max_num_batched_tokens, config.max_num_seqs, pool.max_model_len
     )
+    if config.step_budget_ms > 0:
+        scheduler.step_budget = StepBudget(config.step_budget_ms / 1000, config.max_num_batched_tokens)
     runner = ModelRunner(
         model,
         model_config,
