@@ -186,7 +186,8 @@ class LLMEngine:
         self.block_manager.release(key)
 
     def close(self) -> None:
-        """Finish queued KV writes and stop the tiers' I/O threads."""
+        """Finish queued KV writes, stop the tiers' I/O threads and any prefill workers."""
+        self.scheduler.close()
         if self.tiers is not None:
             self.tiers.close()
 

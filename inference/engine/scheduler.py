@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from inference.engine.sequence import Request, RequestStatus, Sequence
 from inference.engine.step_budget import StepBudget, count_tokens
@@ -133,6 +134,16 @@ class Scheduler:
         elif request.status is RequestStatus.WAITING and request in self.waiting:
             self.waiting.remove(request)
         request.status = RequestStatus.FINISHED
+
+    # ---- hooks for a scheduler with prefill workers (inference.pd) ---------------------
+    def attach_pool(self, kv_cache: Any) -> None:
+        """The KV pool tensor, once the runner allocated it."""
+
+    def close(self) -> None:
+        """Stop what the scheduler started (prefill workers)."""
+
+    def disaggregation_stats(self) -> dict[str, Any]:
+        return {}
 
     # ---- one step -------------------------------------------------------------------
     def schedule(self) -> ScheduledBatch:
