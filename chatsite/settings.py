@@ -208,7 +208,7 @@ ENGINE = {
     # uncached part is longer than ENGINE_PD_MIN_PROMPT_TOKENS.
     "prefill_workers": env_int("ENGINE_PREFILL_WORKERS", 0),
     "pd_min_prompt_tokens": env_int("ENGINE_PD_MIN_PROMPT_TOKENS", 256),
-    "pd_queue_size": env_int("ENGINE_PD_QUEUE_SIZE", 2),
+    "pd_queue_size": env_int("ENGINE_PD_QUEUE_SIZE", 4),
     "pd_timeout_s": env_float("ENGINE_PD_TIMEOUT_S", 60.0),
     "pd_affinity": env_str("ENGINE_PD_AFFINITY", "auto"),
 }

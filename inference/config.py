@@ -49,7 +49,7 @@ class EngineConfig:
     # or "0-3;4-7": the engine's cores, then each worker's).
     prefill_workers: int = 0
     pd_min_prompt_tokens: int = 256
-    pd_queue_size: int = 2
+    pd_queue_size: int = 4
     pd_timeout_s: float = 60.0
     pd_affinity: str = "auto"
 
