@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import multiprocessing as mp
 import queue
@@ -28,11 +29,19 @@ from typing import Any
 
 from inference.pd.messages import Abort, Aborted, PrefillDone, PrefillFailed, PrefillJob, Ready, WorkerSpec
 from inference.pd.transfer import discard
-from inference.pd.worker import run_worker
 
 logger = logging.getLogger(__name__)
 
 RESTART_INTERVAL_S = 1.0  # a worker that keeps dying is restarted at most this often
+# The worker process's entry point, named rather than imported: the worker runs an
+# LLMEngine, and the LLMEngine is what starts workers, so the serving process never
+# needs the worker's module (the spawned child imports it).
+WORKER_ENTRY = ("inference.pd.worker", "run_worker")
+
+
+def _worker_main(spec: WorkerSpec, jobs: Queue, results: Queue) -> None:
+    module = importlib.import_module(WORKER_ENTRY[0])
+    getattr(module, WORKER_ENTRY[1])(spec, jobs, results)
 
 
 @dataclass(eq=False)
@@ -86,7 +95,7 @@ class WorkerPool:
     def _start(self, worker: WorkerHandle) -> None:
         worker.jobs, worker.results = self._ctx.Queue(), self._ctx.Queue()
         worker.process = self._ctx.Process(
-            target=run_worker,
+            target=_worker_main,
             args=(worker.spec, worker.jobs, worker.results),
             name=f"prefill-worker-{worker.index}",
             daemon=True,

@@ -209,3 +209,50 @@ def test_hung_worker_times_out_and_is_replaced(tiny, slow: LLMEngine) -> None:
     assert stats["fallbacks"]["hung"] == before["fallbacks"]["hung"] + 1
     assert stats["restarts"] == before["restarts"] + 1
     assert scheduler.workers.wait_ready(READY_S)
+
+
+async def test_async_engine_streams_and_disconnects_with_prefill_workers(tiny) -> None:
+    """Through the serving loop: a long prompt streams the colocated tokens, and a client
+    that goes away while its prompt is at a worker leaves nothing behind."""
+    import asyncio
+
+    from inference.config import EngineConfig
+    from inference.engine.async_engine import AsyncEngine
+    from tests.engine.engine_fixtures import TINY_ENGINE_DEFAULTS
+
+    prompt, gone = random_prompts(tiny.tokenizer, 2, seed=71, min_len=400, max_len=500)
+    expected = _run(tiny.engine(), [prompt], max_tokens=8)[0]
+    config = EngineConfig(
+        model=tiny.path,
+        device="cpu",
+        prefill_workers=1,
+        pd_affinity="off",
+        pd_min_prompt_tokens=MIN_PROMPT,
+        **TINY_ENGINE_DEFAULTS,
+    )
+    engine = AsyncEngine(config, loaded=tiny.loaded)
+    scheduler = _scheduler(engine.engine)
+    try:
+        assert await asyncio.to_thread(scheduler.workers.wait_ready, READY_S)
+        tokens = [t async for delta in engine.stream(prompt, greedy(8)) for t in delta.token_ids]
+        assert tokens == expected
+        assert engine.stats().disaggregation["imported_requests"] == 1
+
+        async def consume() -> None:
+            async for _ in engine.stream(gone, greedy(50), request_id="gone"):
+                pass
+
+        task = asyncio.create_task(consume())
+        deadline = time.monotonic() + 30
+        while "gone" not in scheduler.remote:
+            assert time.monotonic() < deadline and not task.done()
+            await asyncio.sleep(0.005)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        while engine.stats().disaggregation["queue_depth"] or engine.engine.has_unfinished():
+            assert time.monotonic() < deadline + 30, "the disconnected request stayed"
+            await asyncio.sleep(0.02)
+        assert "gone" not in engine.engine.requests
+    finally:
+        engine.shutdown()
