@@ -137,13 +137,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--quick", action="store_true", help="1,000-token burst prompts, no full-chunk run")
     parser.add_argument("--model", help="a model directory or .gguf (default: SmolLM2-135M)")
     parser.add_argument("--workers", type=int, default=1, help="prefill workers in the PD run")
+    parser.add_argument(
+        "--threads", type=int, help="torch threads of the colocated runs (default: torch's, all cores)"
+    )
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     workload = Workload(burst_tokens=1000 if args.quick else 2000)
     loaded = load_model(args.model, device="cpu")
     base = EngineConfig(model=args.model, device="cpu", kv_cache_gb=0.5)
-    configs = [] if args.quick else [("colocated, full chunks", {"step_budget_ms": 0.0})]
-    configs += [("colocated", {}), ("pd", {"prefill_workers": args.workers})]
+    colocated: dict[str, Any] = {"num_threads": args.threads} if args.threads else {}
+    configs = [] if args.quick else [("colocated, full chunks", {**colocated, "step_budget_ms": 0.0})]
+    configs += [("colocated", colocated), ("pd", {"prefill_workers": args.workers})]
     results = []
     for name, overrides in configs:
         engine = LLMEngine(EngineConfig(**{**asdict(base), **overrides}), loaded=loaded)
