@@ -140,6 +140,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--threads", type=int, help="torch threads of the colocated runs (default: torch's, all cores)"
     )
+    parser.add_argument(
+        "--pd-timeout", type=float, help="seconds before a worker's prompt falls back (default 60)"
+    )
     parser.add_argument("--json", help="write the results here")
     args = parser.parse_args(argv)
     workload = Workload(burst_tokens=1000 if args.quick else 2000)
@@ -147,7 +150,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     base = EngineConfig(model=args.model, device="cpu", kv_cache_gb=0.5)
     colocated: dict[str, Any] = {"num_threads": args.threads} if args.threads else {}
     configs = [] if args.quick else [("colocated, full chunks", {**colocated, "step_budget_ms": 0.0})]
-    configs += [("colocated", colocated), ("pd", {"prefill_workers": args.workers})]
+    pd_options: dict[str, Any] = {"prefill_workers": args.workers}
+    if args.pd_timeout:
+        pd_options["pd_timeout_s"] = args.pd_timeout
+    configs += [("colocated", colocated), ("pd", pd_options)]
     results = []
     for name, overrides in configs:
         engine = LLMEngine(EngineConfig(**{**asdict(base), **overrides}), loaded=loaded)

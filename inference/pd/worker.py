@@ -117,6 +117,8 @@ def _finish(
     engine: LLMEngine, request: Request, job: PrefillJob, started: float
 ) -> PrefillDone | PrefillFailed:
     seq = (request.finished_seqs or request.seqs)[0]
+    if seq.num_tokens <= request.num_prompt_tokens:  # finished without a token (its pool was too small)
+        return PrefillFailed(job.request_id, f"the worker finished it without a token ({seq.finish_reason})")
     bs = engine.block_manager.block_size
     hashes = prefix_hashes(job.token_ids[: job.num_blocks * bs], bs, job.cache_salt, job.cache_salt_block)
     block_ids = [engine.block_manager.cached_block(h) for h in hashes]
