@@ -221,6 +221,15 @@ ENGINE = {
     "kv_disk_gb": env_float("ENGINE_KV_DISK_GB", 4.0),
     # Speculative decoding: off unless set (ngram, ngram:k=5, draft:/path).
     **_engine_speculative(),
+    # While answers stream, a step carries only the prompt tokens that fit this time budget.
+    "step_budget_ms": env_float("ENGINE_STEP_BUDGET_MS", 150.0),
+    # Prefill/decode disaggregation: N prefill worker processes (0 = off) for prompts whose
+    # uncached part is longer than ENGINE_PD_MIN_PROMPT_TOKENS.
+    "prefill_workers": env_int("ENGINE_PREFILL_WORKERS", 0),
+    "pd_min_prompt_tokens": env_int("ENGINE_PD_MIN_PROMPT_TOKENS", 256),
+    "pd_queue_size": env_int("ENGINE_PD_QUEUE_SIZE", 4),
+    "pd_timeout_s": env_float("ENGINE_PD_TIMEOUT_S", 60.0),
+    "pd_affinity": env_str("ENGINE_PD_AFFINITY", "auto"),
 }
 ENGINE_PRELOAD = env_bool("ENGINE_PRELOAD", False)
 # Documents (conversations.documents): an embedding model directory (a Hugging Face encoder) for

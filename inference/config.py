@@ -51,6 +51,18 @@ class EngineConfig:
     ngram_max: int = 5
     speculative_max_batch: int = 8
     speculative_min_acceptance: float = 0.2
+    # A step's time budget while requests are decoding: prompt chunks are sized from the
+    # measured prefill rate so a step takes about this long (0 = off: full chunks).
+    step_budget_ms: float = 150.0
+    # Prefill/decode disaggregation (inference.pd): prefill worker processes (0 = off), the
+    # uncached prompt tokens above which a prompt goes to one, jobs one worker may hold,
+    # seconds before a job falls back to local prefill, and the CPU split ("auto", "off",
+    # or "0-3;4-7": the engine's cores, then each worker's).
+    prefill_workers: int = 0
+    pd_min_prompt_tokens: int = 256
+    pd_queue_size: int = 4
+    pd_timeout_s: float = 60.0
+    pd_affinity: str = "auto"
 
     def __post_init__(self) -> None:
         checks = {
@@ -71,6 +83,11 @@ class EngineConfig:
             "ngram_min": 1 <= self.ngram_min <= self.ngram_max,
             "speculative_max_batch": self.speculative_max_batch >= 1,
             "speculative_min_acceptance": 0 <= self.speculative_min_acceptance <= 1,
+            "step_budget_ms": self.step_budget_ms >= 0,
+            "prefill_workers": self.prefill_workers >= 0,
+            "pd_min_prompt_tokens": self.pd_min_prompt_tokens >= 0,
+            "pd_queue_size": self.pd_queue_size >= 1,
+            "pd_timeout_s": self.pd_timeout_s > 0,
         }
         for name, ok in checks.items():
             if not ok:

@@ -9,7 +9,7 @@ from django.urls import path, reverse
 
 from conversations.models import EngineStatus
 from conversations.ops.engine_handle import engine_status
-from conversations.ops.metrics import live_stats_json
+from conversations.ops.metrics import live_stats_json, pd_figures
 
 
 @admin.register(EngineStatus)
@@ -59,10 +59,13 @@ class EngineStatusAdmin(admin.ModelAdmin):
             ("Preemptions", stats.get("num_preemptions", "—"), "num_preemptions"),
             ("Swaps", stats.get("num_swaps", "—"), "num_swaps"),
         ]
+        rows += [
+            (PD_LABELS[key], value, key) for key, value in pd_figures(stats).items()
+        ]  # prefill workers, when the engine has them
         shown = {key for _, _, key in rows}
         # Structured figures (histograms, per-tier and per-outcome tables) have their own
         # places: the tiers table, /metrics.
-        shown |= {"requests_by_outcome", "ttft", "tpot", "kv_tiers", "extra"}
+        shown |= {"requests_by_outcome", "ttft", "tpot", "kv_tiers", "extra", "disaggregation"}
         extra = [(key.replace("_", " "), value) for key, value in stats.items() if key not in shown]
         extra += [(key.replace("_", " "), value) for key, value in stats.get("extra", {}).items()]
         extra += [(f"requests {k}", v) for k, v in stats.get("requests_by_outcome", {}).items()]
@@ -77,6 +80,18 @@ class EngineStatusAdmin(admin.ModelAdmin):
             "poll_seconds": 2,
         }
         return TemplateResponse(request, "admin/engine_status.html", context)
+
+
+PD_LABELS = {
+    "pd_workers_ready": "Prefill workers ready",
+    "pd_queue_depth": "Prefill queue depth",
+    "pd_imported_requests": "Prompts prefilled by workers",
+    "pd_transfer_bytes": "KV bytes from workers",
+    "pd_transfer_us_per_token": "KV transfer µs per token",
+    "pd_fallbacks": "Prefill fallbacks (worker faults)",
+    "pd_local_busy": "Long prompts prefilled locally (workers busy)",
+    "pd_restarts": "Prefill worker restarts",
+}
 
 
 def _percent(value) -> str:

@@ -92,6 +92,55 @@ class EngineCollector:
             value=stats["kv_retained_blocks"],
         )
         yield from _tier_families(stats["kv_tiers"])
+        yield from _pd_families(stats.get("disaggregation") or {})
+
+
+def _pd_families(pd: dict) -> Iterator[Metric]:
+    """Prefill workers (none exported when the engine runs without them)."""
+    if not pd:
+        return
+    workers = GaugeMetricFamily(f"{PREFIX}_pd_workers", "Prefill worker processes", labels=["state"])
+    workers.add_metric(["configured"], pd["workers"])
+    workers.add_metric(["ready"], pd["workers_ready"])
+    yield workers
+    yield GaugeMetricFamily(
+        f"{PREFIX}_pd_queue_depth", "Prompts held by prefill workers", value=pd["queue_depth"]
+    )
+    yield CounterMetricFamily(
+        f"{PREFIX}_pd_transfer_bytes", "KV bytes moved from prefill workers", value=pd["transfer_bytes"]
+    )
+    yield CounterMetricFamily(
+        f"{PREFIX}_pd_transfer_seconds", "Time spent moving KV from prefill workers", value=pd["transfer_s"]
+    )
+    yield CounterMetricFamily(
+        f"{PREFIX}_pd_transfer_tokens",
+        "Prompt tokens whose KV came from prefill workers",
+        value=pd["transfer_tokens"],
+    )
+    fallbacks = CounterMetricFamily(
+        f"{PREFIX}_pd_fallbacks", "Prompts prefilled locally after a worker fault", labels=["reason"]
+    )
+    for reason, count in pd["fallbacks"].items():
+        fallbacks.add_metric([reason], count)
+    yield fallbacks
+    yield CounterMetricFamily(f"{PREFIX}_pd_restarts", "Prefill worker restarts", value=pd["restarts"])
+
+
+def pd_figures(stats: dict) -> dict:
+    """The prefill workers' figures for the admin engine page (empty without workers)."""
+    pd = stats.get("disaggregation") or {}
+    if not pd:
+        return {}
+    return {
+        "pd_workers_ready": f"{pd['workers_ready']} / {pd['workers']}",
+        "pd_queue_depth": f"{pd['queue_depth']} / {pd['queue_capacity']}",
+        "pd_imported_requests": pd["imported_requests"],
+        "pd_transfer_bytes": pd["transfer_bytes"],
+        "pd_transfer_us_per_token": round(pd["transfer_us_per_token"], 2),
+        "pd_fallbacks": pd["fallbacks_total"],
+        "pd_local_busy": pd["local_busy"],
+        "pd_restarts": pd["restarts"],
+    }
 
 
 def _tier_families(tiers: dict[str, dict]) -> Iterator[Metric]:
@@ -175,6 +224,7 @@ def live_stats() -> dict:
         "hit_rate": stats.get("prefix_hit_rate", 0.0),
         "hit_tokens": stats.get("prefix_hit_tokens", 0),
         "queried_tokens": queried,
+        **pd_figures(stats),
         "tiers": {
             name: {
                 "blocks": t.get("blocks", 0),

@@ -14,6 +14,7 @@ import torch
 
 from inference.config import EngineConfig, KVPoolSize
 from inference.engine.scheduler import Scheduler
+from inference.engine.step_budget import StepBudget
 from inference.kv.block_manager import BlockManager
 from inference.kv.fingerprint import kv_fingerprint
 from inference.kv.tiers import TierStack, build_tiers
@@ -45,9 +46,16 @@ def build_kv_stack(
     block_bytes = model.kv_spec.block_bytes(bs, dtype)
     pool = config.size_kv_pool(model_config, block_bytes, device, graph_batch_limit=MAX_GRAPH_BATCH)
     block_manager = BlockManager(pool.num_blocks, bs, config.enable_prefix_caching)
-    scheduler = Scheduler(
-        block_manager, config.max_num_batched_tokens, config.max_num_seqs, pool.max_model_len
-    )
+    if config.prefill_workers:
+        from inference.pd import build_disaggregated_scheduler  # noqa: PLC0415 - only with workers
+
+        scheduler: Scheduler = build_disaggregated_scheduler(config, block_manager, pool.max_model_len)
+    else:
+        scheduler = Scheduler(
+            block_manager, config.max_num_batched_tokens, config.max_num_seqs, pool.max_model_len
+        )
+    if config.step_budget_ms > 0:
+        scheduler.step_budget = StepBudget(config.step_budget_ms / 1000, config.max_num_batched_tokens)
     runner = ModelRunner(
         model,
         model_config,
@@ -59,6 +67,7 @@ def build_kv_stack(
         max_model_len=pool.max_model_len,
         enforce_eager=config.enforce_eager,
     )
+    scheduler.attach_pool(runner.kv_cache)
     fingerprint = None
     if config.kv_disk_dir:  # hashing the tokenizer (and, once, the weights) only when it counts
         fingerprint = kv_fingerprint(weights_identity(model), tokenizer, model.kv_spec, bs, dtype)

@@ -202,7 +202,8 @@ class LLMEngine:
         )
 
     def close(self) -> None:
-        """Finish queued KV writes and stop the tiers' I/O threads."""
+        """Finish queued KV writes, stop the tiers' I/O threads and any prefill workers."""
+        self.scheduler.close()
         if self.tiers is not None:
             self.tiers.close()
 

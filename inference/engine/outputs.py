@@ -94,6 +94,8 @@ class EngineStats:
     tpot: dict[str, Any] = field(default_factory=dict)  # time per output token, same shape
     # Per tier ("pool", "host", "disk"): blocks, capacity_blocks, hit_tokens, bytes_written/read, ...
     kv_tiers: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Prefill workers (inference.pd), empty without: queue depth, transfers, fallbacks, ...
+    disaggregation: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:

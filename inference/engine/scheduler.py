@@ -38,8 +38,10 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from inference.engine.sequence import Request, RequestStatus, Sequence
+from inference.engine.step_budget import StepBudget, count_tokens
 from inference.errors import PromptTooLongError
 from inference.kv.block_manager import BlockManager
 
@@ -76,6 +78,9 @@ class Scheduler:
         self.loading: list[Request] = []  # reading KV blocks from a lower tier
         self.num_preemptions = 0
         self.num_swaps = 0
+        # Sizes prompt chunks to a step time while streams decode (None: full chunks).
+        self.step_budget: StepBudget | None = None
+        self._prefill_left: int | None = None  # this step's prompt tokens still allowed
 
     # ---- requests -------------------------------------------------------------------
     @property
@@ -130,11 +135,22 @@ class Scheduler:
             self.waiting.remove(request)
         request.status = RequestStatus.FINISHED
 
+    # ---- hooks for a scheduler with prefill workers (inference.pd) ---------------------
+    def attach_pool(self, kv_cache: Any) -> None:
+        """The KV pool tensor, once the runner allocated it."""
+
+    def close(self) -> None:
+        """Stop what the scheduler started (prefill workers)."""
+
+    def disaggregation_stats(self) -> dict[str, Any]:
+        return {}
+
     # ---- one step -------------------------------------------------------------------
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch()
         budget = self.max_num_batched_tokens
         self._finish_loading()
+        self._prefill_left = self._prefill_limit()
         scheduled: set[int] = set()  # ids of requests given tokens in this step
         for request in list(self.running):
             if request.status is not RequestStatus.RUNNING:
@@ -180,6 +196,15 @@ class Scheduler:
         batch.copies = self.block_manager.take_copies()
         return batch
 
+    def _prefill_limit(self) -> int | None:
+        if self.step_budget is None:
+            return None
+        self.step_budget.start()
+        decoding = sum(
+            1 for r in self.running if all(s.num_tokens - s.num_computed_tokens <= 1 for s in r.seqs)
+        )
+        return self.step_budget.prefill_limit(decoding)
+
     def _next_waiting(self) -> Request:
         """The waiting request to admit next: a preempted one first (it held its seat
         already), else the oldest of the owner with the fewest running seats."""
@@ -207,12 +232,15 @@ class Scheduler:
         for seq, n in zip(batch.seqs, batch.num_new_tokens, strict=True):
             seq.num_computed_tokens += n
             self.block_manager.register_full_blocks(seq)
+        if self.step_budget is not None:
+            self.step_budget.observe(*count_tokens(batch.num_new_tokens))
 
-    @staticmethod
-    def _add_to_batch(batch: ScheduledBatch, plan: list[tuple[Sequence, int]]) -> None:
+    def _add_to_batch(self, batch: ScheduledBatch, plan: list[tuple[Sequence, int]]) -> None:
         for seq, n in plan:
             batch.seqs.append(seq)
             batch.num_new_tokens.append(n)
+            if self._prefill_left is not None and n > 1:
+                self._prefill_left = max(0, self._prefill_left - n)
 
     def _plan(self, request: Request, budget: int) -> list[tuple[Sequence, int]]:
         """Tokens per sequence of ``request`` within ``budget``.
@@ -220,6 +248,8 @@ class Scheduler:
         The sequences of a forked request (n > 1, beams) are sampled together, so
         after a preemption none of them takes its last token until all can."""
         wants = [(s, s.num_tokens - s.num_computed_tokens) for s in request.seqs]
+        if self._prefill_left is not None and any(w > 1 for _, w in wants):
+            budget = min(budget, self._prefill_left)  # a prompt chunk: the step's time budget
         if len(wants) == 1:
             seq, want = wants[0]
             n = min(want, budget)

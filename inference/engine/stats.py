@@ -40,6 +40,10 @@ def engine_stats(
         "peak_kv_blocks_used": metrics.peak_kv_blocks_used,
         "kv_waste_at_peak": metrics.kv_waste_at_peak,
     }
+    budget = scheduler.step_budget
+    if budget is not None:  # the step time budget's measured rates (inference.engine.step_budget)
+        extra["prefill_tokens_per_s"] = budget.prefill_tokens_per_s
+        extra["decode_step_ms"] = budget.decode_step_s * 1000
     if cuda_graphs is not None:
         extra["cuda_graph_steps"] = cuda_graphs.num_replays
     return EngineStats(
@@ -68,5 +72,6 @@ def engine_stats(
         ttft=metrics.ttft.as_dict(),
         tpot=metrics.tpot.as_dict(),
         kv_tiers=tier_stats(blocks, tiers),
+        disaggregation=scheduler.disaggregation_stats(),
         extra=extra,
     )

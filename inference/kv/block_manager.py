@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from array import array
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -226,6 +227,38 @@ class BlockManager:
                         block.hash, block.parent_hash, block.token_ids, block.block_id, block.namespace
                     )
         seq.num_registered_blocks = full
+
+    def cached_block(self, block_hash: int) -> int | None:
+        """The pool block registered under ``block_hash``, if any."""
+        return self._by_hash.get(block_hash)
+
+    def import_block(
+        self,
+        block_hash: int,
+        parent: int,
+        tokens: tuple[int, ...],
+        namespace: int,
+        fill: Callable[[int], None],
+    ) -> bool:
+        """Register a block computed elsewhere (a prefill worker) as cached and free, as if
+        a finished sequence had left it: ``fill(block_id)`` writes its K/V into the pool
+        first. False (nothing changed) when that hash is cached already or no block is free."""
+        if not self.enable_prefix_caching or block_hash in self._by_hash or not self.num_free_blocks:
+            return False
+        block_id = self._allocate()
+        fill(block_id)
+        block = self.blocks[block_id]
+        block.hash, block.parent_hash, block.token_ids, block.namespace = (
+            block_hash,
+            parent,
+            tokens,
+            namespace,
+        )
+        self._by_hash[block_hash] = block_id
+        if self.tiers is not None:
+            self.tiers.block_cached(block_hash, parent, tokens, block_id, namespace)
+        self._release(block_id)
+        return True
 
     def reset_prefix_cache(self) -> int:
         """Forget every cached-free prefix (benchmarks start cold). Returns how many."""
