@@ -9,14 +9,29 @@ import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from inference.structured.spec import GrammarSpec
+
+# Kinds whose text is JSON only: no raw control character is ever valid in them.
+_JSON_KINDS = ("json_schema", "json_object")
 
 
 class GrammarError(ValueError):
     """A grammar that cannot be compiled (bad schema, regex or EBNF) or that did not
     compile in time."""
+
+
+@dataclass(frozen=True)
+class CompiledGrammar:
+    grammar: Any  # xgrammar.CompiledGrammar
+    # Packed token bitmask (int32 words, xgrammar's layout) ANDed into the grammar's own, or
+    # None. xgrammar (0.2.x) lets raw control characters into JSON strings that have
+    # minLength/maxLength, which is not JSON; these bits keep such tokens out.
+    keep: torch.Tensor | None = None
 
 
 class GrammarCompiler:
@@ -33,6 +48,7 @@ class GrammarCompiler:
         self._lock = threading.Lock()
         self._cache: OrderedDict[str, Future[Any]] = OrderedDict()
         self._xgr_compiler: Any = None
+        self._keep: dict[str, torch.Tensor] = {}  # "json" / "text": tokens free of control bytes
         self.hits = 0
         self.misses = 0
         self.compile_seconds: list[float] = []  # per cold compile, for benchmarks
@@ -78,6 +94,12 @@ class GrammarCompiler:
                 self._xgr_compiler = xgr.GrammarCompiler(
                     info, max_threads=self._max_threads, cache_enabled=False
                 )
+                # JSON: no control byte at all (compact JSON has no free whitespace); other
+                # grammars (tool-call tags) keep newlines, which their layout uses.
+                self._keep = {
+                    "json": _control_free_bits(info.decoded_vocab, self.vocab_size, set()),
+                    "text": _control_free_bits(info.decoded_vocab, self.vocab_size, {0x0A}),
+                }
             return self._xgr_compiler
 
     def _compile(self, spec: GrammarSpec) -> Any:
@@ -90,7 +112,9 @@ class GrammarCompiler:
         except Exception as exc:  # noqa: BLE001 - xgrammar raises RuntimeError/ValueError variants
             raise GrammarError(f"invalid {spec.kind.replace('_', ' ')}: {_first_line(exc)}") from exc
         self.compile_seconds.append(time.perf_counter() - started)
-        return compiled
+        if spec.kind in _JSON_KINDS:
+            return CompiledGrammar(compiled, self._keep["json"])
+        return CompiledGrammar(compiled, self._keep["text"] if spec.kind == "structural_tag" else None)
 
 
 def _compile_kind(compiler: Any, spec: GrammarSpec) -> Any:
@@ -113,6 +137,16 @@ def _compile_kind(compiler: Any, spec: GrammarSpec) -> Any:
     if spec.kind == "ebnf":
         return compiler.compile_grammar(spec.source)
     return compiler.compile_structural_tag(spec.source)
+
+
+def _control_free_bits(decoded_vocab: list[bytes], vocab_size: int, allowed: set[int]) -> torch.Tensor:
+    """Packed bitmask of the tokens whose bytes hold no control character but ``allowed``."""
+    ok = torch.ones(((vocab_size + 31) // 32) * 32, dtype=torch.bool)
+    for token, text in enumerate(decoded_vocab[:vocab_size]):
+        if any(b < 0x20 and b not in allowed for b in text):
+            ok[token] = False
+    words = (ok.view(-1, 32).to(torch.int64) << torch.arange(32)).sum(dim=1)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
 
 
 def _ebnf_string(text: str) -> str:

@@ -35,6 +35,10 @@ def apply_grammar_masks(logits: torch.Tensor, seqs: list[Any]) -> torch.Tensor:
         _batch().batch_fill_next_token_bitmask(live, bitmask, indices=live_rows)
     elif live:
         live[0].fill_next_token_bitmask(bitmask, live_rows[0])
+    for i in live_rows:
+        keep = seqs[i].grammar.keep
+        if keep is not None:
+            bitmask[i, : keep.shape[0]] &= keep
     if live_rows:
         xgr.apply_token_bitmask_inplace(
             logits, bitmask.to(logits.device, non_blocking=True), indices=live_rows

@@ -22,6 +22,7 @@ class SequenceGrammar:
         self.compiled = compiled
         self.stop_token_ids = tuple(stop_token_ids)  # what a failed grammar still allows
         self.matcher: Any = None
+        self.keep: Any = None  # CompiledGrammar.keep, once the matcher exists
         self.failed = False
         self._history = list(history)
 
@@ -35,12 +36,13 @@ class SequenceGrammar:
             import xgrammar as xgr
 
             try:
-                grammar = self.compiled.result(timeout=0)
+                compiled = self.compiled.result(timeout=0)
             except Exception as exc:  # noqa: BLE001 - a compile error ends the sequence, not the engine
                 logger.warning("grammar failed to compile: %s", exc)
                 self.failed = True
                 return None
-            self.matcher = xgr.GrammarMatcher(grammar)
+            self.keep = compiled.keep
+            self.matcher = xgr.GrammarMatcher(compiled.grammar)
             for token in self._history:
                 if not self.matcher.accept_token(token):
                     self.failed = True
@@ -71,6 +73,7 @@ class SequenceGrammar:
         child.failed = self.failed
         if self.matcher is not None:
             child.matcher = self.matcher.fork()
+            child.keep = self.keep
         return child
 
     @classmethod

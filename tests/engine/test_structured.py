@@ -211,3 +211,32 @@ def test_compiling_request_does_not_hold_up_the_batch(tiny) -> None:
         [],
         *[[t] for t in tiny.tokenizer.eos_token_ids],
     )
+
+
+def test_bounded_strings_keep_control_characters_out(compiler, tiny) -> None:
+    """Inside a maxLength string xgrammar's own mask admits raw control characters (not
+    JSON); the compiler's extra bits keep every token holding one out."""
+    spec = GrammarSpec.json_schema({"type": "string", "minLength": 2, "maxLength": 4})
+    grammar = SequenceGrammar(compiler.submit(spec))
+    compiler.compile(spec, timeout=30)
+    assert grammar.accept(tiny.tokenizer.encode('"')[0])
+    vocab = tiny.loaded[2].vocab_size
+    allowed = _allowed(apply_grammar_masks(torch.zeros(1, vocab), [_seq(grammar)])[0])
+    hf = tiny.tokenizer.hf
+    controls = {t for t in range(len(hf)) if any(ord(c) < 0x20 for c in hf.decode([t]))}
+    assert controls and not allowed & controls
+    assert tiny.tokenizer.encode("ab")[0] in allowed
+    # The grammar itself would have allowed one (the gap the extra bits close).
+    assert grammar.get_matcher().fork().accept_string("\x1b")
+
+
+def test_compile_timeout_is_a_grammar_error(tiny) -> None:
+    import time
+
+    compiler = GrammarCompiler(tiny.tokenizer, tiny.loaded[2].vocab_size, max_threads=1)
+    try:
+        compiler._pool.submit(time.sleep, 0.5)  # the only worker is busy
+        with pytest.raises(GrammarError, match="did not compile within"):
+            compiler.compile(GrammarSpec.regex("x+"), timeout=0.05)
+    finally:
+        compiler.close()
