@@ -354,7 +354,8 @@ async def respond(
             raise
         response = generation.response_body()
         response = tools.rewrite_body(response) if tools else response
-        api_log.finish(200, finish_reason=generation.finish_reason, **_usage_fields(generation))
+        finish = tools.finish_reason(generation.finish_reason) if tools else generation.finish_reason
+        api_log.finish(200, finish_reason=finish, **_usage_fields(generation))
         return JsonResponse(response)
 
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -405,6 +406,7 @@ async def event_stream(
         if include_usage:
             yield sse_event(generation.chunk([], True, generation.usage()))
         status, finish_reason = 200, generation.finish_reason
+        finish_reason = tools.finish_reason(finish_reason) if tools else finish_reason
         yield DONE
     except Exception as exc:
         api_error = error_from_exception(exc)

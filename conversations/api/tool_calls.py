@@ -32,6 +32,7 @@ class ToolPlan:
     named: str | None = None
     parallel: bool = True
     streams: dict[int, ToolCallStream] = field(default_factory=dict)
+    finishes: dict[int, str] = field(default_factory=dict)  # choice index -> its finish reason
 
     @property
     def active(self) -> bool:
@@ -90,7 +91,14 @@ class ToolPlan:
                 message["tool_calls"] = [c.to_openai() for c in calls]
                 if choice["finish_reason"] == "stop":
                     choice["finish_reason"] = "tool_calls"
+            self.finishes[choice["index"]] = choice["finish_reason"]
         return body
+
+    def finish_reason(self, reasons: str) -> str:
+        """The usage log's finish reasons (comma-joined) with "tool_calls" where calls ended a choice."""
+        if not self.active or not self.finishes:
+            return reasons
+        return ",".join(sorted(set(self.finishes.values())))
 
     def rewrite_chunk(self, choices: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
         """A stream chunk's ``choices`` -> the chunks to send: content deltas become
@@ -113,6 +121,7 @@ class ToolPlan:
                 reason = choice["finish_reason"]
                 if reason == "stop" and stream.num_calls:
                     reason = "tool_calls"
+                self.finishes[choice["index"]] = reason
                 out.append([{**choice, "delta": {}, "logprobs": None, "finish_reason": reason}])
             elif not pieces and (rest or choice.get("logprobs")):
                 out.append([{**choice, "delta": {**rest, "content": ""}}])

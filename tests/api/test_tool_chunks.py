@@ -46,6 +46,7 @@ def test_two_calls_stream_in_openai_shape() -> None:
             ("now", {"zone": "UTC"}),
         ]
         assert chunks[-1]["finish_reason"] == "tool_calls" and chunks[-1]["delta"] == {}
+        assert plan.finish_reason("stop") == "tool_calls"  # what the usage log records
         assert all(c["finish_reason"] is None for c in chunks[:-1])
 
 
@@ -57,6 +58,7 @@ def test_plain_answers_pass_unchanged_and_end_with_stop() -> None:
     body = {
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]
     }
+    assert plan.finish_reason("stop") == "stop"
     assert plan.rewrite_body(body)["choices"][0] == {
         "index": 0,
         "message": {"role": "assistant", "content": "hi"},
