@@ -240,3 +240,25 @@ def test_compile_timeout_is_a_grammar_error(tiny) -> None:
             compiler.compile(GrammarSpec.regex("x+"), timeout=0.05)
     finally:
         compiler.close()
+
+
+def test_mask_comes_before_penalties_top_k_and_top_p(tiny) -> None:
+    """top-k 1 / a tiny top-p / strong penalties act on the allowed tokens only: were the
+    mask applied after them, the single kept token would mostly be a forbidden one."""
+    engine = tiny.engine()
+    choices = ["north", "south", "east west"]
+    params = [
+        SamplingParams(temperature=1.0, top_k=1, max_tokens=10, grammar=GrammarSpec.choice(choices)),
+        SamplingParams(temperature=1.0, top_p=0.01, max_tokens=10, grammar=GrammarSpec.choice(choices)),
+        SamplingParams(
+            temperature=1.0,
+            repetition_penalty=5.0,
+            presence_penalty=2.0,
+            max_tokens=10,
+            seed=3,
+            grammar=GrammarSpec.choice(choices),
+        ),
+    ]
+    outs = run_to_completion(engine, random_prompts(tiny.tokenizer, 3, seed=8), params)
+    assert [o.text in choices for o in outs] == [True, True, True]
+    assert all(o.outputs[0].finish_reason == "stop" for o in outs)
