@@ -271,6 +271,9 @@ API_MAX_BODY_BYTES = env_int("API_MAX_BODY_BYTES", 1_000_000)
 API_RATE_LIMIT_PER_MINUTE = env_int("API_RATE_LIMIT_PER_MINUTE", 60)
 # Completions one API request may ask for: n x number of prompts.
 API_MAX_SEQUENCES_PER_REQUEST = env_int("API_MAX_SEQUENCES_PER_REQUEST", 16)
+# Structured outputs and tools: a grammar (JSON schema, regex, EBNF) that does not compile
+# within this many seconds is a 400.
+API_GRAMMAR_COMPILE_TIMEOUT = env_float("API_GRAMMAR_COMPILE_TIMEOUT", 10.0)
 # Prefix-cache privacy: each user's KV blocks after the shared system prompt (chat, titles,
 # API calls) are salted with the user, so time to first token cannot tell whether another
 # user sent the same text (conversations/chat/cache_salt.py).

@@ -37,6 +37,8 @@ from conversations.api.errors import (
     model_not_found,
     too_large,
 )
+from conversations.api.output_rules import chat_outputs, completion_grammar
+from conversations.api.tool_calls import ToolPlan, message_extras
 from conversations.api.usage import CLIENT_CLOSED, RequestLog
 from conversations.chat.cache_salt import cache_options, system_prompt_tokens
 from conversations.ops.engine_handle import aget_engine
@@ -231,21 +233,23 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
     check_fan_out(body.n, 1)
     engine = await ready_engine()
     check_model(engine, body.model)
-    if body.tools:
-        raise invalid("Tools (function calling) are not supported by this server.", param="tools")
-    if body.response_format and body.response_format.get("type", "text") != "text":
-        raise invalid("Only the 'text' response format is supported by this server.", param="response_format")
     top_logprobs = None
     if body.logprobs:
         top_logprobs = body.top_logprobs or 0
     elif body.top_logprobs is not None:
         raise invalid("top_logprobs needs logprobs to be true.", param="top_logprobs")
     messages = [
-        {"role": "system" if m.role == "developer" else m.role, "content": _message_text(m, i)}
+        {
+            "role": "system" if m.role == "developer" else m.role,
+            "content": _message_text(m, i),
+            **message_extras(m),
+        }
         for i, m in enumerate(body.messages)
     ]
     max_tokens = body.max_completion_tokens or body.max_tokens
     params = sampling_params(body, max_tokens, top_logprobs, chat=True)
+    outputs = await chat_outputs(engine, body, messages)
+    messages, params.grammar = outputs.messages, outputs.grammar
     prompt = await encode_chat(engine, messages)
     check_context(engine, [prompt], max_tokens, "messages")
     # A leading system prompt's blocks are shared with everyone, as the chat's are.
@@ -264,7 +268,7 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
         owner=engine_owner(request),
         cache=engine_cache(request, body.cache_salt, shared),
     )
-    return await respond(request, generation, body)
+    return await respond(request, generation, body, outputs.tools)
 
 
 # --- Text completions ----------------------------------------------------------------------
@@ -308,6 +312,7 @@ async def completions(request: HttpRequest, body: schemas.CompletionRequest) -> 
     if body.echo and body.logprobs is not None:
         raise invalid("echo together with logprobs is not supported by this server.", param="echo")
     params = sampling_params(body, body.max_tokens, body.logprobs)
+    params.grammar = await completion_grammar(engine, body)
     prompts, texts = await encode_prompts(engine, body.prompt)
     check_context(engine, prompts, body.max_tokens, "prompt")
     generation = Generation(
@@ -335,7 +340,9 @@ def _usage_fields(generation: Generation) -> dict[str, Any]:
     }
 
 
-async def respond(request: HttpRequest, generation: Generation, body: Any) -> HttpResponse:
+async def respond(
+    request: HttpRequest, generation: Generation, body: Any, tools: ToolPlan | None = None
+) -> HttpResponse:
     api_log: RequestLog = request.api_log
     api_log.request_id = generation.id
     if not body.stream:
@@ -345,8 +352,11 @@ async def respond(request: HttpRequest, generation: Generation, body: Any) -> Ht
         except asyncio.CancelledError:
             api_log.finish(CLIENT_CLOSED, finish_reason="abort", **_usage_fields(generation))
             raise
-        api_log.finish(200, finish_reason=generation.finish_reason, **_usage_fields(generation))
-        return JsonResponse(generation.response_body())
+        response = generation.response_body()
+        response = tools.rewrite_body(response) if tools else response
+        finish = tools.finish_reason(generation.finish_reason) if tools else generation.finish_reason
+        api_log.finish(200, finish_reason=finish, **_usage_fields(generation))
+        return JsonResponse(response)
 
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
     deltas = generation.deltas()
@@ -359,7 +369,7 @@ async def respond(request: HttpRequest, generation: Generation, body: Any) -> Ht
     except asyncio.CancelledError:
         api_log.finish(CLIENT_CLOSED, finish_reason="abort")
         raise
-    return EventStreamResponse(event_stream(generation, deltas, first, include_usage, api_log))
+    return EventStreamResponse(event_stream(generation, deltas, first, include_usage, api_log, tools))
 
 
 def sse_event(data: Any) -> bytes:
@@ -377,20 +387,26 @@ async def event_stream(
     first: Any,
     include_usage: bool,
     api_log: RequestLog,
+    tools: ToolPlan | None = None,
 ) -> AsyncIterator[bytes]:
     status, error, finish_reason = CLIENT_CLOSED, "", "abort"
+    # Tools: content deltas become tool_calls deltas (conversations.api.tool_calls).
+    rewrite = tools.rewrite_chunk if tools else lambda choices: [choices]
     try:
         for choices in generation.opening_chunks():
             yield sse_event(generation.chunk(choices, include_usage))
         if first is not None:
-            for choices in generation.delta_chunks(*first):
-                yield sse_event(generation.chunk(choices, include_usage))
-            async for choice, delta in deltas:
-                for choices in generation.delta_chunks(choice, delta):
+            for chunk in generation.delta_chunks(*first):
+                for choices in rewrite(chunk):
                     yield sse_event(generation.chunk(choices, include_usage))
+            async for choice, delta in deltas:
+                for chunk in generation.delta_chunks(choice, delta):
+                    for choices in rewrite(chunk):
+                        yield sse_event(generation.chunk(choices, include_usage))
         if include_usage:
             yield sse_event(generation.chunk([], True, generation.usage()))
         status, finish_reason = 200, generation.finish_reason
+        finish_reason = tools.finish_reason(finish_reason) if tools else finish_reason
         yield DONE
     except Exception as exc:
         api_error = error_from_exception(exc)

@@ -29,10 +29,35 @@ class TextPart(RequestSchema):
     text: str
 
 
+class FunctionCallIn(RequestSchema):
+    name: NonEmptyStr
+    arguments: str = "{}"  # JSON text of an object, as OpenAI sends it
+
+
+class ToolCallIn(RequestSchema):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallIn
+
+
 class ChatMessage(RequestSchema):
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCallIn] | None = None  # assistant: the calls it made
+    tool_call_id: str | None = None  # tool: the call this message answers
+
+
+class FunctionSpec(RequestSchema):
+    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    description: str | None = None
+    parameters: dict | None = Field(None, description="A JSON schema of the arguments object.")
+    strict: bool | None = None
+
+
+class ToolSpec(RequestSchema):
+    type: Literal["function"]
+    function: FunctionSpec
 
 
 class StreamOptions(RequestSchema):
@@ -61,6 +86,18 @@ class SamplingFields(RequestSchema):
     ignore_eos: bool | None = Field(False, description="vLLM extension.")
     use_beam_search: bool | None = Field(False, description="vLLM extension.")
     length_penalty: float | None = Field(1.0, ge=-10, le=10, description="vLLM extension (beam search).")
+    # vLLM's guided decoding (one of them, or response_format, per request).
+    guided_json: dict | str | None = Field(
+        None, description="vLLM extension: a JSON schema the output follows."
+    )
+    guided_regex: str | None = Field(None, description="vLLM extension: a regex the output matches.")
+    guided_choice: list[str] | None = Field(None, description="vLLM extension: the output is one of these.")
+    guided_grammar: str | None = Field(
+        None, description="vLLM extension: an EBNF/GBNF grammar (rule `root`)."
+    )
+    structured_outputs: dict | None = Field(
+        None, description="vLLM extension: one of `json`, `regex`, `choice`, `grammar`."
+    )
     cache_salt: str | None = Field(
         None,
         min_length=1,
@@ -91,9 +128,12 @@ class ChatCompletionRequest(SamplingFields):
     max_completion_tokens: int | None = Field(None, ge=1, description="Preferred over max_tokens.")
     logprobs: bool | None = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
-    # Accepted so that clients sending them get a clear error rather than silence.
-    tools: list[dict] | None = None
-    response_format: dict | None = None
+    tools: Annotated[list[ToolSpec], Field(max_length=128)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: dict | None = Field(
+        None, description="`text`, `json_object` or `json_schema` (`{json_schema: {name, schema, strict}}`)."
+    )
 
 
 class CompletionRequest(SamplingFields):
@@ -168,9 +208,21 @@ class ChoiceLogprobs(Schema):
     content: list[TokenLogprob] | None = None
 
 
+class FunctionCallOut(Schema):
+    name: str
+    arguments: str
+
+
+class ToolCallOut(Schema):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCallOut
+
+
 class AssistantMessage(Schema):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
+    tool_calls: list[ToolCallOut] | None = None
     # A reasoning model's thinking (DeepSeek's field); not sent back to the model when a
     # client returns it in later messages (unknown message fields are ignored).
     reasoning_content: str | None = None
@@ -180,7 +232,7 @@ class ChatChoice(Schema):
     index: int
     message: AssistantMessage
     logprobs: ChoiceLogprobs | None = None
-    finish_reason: Literal["stop", "length"] | None = None
+    finish_reason: Literal["stop", "length", "tool_calls"] | None = None
 
 
 class ChatCompletion(Schema):

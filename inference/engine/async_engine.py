@@ -80,6 +80,7 @@ class AsyncEngine:
         self.tokenizer: Tokenizer = self.engine.tokenizer
         self.model_name: str = self.engine.model_name
         self.max_model_len: int = self.engine.max_model_len
+        self.grammars = self.engine.grammars  # thread-safe: the API compiles grammars to check them
         self._cond = threading.Condition()
         self._commands: deque[_Add | _Abort | _Retain | _Purge | _Embed] = deque()
         self._num_pending_adds = 0

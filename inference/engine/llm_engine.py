@@ -42,6 +42,7 @@ from inference.sampling.params import SamplingParams
 from inference.sampling.sampler import Sampler
 from inference.sampling.stop_rules import stream_deltas
 from inference.spec.speculator import build_speculator
+from inference.structured import apply_grammar_masks
 from inference.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -79,7 +80,10 @@ class LLMEngine:
             self.scheduler, config.max_waiting, self.metrics, self.model_config.vocab_size
         )
         self.sampler = Sampler(self.device, config.seed)
-        self.sequences = SequenceFactory(self.tokenizer, self.sampler, self.block_manager)
+        self.sequences = SequenceFactory(
+            self.tokenizer, self.sampler, self.block_manager, self.model_config.vocab_size
+        )
+        self.grammars = self.sequences.grammars  # compile_grammar checks a grammar before a request
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
         self.requests: dict[str, Request] = {}
         self.speculator = build_speculator(config, self)
@@ -206,6 +210,7 @@ class LLMEngine:
         self.scheduler.close()
         if self.tiers is not None:
             self.tiers.close()
+        self.grammars.close()
 
     # ---- one step -------------------------------------------------------------------
     def step(self) -> list[StreamDelta]:
@@ -218,8 +223,8 @@ class LLMEngine:
             self.metrics.count("length")
             deltas += finish_for_length(request, self._rank_beams)
         if not batch.seqs:
-            if self.scheduler.loading:
-                self.scheduler.wait_for_loads(0.01)  # only reads pending: do not spin
+            if self.scheduler.loading or self.scheduler.waiting:
+                self.scheduler.wait_for_loads(0.01)  # only reads or compiles pending: do not spin
             return deltas
         observe_kv_usage(self.metrics, self.scheduler, batch)
         if self.tiers is not None:
@@ -259,7 +264,7 @@ class LLMEngine:
                 generated += len(beams)
                 decision = beam_step(
                     request,
-                    logits[rows],
+                    apply_grammar_masks(logits[rows], beams),
                     beams,
                     eos_token_ids=self.eos_token_ids,
                     max_model_len=self.max_model_len,
@@ -288,6 +293,8 @@ class LLMEngine:
         for ext in decision.extend:
             seq = self.sequences.fork(request, ext.parent, index=0) if ext.fork else ext.parent
             seq.token_ids.append(ext.token)
+            if seq.grammar is not None:
+                seq.grammar.accept(ext.token)
             seq.cumulative_logprob = ext.cumulative_logprob
         finished = list(decision.hypotheses)
         if decision.out_of_length:

@@ -12,6 +12,7 @@ from inference.engine.sequence_factory import SequenceFactory
 from inference.sampling.beam_search import final_beam_deltas
 from inference.sampling.sampler import Sampler
 from inference.sampling.stop_rules import append_token, stream_deltas
+from inference.structured import apply_grammar_masks
 
 
 def sample_next_tokens(
@@ -48,11 +49,14 @@ def sample_next_tokens(
         return 0
     chosen = logits if rows == list(range(len(seqs))) else logits[rows]
     params = [s.request.params for s in sample_seqs]  # type: ignore[union-attr]
+    chosen = apply_grammar_masks(chosen, sample_seqs)
     result = sampler(chosen, sample_seqs, params)
     for i, (seq, token) in enumerate(zip(sample_seqs, result.token_ids, strict=True)):
         if result.top_logprobs is not None and seq.logprobs is not None:
             seq.cumulative_logprob += result.logprobs[i]  # type: ignore[index]
             seq.logprobs.append(result.top_logprobs[i])  # type: ignore[arg-type]
+        if seq.grammar is not None:
+            seq.grammar.accept(token)
         append_token(seq, token, eos_token_ids, max_model_len)
     return len(sample_seqs)
 

@@ -36,6 +36,7 @@ front of the queue. Nothing new is admitted in a step that preempted.
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -166,6 +167,7 @@ class Scheduler:
 
         if not batch.preempted:
             seats = self.max_num_seqs - sum(r.num_seats for r in self.running + self.loading)
+            compiling = self._hold_compiling()
             while self.waiting and budget > 0:
                 request = self._next_waiting()
                 if request.num_seats > seats:
@@ -193,6 +195,7 @@ class Scheduler:
                 seats -= request.num_seats
                 self._add_to_batch(batch, plan)
                 budget -= sum(n for _, n in plan)
+            self.waiting.extendleft(reversed(compiling))
         batch.copies = self.block_manager.take_copies()
         return batch
 
@@ -204,6 +207,14 @@ class Scheduler:
             1 for r in self.running if all(s.num_tokens - s.num_computed_tokens <= 1 for s in r.seqs)
         )
         return self.step_budget.prefill_limit(decoding)
+
+    def _hold_compiling(self) -> list[Request]:
+        """Take the requests whose grammar is still compiling out of the queue for this
+        step (they go back in front afterwards), so the others are admitted past them."""
+        compiling = [r for r in self.waiting if r.grammar_pending]
+        for request in compiling:
+            self.waiting.remove(request)
+        return compiling
 
     def _next_waiting(self) -> Request:
         """The waiting request to admit next: a preempted one first (it held its seat
@@ -361,7 +372,13 @@ class Scheduler:
                 bm.record_lookup(seq.num_tokens, seq.num_computed_tokens, served)
 
     def wait_for_loads(self, timeout: float) -> None:
-        """Nothing else to run: block briefly on the oldest pending read, not spin."""
+        """Nothing else to run: block briefly on the oldest pending read or grammar
+        compile, not spin."""
+        for request in self.waiting:
+            if request.grammar_pending:
+                with contextlib.suppress(Exception):
+                    request.grammar.exception(timeout)
+                return
         for request in self.loading:
             for load in request.seqs[0].pending_loads:
                 if load.future is not None and not load.future.done():

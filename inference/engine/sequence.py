@@ -62,6 +62,7 @@ class Sequence:
     output_text: str = ""
     detokenizer: Any = None  # IncrementalDetokenizer, created by the engine
     reasoning: Any = None  # ReasoningSplitter when the request separates reasoning
+    grammar: Any = None  # inference.structured.SequenceGrammar when the output is constrained
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     stop_reason: str | int | None = None  # the stop string or token that ended it
     # Streaming cursors: what StreamDelta already handed out.
@@ -124,6 +125,11 @@ class Request:
     finish_time: float | None = None
     beam_hyps: list[Sequence] = field(default_factory=list)  # beam search: finished hypotheses, best first
     beam_outputs: list[Sequence] | None = None  # beam search: the n best, in score order
+    grammar: Any = None  # Future of the compiled grammar (params.grammar); not scheduled until done
+
+    @property
+    def grammar_pending(self) -> bool:
+        return self.grammar is not None and not self.grammar.done()
 
     @property
     def num_prompt_tokens(self) -> int:

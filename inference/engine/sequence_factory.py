@@ -11,14 +11,24 @@ from inference.kv.salt import cache_salt as derive_cache_salt
 from inference.sampling.params import SamplingParams
 from inference.sampling.reasoning_parser import ReasoningSplitter
 from inference.sampling.sampler import Sampler
+from inference.structured import GrammarCompiler, SequenceGrammar
 from inference.tokenizer import Tokenizer
 
 
 class SequenceFactory:
-    def __init__(self, tokenizer: Tokenizer, sampler: Sampler, block_manager: BlockManager) -> None:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        sampler: Sampler,
+        block_manager: BlockManager,
+        vocab_size: int | None = None,
+    ) -> None:
         self.tokenizer = tokenizer
         self.sampler = sampler
         self.block_manager = block_manager
+        # Compiles requests' grammars in its threads (the xgrammar tokenizer data is built
+        # on first use, so engines that never constrain pay nothing).
+        self.grammars = GrammarCompiler(tokenizer, vocab_size or tokenizer.vocab_size)
 
     def new_request(
         self,
@@ -40,6 +50,8 @@ class SequenceFactory:
         if salt.value:
             request.cache_salt, request.cache_namespace = salt.value, salt.namespace
             request.cache_salt_block = max(0, cache_salt_from) // self.block_manager.block_size
+        if params.grammar is not None:
+            request.grammar = self.grammars.submit(params.grammar)
         request.seqs.append(self.new_seq(request, token_ids, index=0))
         return request
 
@@ -55,6 +67,8 @@ class SequenceFactory:
             seq.reasoning = self._reasoning_splitter(params, token_ids)
         if params.logprobs is not None:
             seq.logprobs = []
+        if request.grammar is not None:
+            seq.grammar = SequenceGrammar(request.grammar, stop_token_ids=self.tokenizer.eos_token_ids)
         return seq
 
     def fork(self, request: Request, parent: Sequence, index: int) -> Sequence:
@@ -63,6 +77,8 @@ class SequenceFactory:
         child.cumulative_logprob = parent.cumulative_logprob
         if parent.logprobs is not None:
             child.logprobs = list(parent.logprobs)
+        if parent.grammar is not None:
+            child.grammar = parent.grammar.fork()
         self.block_manager.fork(parent, child)
         request.seqs.append(child)
         return child

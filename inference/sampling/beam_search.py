@@ -117,6 +117,8 @@ def _choose_extensions(
     chosen: dict[int, list[tuple[int, float]]] = {}
     kept = 0
     for rank, (score, flat) in enumerate(zip(top_scores.tolist(), top_ids.tolist(), strict=True)):
+        if score == float("-inf"):
+            break  # a grammar allowed fewer tokens than candidates: the rest are masked
         parent, token = divmod(flat, vocab)
         if token in stop_ids:
             if rank < width:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 # Temperatures below this are treated as greedy: dividing logits by ~0 overflows.
 GREEDY_EPS = 1e-5
@@ -33,6 +34,8 @@ class SamplingParams:
     # Chat: split <think>…</think> off into StreamDelta.reasoning when the model's template
     # marks reasoning (inference.sampling.reasoning_parser); raw completions keep the text whole.
     separate_reasoning: bool = False
+    # inference.structured.GrammarSpec: the output must match it (JSON schema, regex, EBNF...).
+    grammar: Any = None
 
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):

@@ -122,6 +122,8 @@ class Speculator(NoSpeculation):
                 and seq.num_computed_tokens + 1 == seq.num_tokens
                 and params.width == 1
                 and not params.use_beam_search
+                # The accepting walk samples without grammar masks: constrained rows decode plainly.
+                and seq.grammar is None
                 and self.policy.allows(seq)
             ):
                 rows.append(i)
