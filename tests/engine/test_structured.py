@@ -262,3 +262,19 @@ def test_mask_comes_before_penalties_top_k_and_top_p(tiny) -> None:
     outs = run_to_completion(engine, random_prompts(tiny.tokenizer, 3, seed=8), params)
     assert [o.text in choices for o in outs] == [True, True, True]
     assert all(o.outputs[0].finish_reason == "stop" for o in outs)
+
+
+def test_speculation_leaves_constrained_rows_valid(tiny) -> None:
+    """With n-gram speculation on, a repetitive prompt's greedy tokens are unchanged and a
+    grammar-constrained request in the same batch (decoded without speculation) stays valid."""
+    loop = [5, 9, 13, 17, 21, 25, 29, 33] * 6
+    prompts = [loop, random_prompts(tiny.tokenizer, 1, seed=9)[0]]
+    constrained = SamplingParams(
+        temperature=1.0, max_tokens=200, seed=3, grammar=GrammarSpec.json_schema(PERSON)
+    )
+    plain = run_to_completion(tiny.engine(), [loop], greedy(24))[0]
+    engine = tiny.engine(speculative="ngram")
+    outs = run_to_completion(engine, prompts, [greedy(24), constrained])
+    assert outs[0].token_ids == plain.token_ids
+    assert outs[1].outputs[0].finish_reason == "stop"
+    _check_person(outs[1].outputs[0].text)
