@@ -42,8 +42,8 @@ class ToolPrompt:
     tools: list[dict]
 
     def render(self, messages: list[dict]) -> list[dict]:
-        """``messages`` in the format's plain shape, one for one, each keeping stored ids
-        only where its role stays the same (an answer's ids hold the call as generated)."""
+        """``messages`` in the format's plain shape, one for one, each keeping its stored ids
+        only where the format left it as it was (an answer's ids hold its calls as generated)."""
         rendered = self.format.render(messages, self.tools)
         if len(rendered) != len(messages):  # a format that merges or adds: one at a time
             first = self.format.render(messages[:1], self.tools)
@@ -51,7 +51,10 @@ class ToolPrompt:
         result = []
         for original, plain in zip(messages, rendered, strict=True):
             plain = {"role": plain["role"], "content": plain.get("content") or ""}
-            if "token_ids" in original and plain["role"] == original["role"]:
+            kept = plain["role"] == original["role"] and (
+                plain["role"] == "assistant" or plain["content"] == original["content"]
+            )
+            if "token_ids" in original and kept:
                 plain["token_ids"] = original["token_ids"]
             result.append(plain)
         return result
@@ -79,7 +82,8 @@ class PromptPlan:
 def chat_messages(system_prompt: str, history: list[dict], tools: ToolPrompt | None = None) -> list[dict]:
     """OpenAI-shaped messages of the prompt; with ``tools``, always a system message (the
     format describes the tools there) and the calls and results in the format's shape."""
-    messages: list[dict] = [{"role": "system", "content": system_prompt}] if system_prompt or tools else []
+    with_system = system_prompt or (tools is not None and tools.tools)
+    messages: list[dict] = [{"role": "system", "content": system_prompt}] if with_system else []
     for item in history:
         message = {"role": item["role"], "content": item["content"], **_tool_fields(item)}
         ids = item.get("token_ids")
@@ -142,7 +146,7 @@ def build_prompt(
     reserve = max(1, min(max_tokens, max_model_len // 4))
     budget = max_model_len - reserve
     turn_starts = [i for i, item in enumerate(history) if item["role"] == "user"] or [0]
-    offset = 1 if system_prompt or tools else 0
+    offset = 1 if system_prompt or (tools is not None and tools.tools) else 0
 
     def encode(first: int):
         return encode_segments(
