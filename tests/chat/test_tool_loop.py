@@ -83,7 +83,9 @@ async def until_answered(socket: Socket, timeout: float = 120) -> list[dict]:
     while True:
         message, _ = await socket.finished(timeout=timeout)
         finished.append(message)
-        if message.get("role") != "tool" and (not message.get("tool_calls") or message["status"] != "complete"):
+        if message.get("role") != "tool" and (
+            not message.get("tool_calls") or message["status"] != "complete"
+        ):
             return finished
 
 
@@ -137,7 +139,9 @@ async def test_a_call_and_its_result_are_tree_nodes_through_regenerate_edit_fork
     forked = await sync_to_async(fork_at)(alice, edited[-1].pk)
     copy = await thread_rows(forked.pk)
     assert_tool_round(copy)
-    assert copy[1].tool_calls == edited[1].tool_calls and copy[2].tool_duration_ms == edited[2].tool_duration_ms
+    assert (
+        copy[1].tool_calls == edited[1].tool_calls and copy[2].tool_duration_ms == edited[2].tool_duration_ms
+    )
 
     # Export and import: the tool fields and the setting come back.
     data = await sync_to_async(export_json)([await Conversation.objects.aget(pk=conversation.pk)])
@@ -172,7 +176,9 @@ async def test_approval_waits_for_the_user_and_a_denial_is_an_error_result(
             if last["role"] == "tool" and last["status"] == "streaming":
                 break
         assert last["tool"]["approval"] == "pending" and last["tool"]["arguments"] == CALL_ARGUMENTS
-        await socket.send(type="approve", conversation_id=conversation.pk, message_id=last["id"], approved=approved)
+        await socket.send(
+            type="approve", conversation_id=conversation.pk, message_id=last["id"], approved=approved
+        )
         finished = await until_answered(socket)
         assert finished[0]["role"] == "tool" and finished[0]["content"] == result
         assert finished[0]["tool"]["approval"] == ("approved" if approved else "denied")

@@ -78,7 +78,9 @@ async def test_builtin_search_sees_only_the_users_own_conversations():
 
 def _test_server(timeout: float) -> ServerSpec:
     env = (("PYTHONPATH", os.environ.get("PYTHONPATH", os.getcwd())),)
-    return ServerSpec("test", "stdio", sys.executable, ("-m", "tests.support.mcp_servers"), env, timeout=timeout)
+    return ServerSpec(
+        "test", "stdio", sys.executable, ("-m", "tests.support.mcp_servers"), env, timeout=timeout
+    )
 
 
 async def test_stdio_call_times_out_with_an_error_result():
@@ -123,7 +125,9 @@ async def test_a_user_gets_only_the_tools_of_servers_allowed_to_them(monkeypatch
         chosen = User.objects.create_user("chosen", password="x")
         outsider = User.objects.create_user("outsider", password="x")
         McpServer.objects.create(name="open", transport="http", url="http://x.test/", all_users=True)
-        McpServer.objects.create(name="off", transport="http", url="http://x.test/", all_users=True, enabled=False)
+        McpServer.objects.create(
+            name="off", transport="http", url="http://x.test/", all_users=True, enabled=False
+        )
         McpServer.objects.create(name="teamonly", transport="http", url="http://x.test/").groups.add(team)
         McpServer.objects.create(name="personal", transport="http", url="http://x.test/").users.add(chosen)
         return member, chosen, outsider

@@ -3,6 +3,7 @@
 
 import { ICONS, button, copyText } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
+import { toolStepNode } from "./tool_step.js";
 
 export function reasoningSummary(m) {
   if (m.reasoning_seconds == null) return m.status === "streaming" ? "Thinking…" : "Thoughts";
@@ -132,8 +133,12 @@ export function messageNode(m, index, ctx) {
   article.dataset.id = m.id;
   article.dataset.focusKey = `${index}:article`;
   article.tabIndex = -1;
-  article.setAttribute("aria-label", m.role === "user" ? "Your message" : "Answer");
+  article.setAttribute("aria-label", m.role === "user" ? "Your message" : m.role === "tool" ? "Tool call" : "Answer");
   if (m.status === "streaming") article.setAttribute("aria-busy", "true");
+  if (m.role === "tool") {
+    bodyOf(article).appendChild(toolStepNode(m, index, ctx));
+    return withFooter(article, m, index, ctx);
+  }
   if (m.role === "assistant") {
     const avatar = document.createElement("div");
     avatar.className = "msg-avatar";
@@ -159,7 +164,13 @@ export function messageNode(m, index, ctx) {
     body.appendChild(notice);
   }
   if (m.role === "assistant" && m.reasoning) body.appendChild(reasoningNode(m));
-  if (m.role === "user") {
+  if (m.role === "assistant" && m.tool_calls && m.tool_calls.length && !m.content) {
+    // An answer that only called tools: a line naming them; the calls follow as steps.
+    const note = document.createElement("p");
+    note.className = "msg-notice tool-calls-note";
+    note.textContent = `Calling ${m.tool_calls.map((c) => c.name).join(", ")}`;
+    body.appendChild(note);
+  } else if (m.role === "user") {
     userText(m, body);
   } else {
     const content = document.createElement("div");
@@ -177,7 +188,18 @@ export function messageNode(m, index, ctx) {
     error.textContent = m.error || "The answer failed.";
     body.appendChild(error);
   }
+  return withFooter(article, m, index, ctx);
+}
 
+function bodyOf(article) {
+  const node = document.createElement("div");
+  node.className = "msg-body";
+  article.appendChild(node);
+  return node;
+}
+
+function withFooter(article, m, index, ctx) {
+  const body = article.querySelector(".msg-body");
   const footer = document.createElement("div");
   footer.className = "msg-footer";
   body.appendChild(footer);
@@ -206,7 +228,9 @@ function actionsNode(m, index, ctx) {
     actions.appendChild(b);
   };
   if (m.status === "streaming") return actions;
-  if (m.role === "user") {
+  if (m.role === "tool") {
+    add("Copy", ICONS.copy, (e) => copyText(m.content, e.currentTarget));
+  } else if (m.role === "user") {
     add("Edit", ICONS.edit, () => ctx.startEdit(m), { disabled: busy });
     add("Copy", ICONS.copy, (e) => copyText(m.content, e.currentTarget));
     if (ctx.isLast) add("Answer", ICONS.regenerate, () => act.regenerate(m.id), { disabled: busy });
