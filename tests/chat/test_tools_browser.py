@@ -23,13 +23,34 @@ def tool_site(django_db_setup, django_db_blocker, tiny_model_dir, tmp_path_facto
         tiny_model_dir,
         tmp_path_factory.mktemp("tool-site"),
         ENGINE_LOADER="tests.support.tool_model.scripted_tool_model",
+        ENGINE_KV_CACHE_GB="0.0001",  # the scripted model's blocks are tiny: a small pool of them
     )
     yield site
     stop_live_site(site)
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "tool-site.log").write_text(site.log())
 
 
 @pytest.fixture
-def browser():
+def patient_expect():
+    """Each answer first lists the tools (the built-in server starts for it) on a busy machine."""
+    from playwright.sync_api import expect
+
+    expect.set_options(timeout=90_000)
+    yield
+    expect.set_options(timeout=5_000)  # Playwright's default, for the tests after this one
+
+
+@pytest.fixture
+def builtin_tools(transactional_db):
+    """The built-in server open to all (made before Playwright's loop runs in this thread)."""
+    McpServer.objects.update_or_create(
+        name="Built-in tools", defaults={"transport": "builtin", "all_users": True, "enabled": True}
+    )
+
+
+@pytest.fixture
+def browser(builtin_tools):
     from playwright.sync_api import sync_playwright
 
     from tests.chat.test_browser import CHROMIUM_ARGS
@@ -58,12 +79,11 @@ def ask(page, text: str) -> None:
     box.press("Enter")
 
 
-def test_a_tool_call_shows_as_a_step_with_its_result_and_can_wait_for_approval(tool_site, browser):
+def test_a_tool_call_shows_as_a_step_with_its_result_and_can_wait_for_approval(
+    tool_site, browser, patient_expect
+):
     from playwright.sync_api import expect
 
-    McpServer.objects.update_or_create(
-        name="Built-in tools", defaults={"transport": "builtin", "all_users": True, "enabled": True}
-    )
     ARTIFACTS.mkdir(exist_ok=True)
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     context.set_default_timeout(90_000)

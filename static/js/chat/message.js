@@ -28,6 +28,13 @@ function reasoningNode(m) {
 
 /** A state that a screen reader can find: "generating" or "stopped". */
 function stateNode(m) {
+  if (m.role === "tool" && m.status === "streaming" && m.tool && m.tool.approval === "pending") {
+    const span = document.createElement("span");
+    span.className = "msg-state state-waiting";
+    span.setAttribute("role", "status");
+    span.textContent = "Waiting for your approval";
+    return span;
+  }
   const label = m.status === "streaming" ? "Generating" : m.status === "interrupted" ? "Stopped" : "";
   if (!label) return null;
   const span = document.createElement("span");
