@@ -296,7 +296,8 @@ def send_message(
     lock_for_answer(conversation, live_processes)
     tree = Tree.load(conversation)
     parent = tree.get(parent_id) if parent_id is not None else tree.leaf()
-    if parent_id is not None and parent.role != Message.Role.ASSISTANT:
+    # A tool result ends the thread when its loop was stopped: the user may go on from it.
+    if parent_id is not None and parent.role not in (Message.Role.ASSISTANT, Message.Role.TOOL):
         raise TreeError("a new message can only follow an answer")
     user = _new_message(tree, parent, Message.Role.USER, content)
     answer = _new_answer(tree, user, owner_process)

@@ -170,11 +170,7 @@ async def test_approval_waits_for_the_user_and_a_denial_is_an_error_result(
     _, conversation, socket = await _setup(make_user, make_conversation, tools_approval=True)
     for approved, result in ((False, DENIED), (True, "42")):
         await socket.send(type="send", conversation_id=conversation.pk, content="6*7?")
-        while True:  # the call waits, shown as pending
-            thread, _ = await socket.until("thread", timeout=120)
-            last = thread["messages"][-1]
-            if last["role"] == "tool" and last["status"] == "streaming":
-                break
+        last = await _pending_call(socket)  # the call waits, shown as pending
         assert last["tool"]["approval"] == "pending" and last["tool"]["arguments"] == CALL_ARGUMENTS
         await socket.send(
             type="approve", conversation_id=conversation.pk, message_id=last["id"], approved=approved
@@ -188,7 +184,29 @@ async def test_approval_waits_for_the_user_and_a_denial_is_an_error_result(
     await socket.send(type="approve", conversation_id=conversation.pk, message_id=last["id"], approved=True)
     error, _ = await socket.until("error")
     assert error["code"] == "invalid"
+
+    # Stop while a call waits: the step is stopped, the loop ends, and the user can go on from it.
+    await socket.send(type="send", conversation_id=conversation.pk, content="6*7 again?")
+    pending = await _pending_call(socket)
+    await socket.send(type="stop", conversation_id=conversation.pk, message_id=pending["id"])
+    stopped, _ = await socket.finished(pending["id"])
+    assert stopped["status"] == "interrupted" and stopped["tool"]["is_error"]
+    assert (await thread_rows(conversation.pk))[-1].pk == pending["id"]
+    await socket.send(
+        type="send", conversation_id=conversation.pk, content="Never mind.", parent_id=pending["id"]
+    )
+    again = await _pending_call(socket)  # the new question's call waits in turn
+    await socket.send(type="stop", conversation_id=conversation.pk, message_id=again["id"])
+    await socket.finished(again["id"])
     await socket.close()
+
+
+async def _pending_call(socket: Socket) -> dict:
+    while True:
+        thread, _ = await socket.until("thread", timeout=120)
+        last = thread["messages"][-1]
+        if last["role"] == "tool" and last["status"] == "streaming":
+            return last
 
 
 @pytest.mark.parametrize("limit", ["rounds", "not_allowed"])

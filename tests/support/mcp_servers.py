@@ -1,8 +1,10 @@
-"""A misbehaving MCP server for the client's tests, run as ``python -m tests.support.mcp_servers``:
-``slow`` sleeps, ``big`` returns a long text, ``boom`` crashes."""
+"""A misbehaving MCP server for the client's tests, run as ``python -m tests.support.mcp_servers``
+(stdio) or with ``--http PORT`` (streamable HTTP at ``/mcp``): ``slow`` sleeps, ``big`` returns a
+long text, ``boom`` crashes."""
 
 from __future__ import annotations
 
+import sys
 import time
 
 from mcp.server.mcpserver import MCPServer
@@ -27,4 +29,8 @@ def boom() -> str:
 
 
 if __name__ == "__main__":
-    server.run("stdio")
+    if "--http" in sys.argv:
+        port = int(sys.argv[sys.argv.index("--http") + 1])
+        server.run("streamable-http", host="127.0.0.1", port=port)
+    else:
+        server.run("stdio")

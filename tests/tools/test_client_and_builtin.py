@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -97,6 +98,37 @@ async def test_stdio_output_is_capped_and_crashes_are_error_results():
     assert "cut at 1000 of 20000" in result.text and len(result.text) < 1100
     crashed = await call_tool(spec, "boom", {}, max_chars=1000)
     assert crashed.is_error and "boom" in crashed.text
+
+
+async def test_a_streamable_http_server_is_listed_and_called():
+    import subprocess
+
+    from tests.live_site import free_port
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", os.getcwd())}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.mcp_servers", "--http", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    spec = ServerSpec("http-test", "http", url=f"http://127.0.0.1:{port}/mcp", timeout=20.0)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                tools = await list_tools(spec)
+                break
+            except registry.ToolServerError:
+                assert time.monotonic() < deadline, "the HTTP server did not come up"
+                await asyncio.sleep(0.5)
+        assert {t.name for t in tools} == {"slow", "big", "boom"}
+        result = await call_tool(spec, "big", {"size": 3}, max_chars=100)
+        assert (result.text, result.is_error) == ("xxx", False)
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
 
 
 async def test_unreachable_servers_give_error_results():
