@@ -28,7 +28,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 
-from conversations.chat.answer_rows import stored_message, update_message
+from conversations.chat.answer_rows import HEARTBEAT_SECONDS, stored_message, update_message
 from conversations.chat.groups import broadcast, conversation_group
 from conversations.chat.prompts import ToolPrompt
 from conversations.chat.tree import add_tool_step, path_rows
@@ -192,6 +192,7 @@ async def run_step(manager: Any, gen: Any) -> None:
     """The task of a ``tool`` node: approval, the call, the save, then the loop's next node."""
     step: ToolStep = gen.tool
     step.work = asyncio.ensure_future(_approve_and_call(gen, step))
+    toucher = asyncio.ensure_future(_touch_while(gen, step.work))
     status, approval = Message.Status.COMPLETE, "pending" if step.approval else ""
     try:
         result, approval = await step.work
@@ -205,6 +206,7 @@ async def run_step(manager: Any, gen: Any) -> None:
     except Exception as exc:  # never the answer's end: the model reads what went wrong
         log.exception("tool step %s failed", gen.message_id)
         result = ToolResult(f"Error: the call failed: {type(exc).__name__}", True, 0.0)
+    toucher.cancel()
     approval = "denied" if approval == "pending" else approval
     written = await _save_step(manager, gen, result, status, approval)
     if written and status == Message.Status.COMPLETE and not gen.stop_reason:
@@ -212,6 +214,16 @@ async def run_step(manager: Any, gen: Any) -> None:
             await _next_call(manager, gen, gen.message_id, step.remaining, step.approval)
         else:
             await _next_answer(manager, gen, gen.message_id)
+
+
+async def _touch_while(gen: Any, work: asyncio.Task) -> None:
+    """Touch the row now and then while the step waits or runs, as a live answer's partial saves
+    do, so that it never looks orphaned; a row that is no longer this process's stops the step."""
+    while not work.done():
+        await asyncio.sleep(HEARTBEAT_SECONDS)
+        if not work.done() and not await update_message(gen.message_id):
+            gen.stop_reason = gen.stop_reason or "fenced"
+            work.cancel()
 
 
 async def _approve_and_call(gen: Any, step: ToolStep) -> tuple[ToolResult, str]:

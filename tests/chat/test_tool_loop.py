@@ -4,6 +4,8 @@ nodes of the message tree, and regenerate, edit, fork and export/import keep wor
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from asgiref.sync import sync_to_async
 
@@ -165,12 +167,16 @@ async def test_a_failing_tool_is_an_error_result_and_the_answer_completes(
 
 
 async def test_approval_waits_for_the_user_and_a_denial_is_an_error_result(
-    tool_engine, builtin_server, make_user, make_conversation
+    tool_engine, builtin_server, make_user, make_conversation, monkeypatch
 ):
+    monkeypatch.setattr("conversations.chat.tool_loop.HEARTBEAT_SECONDS", 0.2)
     _, conversation, socket = await _setup(make_user, make_conversation, tools_approval=True)
     for approved, result in ((False, DENIED), (True, "42")):
         await socket.send(type="send", conversation_id=conversation.pk, content="6*7?")
         last = await _pending_call(socket)  # the call waits, shown as pending
+        touched = (await Message.objects.aget(pk=last["id"])).updated_at
+        await asyncio.sleep(1.0)  # a waiting call's row is touched, never taken for orphaned
+        assert (await Message.objects.aget(pk=last["id"])).updated_at > touched
         assert last["tool"]["approval"] == "pending" and last["tool"]["arguments"] == CALL_ARGUMENTS
         await socket.send(
             type="approve", conversation_id=conversation.pk, message_id=last["id"], approved=approved
