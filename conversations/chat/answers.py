@@ -25,6 +25,8 @@ conversation:
   thinking (and ask the owner for a snapshot should they miss a piece); when nothing was
   sent for ``STREAM_HEARTBEAT_SECONDS`` it sends a ``heartbeat`` instead, to local tabs
   too. The grace period runs only while no tab in any process shows the conversation.
+- **Tools.** With tools on, an answer may end with tool calls: they and their results go on as
+  nodes of the tree, each a live generation here too (``conversations.chat.tool_loop``).
 - **Coarse events** (an answer started or finished, the tree or the list changed) go
   through the channel layer's groups (``conversations.chat.groups``).
 """
