@@ -4,6 +4,10 @@
 
 import { button } from "./dom.js";
 
+/* The steps the user opened (message ids): a redraw of the thread keeps them open. State
+ * private to this view, like the draft of an edit. */
+const opened = new Set();
+
 function prettyArguments(text) {
   try {
     return JSON.stringify(JSON.parse(text), null, 2);
@@ -42,7 +46,8 @@ export function toolStepNode(m, index, ctx) {
   const details = document.createElement("details");
   details.className = `tool-step${t.is_error ? " tool-error" : ""}`;
   details.dataset.focusKey = `${index}:tool`;
-  details.open = t.approval === "pending" && m.status === "streaming";
+  details.open = (t.approval === "pending" && m.status === "streaming") || opened.has(m.id);
+  details.addEventListener("toggle", () => (details.open ? opened.add(m.id) : opened.delete(m.id)));
   const summary = document.createElement("summary");
   summary.textContent = toolSummary(m);
   details.append(summary, section("Arguments", prettyArguments(t.arguments || ""), "tool-arguments"));
