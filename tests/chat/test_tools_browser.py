@@ -79,6 +79,14 @@ def ask(page, text: str) -> None:
     box.press("Enter")
 
 
+def answered(page, count: int) -> None:
+    """The thread holds ``count`` final answers and nothing is being written any more."""
+    from playwright.sync_api import expect
+
+    expect(page.locator("article.msg-assistant", has_text=TOOL_ANSWER)).to_have_count(count)
+    expect(page.locator("article.msg.status-streaming")).to_have_count(0)
+
+
 def test_a_tool_call_shows_as_a_step_with_its_result_and_can_wait_for_approval(
     tool_site, browser, patient_expect
 ):
@@ -95,7 +103,7 @@ def test_a_tool_call_shows_as_a_step_with_its_result_and_can_wait_for_approval(
     ask(page, "What is 6*7?")
     step = page.locator("article.msg-tool").first
     expect(step.locator("summary")).to_have_text(re.compile(r"^Ran calculator in \d"))
-    expect(page.locator("article.msg-assistant").last).to_contain_text(TOOL_ANSWER)
+    answered(page, 1)
     result = step.locator(".tool-result pre")
     expect(result).to_be_hidden()  # folded until opened
     step.locator("summary").click()
@@ -114,12 +122,12 @@ def test_a_tool_call_shows_as_a_step_with_its_result_and_can_wait_for_approval(
     page.screenshot(path=str(ARTIFACTS / "chat-tool-approval.png"), full_page=True)
     waiting.get_by_role("button", name="Allow calculator").click()
     expect(waiting.locator("summary")).to_have_text(re.compile(r"^Ran calculator"))
-    expect(page.locator("article.msg-assistant").last).to_contain_text(TOOL_ANSWER)
+    answered(page, 2)
 
     ask(page, "Once more, and I will say no.")
     denied = page.locator("article.msg-tool").nth(2)
     denied.get_by_role("button", name="Deny calculator").click()
     expect(denied.locator("summary")).to_have_text("calculator was not allowed")
-    expect(page.locator("article.msg-assistant").last).to_contain_text(TOOL_ANSWER)
+    answered(page, 3)
     assert problems.errors == []
     context.close()
