@@ -254,6 +254,10 @@ PARTIAL_SAVE_SECONDS = env_float("PARTIAL_SAVE_SECONDS", 2.0)
 SHUTDOWN_TIMEOUT_SECONDS = env_float("SHUTDOWN_TIMEOUT_SECONDS", 8.0)
 # Answers one user may have being written at once, over the whole site.
 MAX_LIVE_PER_USER = env_int("MAX_LIVE_PER_USER", 4)
+# Tools through MCP in the chat (conversations.chat.tool_loop): rounds of calls per answer,
+# and the characters of one tool result the model gets.
+CHAT_TOOL_MAX_ROUNDS = env_int("CHAT_TOOL_MAX_ROUNDS", 5)
+CHAT_TOOL_OUTPUT_MAX_CHARS = env_int("CHAT_TOOL_OUTPUT_MAX_CHARS", 8000)
 # Several processes (REDIS_URL set): the Redis key prefix of the process registry (processes
 # with the same prefix act as one site), and how much busier than the least-loaded process
 # (running + waiting requests) a conversation's last process may be and still get its next turn.

@@ -25,6 +25,8 @@ conversation:
   thinking (and ask the owner for a snapshot should they miss a piece); when nothing was
   sent for ``STREAM_HEARTBEAT_SECONDS`` it sends a ``heartbeat`` instead, to local tabs
   too. The grace period runs only while no tab in any process shows the conversation.
+- **Tools.** With tools on, an answer may end with tool calls: they and their results go on as
+  nodes of the tree, each a live generation here too (``conversations.chat.tool_loop``).
 - **Coarse events** (an answer started or finished, the tree or the list changed) go
   through the channel layer's groups (``conversations.chat.groups``).
 """
@@ -41,13 +43,9 @@ from typing import Any, Protocol
 
 from django.conf import settings
 
-from conversations.chat import titles
-from conversations.chat.answer_rows import (
-    HEARTBEAT_SECONDS,
-    store_user_segment,
-    stored_message,
-    update_message,
-)
+from conversations.chat import titles, tool_loop
+from conversations.chat.answer_rows import store_user_segment, stored_message, update_message
+from conversations.chat.answer_tasks import RELAY_HZ, STREAM_HEARTBEAT_SECONDS, relay, relay_piece, saver
 from conversations.chat.groups import broadcast, conversation_group
 from conversations.chat.prompt_history import answer_prompt
 from conversations.chat.prompts import engine_options
@@ -59,10 +57,6 @@ from conversations.ops.engine_handle import aget_engine
 log = logging.getLogger(__name__)
 
 STOP_FALLBACK_SECONDS = 5.0
-# Tabs hear of a streaming answer at least this often (a delta, or else a heartbeat).
-STREAM_HEARTBEAT_SECONDS = 5.0
-# Group messages per second per answer at most (text is coalesced in between).
-RELAY_HZ = 20.0
 
 
 class Watcher(Protocol):
@@ -95,6 +89,11 @@ class Generation:
     relayed_reasoning: int = 0  # ... of reasoning
     wake: asyncio.Event = field(default_factory=asyncio.Event)  # new text for the relay
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    # The tool loop (conversations.chat.tool_loop): a ``tool`` node's step; an answer's
+    # tool format and offer, and the calls it ended with.
+    tool: Any = None
+    tools: Any = None
+    tool_calls: list[dict] | None = None
 
 
 class GenerationManager:
@@ -173,8 +172,9 @@ class GenerationManager:
         return gen.text if gen is not None else None
 
     # Control -----------------------------------------------------------------------
-    def start(self, *, conversation_id: int, owner_id: int, message_id: int) -> Generation:
-        """Generate the answer ``message_id`` (a ``streaming`` row already in the tree)."""
+    def start(self, *, conversation_id: int, owner_id: int, message_id: int, tool: Any = None) -> Generation:
+        """Generate the answer ``message_id`` (a ``streaming`` row already in the tree), or
+        with ``tool`` (a ``tool_loop.ToolStep``) work on the ``tool`` node ``message_id``."""
         if message_id in self.generations:
             return self.generations[message_id]
         gen = Generation(
@@ -182,10 +182,11 @@ class GenerationManager:
             conversation_id=conversation_id,
             owner_id=owner_id,
             request_id=f"chat-{message_id}-{uuid.uuid4().hex[:8]}",
+            tool=tool,
         )
         self.generations[message_id] = gen
         gen.task = self.loop.create_task(self._run(gen), name=gen.request_id)
-        gen.relay = self.loop.create_task(self._relay(gen), name=f"{gen.request_id}-relay")
+        gen.relay = self.loop.create_task(relay(self, gen), name=f"{gen.request_id}-relay")
         if not self.watcher_count(conversation_id):
             self.check_grace(gen)
         return gen
@@ -198,6 +199,9 @@ class GenerationManager:
         if gen.stop_reason is None:
             gen.stop_reason = reason
         self._cancel_grace(gen)
+        if gen.tool is not None:
+            tool_loop.stop_step(gen)
+            return True
         if gen.engine is not None:
             try:
                 gen.engine.abort(gen.request_id)
@@ -206,6 +210,18 @@ class GenerationManager:
         # Should the engine never answer, stop waiting for it.
         self.loop.call_later(STOP_FALLBACK_SECONDS, self._force_cancel, gen)
         return True
+
+    def decide(self, message_id: int, approved: bool) -> bool:
+        """Approve or deny the call of ``tool`` node ``message_id``; False if none waits here."""
+        return tool_loop.decide(self, message_id, approved)
+
+    def forget(self, gen: Generation) -> None:
+        """``gen`` is done (its final save was made): no longer live here."""
+        gen.done.set()
+        self.generations.pop(gen.message_id, None)
+        self._cancel_grace(gen)
+        if gen.relay is not None:
+            gen.relay.cancel()
 
     def stop_conversation(self, conversation_id: int, reason: str = "deleted") -> None:
         for gen in self.live_in(conversation_id):
@@ -230,6 +246,9 @@ class GenerationManager:
     async def _run(self, gen: Generation) -> None:
         from inference import EngineOverloadedError, InvalidPromptError, PromptTooLongError
 
+        if gen.tool is not None:
+            await tool_loop.run_step(self, gen)
+            return
         error = ""
         timing: dict[str, float] = {"started": time.monotonic()}
         saver: asyncio.Task | None = None
@@ -265,13 +284,16 @@ class GenerationManager:
             if saver is not None:
                 await asyncio.gather(saver, return_exceptions=True)
         await self._finish(gen, error, timing)
+        if not error:
+            await tool_loop.after_answer(self, gen)
 
     async def _generate(self, gen: Generation, timing: dict[str, float]) -> asyncio.Task | None:
         """Build the prompt and stream the answer into ``gen``; returns the saver task."""
         from inference import SamplingParams
 
         engine = gen.engine = await aget_engine()
-        prompt = await answer_prompt(gen.message_id, engine)  # builds off the database thread
+        # Built off the database thread, with the tools if the conversation has them on.
+        prompt = await answer_prompt(gen.message_id, engine, tool_loop.prompt_tools(gen))
         if prompt is None:
             gen.stop_reason = gen.stop_reason or "deleted"
             return None
@@ -306,7 +328,7 @@ class GenerationManager:
             gen.conversation_id, {"type": "started", "conversation_id": gen.conversation_id, **started}
         )
         await broadcast(conversation_group(gen.conversation_id), "started", **started)
-        gen.saver = asyncio.create_task(self._saver(gen))
+        gen.saver = asyncio.create_task(saver(self, gen))
         stream = engine.stream(
             plan.token_ids, params, request_id=gen.request_id, **engine_options(gen.owner_id, plan)
         )
@@ -337,6 +359,7 @@ class GenerationManager:
                     break
         finally:
             await stream.aclose()
+        tool_loop.split_calls(gen)
         return gen.saver
 
     async def _finish(self, gen: Generation, error: str, timing: dict[str, float]) -> None:
@@ -364,6 +387,7 @@ class GenerationManager:
             "cached_tokens": gen.cached_tokens,
             "time_to_first_token_ms": (first - timing["started"]) * 1000 if first else None,
             "tokens_per_s": count / (now - first) if first and count > 1 and now > first else None,
+            **tool_loop.answer_fields(gen),
         }
         written = None  # rows the final save matched; 0: fenced
         try:
@@ -382,7 +406,7 @@ class GenerationManager:
             return
         if cluster.enabled():
             # The last piece, so that relayed deltas add up to the final text everywhere.
-            await self._relay_piece(gen)
+            await relay_piece(gen)
         message = {"id": gen.message_id, "prompt_tokens": gen.prompt_tokens, "context_dropped": gen.dropped}
         message.update(fields)
         self._emit(
@@ -405,92 +429,5 @@ class GenerationManager:
                 {"type": "finished", "conversation_id": gen.conversation_id, "message": stored},
             )
 
-    async def _relay(self, gen: Generation) -> None:
-        """New text and reasoning to the tabs of other processes, coalesced to at most
-        RELAY_HZ group messages a second; a heartbeat to every tab when nothing was sent
-        for a while."""
-        last_signal = time.monotonic()
-        try:
-            while not gen.done.is_set():
-                quiet = time.monotonic() - last_signal
-                try:
-                    await asyncio.wait_for(
-                        gen.wake.wait(), timeout=max(0.0, STREAM_HEARTBEAT_SECONDS - quiet)
-                    )
-                except TimeoutError:
-                    pass
-                gen.wake.clear()
-                if _unrelayed(gen):
-                    if cluster.enabled():
-                        await self._relay_piece(gen)
-                    else:
-                        gen.relayed, gen.relayed_reasoning = len(gen.text), len(gen.reasoning.text)
-                    last_signal = time.monotonic()
-                    await asyncio.sleep(1 / RELAY_HZ)
-                elif time.monotonic() - last_signal >= STREAM_HEARTBEAT_SECONDS:
-                    last_signal = time.monotonic()
-                    event = {"type": "heartbeat", "conversation_id": gen.conversation_id}
-                    self._emit(gen.conversation_id, {**event, "message_id": gen.message_id})
-                    if cluster.enabled():
-                        await broadcast(
-                            conversation_group(gen.conversation_id),
-                            "heartbeat",
-                            message_id=gen.message_id,
-                            length=gen.relayed,
-                            reasoning_length=gen.relayed_reasoning,
-                        )
-        except asyncio.CancelledError:
-            pass
 
-    async def _relay_piece(self, gen: Generation) -> None:
-        """The text and reasoning not yet sent, as one group ``delta``: each part with the
-        offset it starts at, so a tab elsewhere can tell a repeat from a gap."""
-        if not _unrelayed(gen):
-            return
-        offset, text = gen.relayed, gen.text[gen.relayed :]
-        reasoning_offset, reasoning = gen.relayed_reasoning, gen.reasoning.text[gen.relayed_reasoning :]
-        gen.relayed, gen.relayed_reasoning = offset + len(text), reasoning_offset + len(reasoning)
-        await broadcast(
-            conversation_group(gen.conversation_id),
-            "delta",
-            message_id=gen.message_id,
-            offset=offset,
-            text=text,
-            reasoning_offset=reasoning_offset,
-            reasoning=reasoning,
-        )
-
-    async def _saver(self, gen: Generation) -> None:
-        """Writes the text so far every PARTIAL_SAVE_SECONDS until the answer is done."""
-        saved_len = 0
-        last_save = time.monotonic()
-        while not gen.done.is_set():
-            try:
-                await asyncio.wait_for(gen.done.wait(), timeout=settings.PARTIAL_SAVE_SECONDS)
-                return
-            except TimeoutError:
-                pass
-            grown = len(gen.token_ids) != saved_len
-            if not grown and time.monotonic() - last_save < HEARTBEAT_SECONDS:
-                continue
-            count = len(gen.token_ids)
-            try:
-                updated = await update_message(
-                    gen.message_id,
-                    content=gen.text,
-                    reasoning=gen.reasoning.text,
-                    token_ids=gen.token_ids[:count] or None,
-                    token_fingerprint=gen.fingerprint,
-                    completion_tokens=count,
-                )
-            except Exception:
-                log.warning("partial save of message %s failed", gen.message_id, exc_info=True)
-                continue
-            if not updated:  # deleted, failed over or taken back: not this process's any more
-                self.stop(gen.message_id, "fenced")
-                return
-            saved_len, last_save = count, time.monotonic()
-
-
-def _unrelayed(gen: Generation) -> bool:
-    return len(gen.text) > gen.relayed or len(gen.reasoning.text) > gen.relayed_reasoning
+__all__ = ["RELAY_HZ", "STREAM_HEARTBEAT_SECONDS", "Generation", "GenerationManager"]

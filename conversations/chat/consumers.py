@@ -21,7 +21,8 @@ conversation, ``MAX_LIVE_PER_USER``) are checked in the database under row locks
 Client → server (JSON, ``type`` first):
   ``open {conversation_id}`` · ``send {conversation_id, content, parent_id?}`` ·
   ``stop {message_id}`` · ``edit {message_id, content}`` · ``regenerate {message_id}`` ·
-  ``switch {message_id}`` · ``delete {message_id}`` · ``fork {message_id}`` · ``ping``
+  ``switch {message_id}`` · ``delete {message_id}`` · ``fork {message_id}`` · ``ping`` ·
+  ``approve {message_id, approved}`` (a tool call waiting for the user)
 Server → client:
   ``thread {conversation, messages}`` (the whole visible thread; a streaming answer carries
   the text so far) · ``started {message_id}`` (to every tab showing the conversation, wherever
@@ -182,6 +183,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             "delete": self._on_delete,
             "ping": self._on_ping,
             "fork": self._on_fork,
+            "approve": self._on_approve,
         }.get(content.get("type"))
         if handler is None:
             self.error(f"unknown request {content.get('type')!r}")
@@ -367,6 +369,25 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         conversation = await database_sync_to_async(fork_at)(self.user, content.get("message_id"))
         self.push({"type": "forked", "conversation_id": conversation.pk})
         await broadcast(user_group(self.user.pk), "conversations")
+
+    async def _on_approve(self, content: dict) -> None:
+        """``approve {message_id, approved}``: the user's answer to a tool call waiting for it
+        (conversations.chat.tool_loop), wherever the call runs."""
+        conversation = await self._conversation_for(content)
+        message = await message_in(conversation, content.get("message_id"))
+        approved = content.get("approved")
+        if not isinstance(approved, bool):
+            raise tree_ops.TreeError("approved must be true or false")
+        if message.role != Message.Role.TOOL or message.status != Message.Status.STREAMING:
+            raise tree_ops.TreeError("this call is not waiting for approval")
+        if message.tool_approval != "pending" or get_manager().decide(message.pk, approved):
+            return
+        processes = await _processes()
+        if message.owner_process in processes and message.owner_process != PROCESS_ID:
+            decision = {"type": "chat.approve", "message_id": message.pk, "approved": approved}
+            await cluster.send_to_process(processes[message.owner_process], decision)
+        else:
+            raise tree_ops.TreeError("this call is no longer waiting for approval")
 
     async def _on_stop(self, content: dict) -> None:
         conversation = await self._conversation_for(content)

@@ -10,12 +10,12 @@ from django.db import transaction
 
 from conversations.chat.tree import Busy, NotInConversation, Tree, select_leaf
 from conversations.models import Conversation, Message
-from conversations.transfer.exporting import MESSAGE_FIELDS, SETTINGS_FIELDS
+from conversations.transfer.exporting import MESSAGE_FIELDS, SETTINGS_FIELDS, TOOL_MESSAGE_FIELDS
 
 # What an export carries, plus what only a copy on this site can reuse: the token ids (so
 # the fork's first answer hits the prefix cache), the tokenizer that made them, and the
 # model that wrote each answer.
-COPIED_FIELDS = (*MESSAGE_FIELDS, "token_ids", "token_fingerprint", "model_name")
+COPIED_FIELDS = (*MESSAGE_FIELDS, *TOOL_MESSAGE_FIELDS, "token_ids", "token_fingerprint", "model_name")
 
 
 @transaction.atomic

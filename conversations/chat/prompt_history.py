@@ -16,6 +16,7 @@ retention's look at the thread.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +25,10 @@ from django.db.models import BooleanField, ExpressionWrapper, Q
 
 from conversations.chat.prompts import (
     FRAME_TOKENS,
+    TOOL_FIELDS,
     NeedEarlierHistory,
     PromptPlan,
+    ToolPrompt,
     build_prompt,
     estimated_tokens,
 )
@@ -46,7 +49,7 @@ def first_reach(max_model_len: int) -> int:
 
 @dataclass
 class HistoryRead:
-    messages: list[dict]  # oldest first: id, role, content, reasoning, token_ids
+    messages: list[dict]  # oldest first: id, role, content, reasoning, token_ids, TOOL_FIELDS
     earlier: int  # older messages of the path left unread
 
 
@@ -72,7 +75,8 @@ def read_history(
     about ``reach`` tokens and a user message, the oldest read, and back to ``start_id``
     if it is on the path not far before that. Stored ids under another fingerprint than
     ``fingerprint`` are left out."""
-    blank = ExpressionWrapper(Q(content=""), output_field=BooleanField())
+    # An answer that only called tools has no text but is part of the prompt.
+    blank = ExpressionWrapper(Q(content="", tool_calls__isnull=True), output_field=BooleanField())
     path = [
         (pk, role)
         for pk, role, status, empty in path_rows(conversation_id, leaf_id, "role", "status", blank)
@@ -100,7 +104,7 @@ def read_history(
 
 def _rows(ids: list[int]) -> dict[int, dict]:
     """The prompt's fields of messages ``ids`` (a turn may stretch a page: query in pages)."""
-    fields = ("id", "role", "content", "reasoning", "token_ids", "token_fingerprint")
+    fields = ("id", "role", "content", "reasoning", "token_ids", "token_fingerprint", *TOOL_FIELDS)
     rows: dict[int, dict] = {}
     for first in range(0, len(ids), PAGE):
         chunk = ids[first : first + PAGE]
@@ -116,6 +120,7 @@ def _item(row: dict, fingerprint: str) -> dict:
         "content": row["content"],
         "reasoning": row["reasoning"],
         "token_ids": ids,
+        **{name: row[name] for name in TOOL_FIELDS},
     }
 
 
@@ -127,11 +132,13 @@ async def plan_prompt(
     add_generation_prompt: bool = True,
     streaming: bool = True,
     keep_start: bool = False,
+    tools: ToolPrompt | None = None,
 ) -> PlannedPrompt:
     """The prompt for the thread ending at ``leaf_id`` on ``engine``: rows read in short
     database calls, the prompt built off the database thread (see the module docstring).
     It starts where ``conversation.context_start`` says while that fits; ``keep_start``
-    stores where it starts now. Raises ``PromptTooLongError`` like ``build_prompt``."""
+    stores where it starts now; ``tools``: how calls, results and the offered tools are
+    rendered (``conversations.chat.tool_loop``). Raises ``PromptTooLongError`` like ``build_prompt``."""
     tokenizer, max_model_len = engine.tokenizer, engine.max_model_len
     fingerprint = await asyncio.to_thread(token_fingerprint, engine.model_name, tokenizer)
     reach, start_id = first_reach(max_model_len), conversation.context_start_id
@@ -160,6 +167,7 @@ async def plan_prompt(
                 earlier=history.earlier,
                 add_generation_prompt=add_generation_prompt,
                 start_id=start_id,
+                tools=tools,
             )
         except NeedEarlierHistory:
             reach *= 4
@@ -187,13 +195,17 @@ def _answer_inputs(message_id: int) -> tuple[Conversation, int | None] | None:
     return (conversation, row[1]) if conversation is not None else None
 
 
-async def answer_prompt(message_id: int, engine: Any) -> PlannedPrompt | None:
+async def answer_prompt(
+    message_id: int, engine: Any, tools_for: Callable[..., Awaitable[ToolPrompt | None]] | None = None
+) -> PlannedPrompt | None:
     """The prompt for the answer ``message_id`` (its history ends with its parent), or
-    None if the answer is gone."""
+    None if the answer is gone. ``tools_for(conversation, parent_id, engine)``: the tools
+    to render, if any."""
     inputs = await _answer_inputs(message_id)
     if inputs is None:
         return None
-    return await plan_prompt(inputs[0], inputs[1], engine, keep_start=True)
+    tools = await tools_for(inputs[0], inputs[1], engine) if tools_for is not None else None
+    return await plan_prompt(inputs[0], inputs[1], engine, keep_start=True, tools=tools)
 
 
 @database_sync_to_async

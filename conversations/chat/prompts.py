@@ -27,6 +27,39 @@ FRAME_TOKENS = 4
 CUT_TARGET = 3 / 4
 
 
+# A history item's tool fields (``Message`` columns): an answer's calls, a result's call.
+TOOL_FIELDS = ("tool_calls", "tool_call_id", "tool_name")
+
+
+@dataclass(frozen=True)
+class ToolPrompt:
+    """How a conversation with tools is rendered: the model's ``ToolFormat``
+    (``inference.tools``) and the tools offered to this answer (OpenAI-shaped; empty once
+    the rounds are used up or tools were turned off, though calls in the history still
+    render as calls and results)."""
+
+    format: Any
+    tools: list[dict]
+
+    def render(self, messages: list[dict]) -> list[dict]:
+        """``messages`` in the format's plain shape, one for one, each keeping its stored ids
+        only where the format left it as it was (an answer's ids hold its calls as generated)."""
+        rendered = self.format.render(messages, self.tools)
+        if len(rendered) != len(messages):  # a format that merges or adds: one at a time
+            first = self.format.render(messages[:1], self.tools)
+            rendered = first[-1:] + [self.format.render([m], [])[-1] for m in messages[1:]]
+        result = []
+        for original, plain in zip(messages, rendered, strict=True):
+            plain = {"role": plain["role"], "content": plain.get("content") or ""}
+            kept = plain["role"] == original["role"] and (
+                plain["role"] == "assistant" or plain["content"] == original["content"]
+            )
+            if "token_ids" in original and kept:
+                plain["token_ids"] = original["token_ids"]
+            result.append(plain)
+        return result
+
+
 class NeedEarlierHistory(Exception):
     """The messages given may not reach back far enough to find where the prompt starts:
     read older ones (only when the caller said some exist, ``earlier > 0``)."""
@@ -46,10 +79,13 @@ class PromptPlan:
     start_id: int | None = None
 
 
-def chat_messages(system_prompt: str, history: list[dict]) -> list[dict]:
-    messages: list[dict] = [{"role": "system", "content": system_prompt}] if system_prompt else []
+def chat_messages(system_prompt: str, history: list[dict], tools: ToolPrompt | None = None) -> list[dict]:
+    """OpenAI-shaped messages of the prompt; with ``tools``, always a system message (the
+    format describes the tools there) and the calls and results in the format's shape."""
+    with_system = system_prompt or (tools is not None and tools.tools)
+    messages: list[dict] = [{"role": "system", "content": system_prompt}] if with_system else []
     for item in history:
-        message = {"role": item["role"], "content": item["content"]}
+        message = {"role": item["role"], "content": item["content"], **_tool_fields(item)}
         ids = item.get("token_ids")
         # Stored ids are reused verbatim (an exact cache hit), except for the first message:
         # templates may put a default system prompt into its segment. An answer's ids hold
@@ -57,7 +93,19 @@ def chat_messages(system_prompt: str, history: list[dict]) -> list[dict]:
         if ids and (item["role"] == "assistant" or messages) and not item.get("reasoning"):
             message["token_ids"] = ids
         messages.append(message)
-    return messages
+    return tools.render(messages) if tools is not None else messages
+
+
+def _tool_fields(item: dict) -> dict:
+    if item.get("tool_calls"):
+        calls = [
+            {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+            for c in item["tool_calls"]
+        ]
+        return {"tool_calls": calls}
+    if item["role"] == "tool":
+        return {"tool_call_id": item.get("tool_call_id") or "", "name": item.get("tool_name") or ""}
+    return {}
 
 
 def estimated_tokens(item: dict) -> int:
@@ -78,6 +126,7 @@ def build_prompt(
     earlier: int = 0,
     add_generation_prompt: bool = True,
     start_id: int | None = None,
+    tools: ToolPrompt | None = None,
 ) -> PromptPlan:
     """The prompt ids for answering ``history`` (oldest first, ending with the question).
 
@@ -92,15 +141,16 @@ def build_prompt(
     ``PromptPlan.start_id``) when it starts a turn of ``history`` and the history from it
     fits. Otherwise, when something must go, whole oldest turns go until the history takes
     at most ``CUT_TARGET`` of its room (the last turn always stays), and the plan's
-    ``start_id`` names the new start."""
+    ``start_id`` names the new start. ``tools``: render the history and the offered tools
+    in a tool format; the tool list then makes the system segment this user's own (not shared)."""
     reserve = max(1, min(max_tokens, max_model_len // 4))
     budget = max_model_len - reserve
     turn_starts = [i for i, item in enumerate(history) if item["role"] == "user"] or [0]
-    offset = 1 if system_prompt else 0
+    offset = 1 if system_prompt or (tools is not None and tools.tools) else 0
 
     def encode(first: int):
         return encode_segments(
-            tokenizer, chat_messages(system_prompt, history[first:]), add_generation_prompt
+            tokenizer, chat_messages(system_prompt, history[first:], tools), add_generation_prompt
         )
 
     anchored = _anchored(encode, history, turn_starts, start_id, budget)
@@ -122,7 +172,9 @@ def build_prompt(
         max_tokens=max(1, min(max_tokens, max_model_len - len(ids))),
         dropped=earlier + start,
         user_segment=user_segment,
-        shared_prefix_tokens=len(encoding.segments[0]) if system_prompt and encoding.exact else 0,
+        shared_prefix_tokens=len(encoding.segments[0])
+        if system_prompt and not tools and encoding.exact
+        else 0,
         exact=encoding.exact,
         start_id=history[start].get("id") if cut else None,
     )

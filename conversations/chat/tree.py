@@ -33,9 +33,15 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+# What the browser receives, importable from here where callers look for it.
+from conversations.chat.thread_dicts import (  # noqa: F401
+    conversation_dict,
+    message_dict,
+    thread_dict,
+    tool_dict,
+)
 from conversations.models import Conversation, Message
 from conversations.models.chat import DEFAULT_TITLE
-from conversations.models.workspace import ratings_for
 
 TITLE_LENGTH = 60
 
@@ -290,7 +296,8 @@ def send_message(
     lock_for_answer(conversation, live_processes)
     tree = Tree.load(conversation)
     parent = tree.get(parent_id) if parent_id is not None else tree.leaf()
-    if parent_id is not None and parent.role != Message.Role.ASSISTANT:
+    # A tool result ends the thread when its loop was stopped: the user may go on from it.
+    if parent_id is not None and parent.role not in (Message.Role.ASSISTANT, Message.Role.TOOL):
         raise TreeError("a new message can only follow an answer")
     user = _new_message(tree, parent, Message.Role.USER, content)
     answer = _new_answer(tree, user, owner_process)
@@ -432,57 +439,23 @@ def ensure_empty_conversation(owner) -> Conversation:
     return Conversation.objects.create(owner=owner)
 
 
-# --- What the browser receives ------------------------------------------------------
-
-
-def conversation_dict(conversation: Conversation) -> dict:
-    return {
-        "id": conversation.pk,
-        "title": conversation.title,
-        "updated_at": conversation.updated_at.isoformat() if conversation.updated_at else None,
-        "system_prompt": conversation.system_prompt,
-        "temperature": conversation.temperature,
-        "top_p": conversation.top_p,
-        "top_k": conversation.top_k,
-        "max_tokens": conversation.max_tokens,
-        "temporary": conversation.temporary,
-        "pinned": conversation.pinned,
-        "folder_id": conversation.folder_id,
-        "archived": conversation.archived_at is not None,
-    }
-
-
-def message_dict(message: Message, tree: Tree | None = None) -> dict:
-    data = {
-        "id": message.pk,
-        "parent_id": message.parent_id,
-        "role": message.role,
-        "content": message.content,
-        "reasoning": message.reasoning,
-        "reasoning_seconds": message.reasoning_seconds,
-        "status": message.status,
-        "finish_reason": message.finish_reason,
-        "error": message.error,
-        "prompt_tokens": message.prompt_tokens,
-        "completion_tokens": message.completion_tokens,
-        "cached_tokens": message.cached_tokens,
-        "context_dropped": message.context_dropped,
-        "time_to_first_token_ms": message.time_to_first_token_ms,
-        "tokens_per_s": message.tokens_per_s,
-        "model": message.model_name,
-        "created_at": message.created_at.isoformat() if message.created_at else None,
-    }
-    if tree is not None:
-        siblings = tree.siblings(message)
-        data["siblings"] = [m.pk for m in siblings]
-        data["sibling_index"] = next(i for i, m in enumerate(siblings) if m.pk == message.pk)
-    return data
-
-
-def thread_dict(tree: Tree) -> dict:
-    thread = tree.thread()
-    rated = ratings_for([m.pk for m in thread if m.role == Message.Role.ASSISTANT])
-    return {
-        "conversation": conversation_dict(tree.conversation),
-        "messages": [message_dict(m, tree) | {"rating": rated.get(m.pk)} for m in thread],
-    }
+@transaction.atomic
+def add_tool_step(
+    conversation_id: int, parent_id: int, role: str, owner_process: str, **fields
+) -> Message | None:
+    """The next node of an answer's tool loop (a ``tool`` result or the answer that goes on),
+    streaming, under ``parent_id``, which must be complete and still the thread's leaf: if
+    the user moved on (sent, edited, switched) meanwhile, the loop ends (None)."""
+    conversation = Conversation.objects.select_for_update().filter(pk=conversation_id).first()
+    if conversation is None or conversation.current_leaf_id != parent_id:
+        return None
+    tree = Tree.load(conversation)
+    parent = tree.by_id.get(parent_id)
+    if parent is None or parent.status != Message.Status.COMPLETE:
+        return None
+    message = _new_message(
+        tree, parent, role, status=Message.Status.STREAMING, owner_process=owner_process, **fields
+    )
+    select_leaf(tree, message)
+    _touch(conversation)
+    return message

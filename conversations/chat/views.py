@@ -175,10 +175,21 @@ class ConversationForm(forms.ModelForm):
     top_p = forms.FloatField(min_value=0.01, max_value=1.0)
     top_k = forms.IntegerField(min_value=0, max_value=1000)
     max_tokens = forms.IntegerField(min_value=1, max_value=32_768)
+    tools_enabled = forms.BooleanField(required=False)
+    tools_approval = forms.BooleanField(required=False)
 
     class Meta:
         model = Conversation
-        fields = ["title", "system_prompt", "temperature", "top_p", "top_k", "max_tokens"]
+        fields = [
+            "title",
+            "system_prompt",
+            "temperature",
+            "top_p",
+            "top_k",
+            "max_tokens",
+            "tools_enabled",
+            "tools_approval",
+        ]
 
 
 @require_POST

@@ -123,6 +123,8 @@ async def _handle(manager: GenerationManager, message: dict) -> None:
         )
     elif kind == "chat.stop":
         manager.stop(message["message_id"], message.get("reason") or "user")
+    elif kind == "chat.approve":  # a tool call of this process's waiting for the user
+        manager.decide(message["message_id"], bool(message.get("approved")))
     elif kind == "chat.retain":
         get_retention().retain_for(message["conversation_id"], message["origin"])
     elif kind == "chat.release":

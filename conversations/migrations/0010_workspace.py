@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('conversations', '0008_conversation_context_start'),
+        ('conversations', '0009_tools'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

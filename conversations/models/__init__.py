@@ -3,6 +3,7 @@ from conversations.models.chat import Conversation, Message
 from conversations.models.documents import ConversationDocument, Document, DocumentChunk, MessageSources
 from conversations.models.jobs import DataJob
 from conversations.models.ops import EngineStatus
+from conversations.models.tools import McpServer
 from conversations.models.workspace import Folder, Preset, Rating, Share
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "DocumentChunk",
     "EngineStatus",
     "Folder",
+    "McpServer",
     "Message",
     "MessageSources",
     "Preset",

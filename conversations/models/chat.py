@@ -43,6 +43,10 @@ class Conversation(models.Model):
     top_p = models.FloatField(default=0.95)
     top_k = models.IntegerField(default=0, help_text="0 disables top-k")
     max_tokens = models.IntegerField(default=512)
+    # Tools through MCP (conversations.tools): offered to the model only when on, and with
+    # approval on each call waits for the user's yes before it runs.
+    tools_enabled = models.BooleanField(default=False)
+    tools_approval = models.BooleanField(default=False)
     # The leaf of the visible thread; the thread is the path from the root to it.
     current_leaf = models.ForeignKey(
         "Message", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -88,6 +92,7 @@ class Message(models.Model):
         SYSTEM = "system"
         USER = "user"
         ASSISTANT = "assistant"
+        TOOL = "tool"  # one tool call's result, the child of the answer that made the call
 
     class Status(models.TextChoices):
         COMPLETE = "complete"
@@ -123,6 +128,18 @@ class Message(models.Model):
     # Earlier messages left out of this answer's prompt to fit the context window.
     context_dropped = models.IntegerField(default=0)
     model_name = models.CharField(max_length=200, blank=True, default="")
+    # An answer that called tools: [{"id", "name", "arguments"}] (OpenAI's shape, flattened).
+    # Its calls' results are its descendants: one ``tool`` message per call, in order, then
+    # the answer that goes on from them (conversations.chat.tool_loop).
+    tool_calls = models.JSONField(null=True, blank=True)
+    # A ``tool`` message: the call it answers, the tool's name and JSON arguments, how long
+    # it ran, whether its result is an error, and the user's approval ("" when not asked).
+    tool_call_id = models.CharField(max_length=64, blank=True, default="")
+    tool_name = models.CharField(max_length=128, blank=True, default="")
+    tool_arguments = models.TextField(blank=True, default="")
+    tool_duration_ms = models.FloatField(null=True, blank=True)
+    tool_is_error = models.BooleanField(default=False)
+    tool_approval = models.CharField(max_length=16, blank=True, default="")
     # The server process that generates (or last generated) this answer: a live answer has
     # exactly one owner, the process a stop or a snapshot request is sent to, and the next
     # turn prefers it because the conversation's KV blocks are warm in its engine.

@@ -5,12 +5,18 @@ JSON layout (``format`` and ``version`` identify it on import)::
     {"format": "chatsite.conversations", "version": 1, "exported_at": "...",
      "conversations": [{"id", "title", "title_source", "created_at", "updated_at",
                         "system_prompt", "temperature", "top_p", "top_k", "max_tokens",
-                        "current_leaf", "active_root",
+                        "tools_enabled", "tools_approval", "current_leaf", "active_root",
                         "messages": [{"id", "parent", "active_child", "role", "content", "status",
                                       "finish_reason", "error", "prompt_tokens", "completion_tokens",
                                       "cached_tokens", "context_dropped", "model",
                                       "time_to_first_token_ms", "tokens_per_s",
-                                      "created_at", "updated_at"}, ...]}]}
+                                      "created_at", "updated_at", "reasoning",
+                                      "reasoning_seconds", "tool_calls", "tool_call_id",
+                                      "tool_name", "tool_arguments", "tool_duration_ms",
+                                      "tool_is_error", "tool_approval"}, ...]}]}
+
+Role ``tool`` messages are the results of an answer's ``tool_calls`` (``[{"id", "name",
+"arguments"}]``), each under the call before it.
 
 Messages are listed parents first. Ids are the site's own and only link the records of one
 file together; an import gives new ones. Token ids are left out: they belong to one model's
@@ -31,7 +37,15 @@ from conversations.transfer import workspace_fields
 FORMAT = "chatsite.conversations"
 VERSION = 1
 
-SETTINGS_FIELDS = ("system_prompt", "temperature", "top_p", "top_k", "max_tokens")
+SETTINGS_FIELDS = (
+    "system_prompt",
+    "temperature",
+    "top_p",
+    "top_k",
+    "max_tokens",
+    "tools_enabled",
+    "tools_approval",
+)
 CONVERSATION_FIELDS = ("title", "title_source", *SETTINGS_FIELDS)
 MESSAGE_FIELDS = (
     "role",
@@ -63,8 +77,19 @@ def parents_first(tree: Tree) -> Iterator[Message]:
         queue.extend(tree.children.get(node.pk, []))
 
 
+# Tool calls and results (conversations.chat.tool_loop): an answer's calls, a result's call.
+TOOL_MESSAGE_FIELDS = {
+    "tool_calls": list,
+    "tool_call_id": str,
+    "tool_name": str,
+    "tool_arguments": str,
+    "tool_duration_ms": float,
+    "tool_is_error": bool,
+    "tool_approval": str,
+}
+
 # Reasoning (the reasoning contract in docs/interfaces.md): exported and imported when the model has these fields.
-OPTIONAL_MESSAGE_FIELDS = {"reasoning": str, "reasoning_seconds": float}
+OPTIONAL_MESSAGE_FIELDS = {"reasoning": str, "reasoning_seconds": float, **TOOL_MESSAGE_FIELDS}
 
 
 def optional_message_fields() -> list[str]:
@@ -119,7 +144,7 @@ def render_json(data: dict) -> bytes:
     return json.dumps(data, ensure_ascii=False, indent=1).encode()
 
 
-ROLE_HEADINGS = {"user": "User", "assistant": "Assistant", "system": "System"}
+ROLE_HEADINGS = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool"}
 
 
 def _markdown_one(conversation: Conversation) -> str:

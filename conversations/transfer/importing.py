@@ -129,11 +129,15 @@ def _our_conversation(index: int, raw: Any) -> ConversationSpec:
         for name in optional_message_fields():
             kind = OPTIONAL_MESSAGE_FIELDS[name]
             if item.get(name) is not None:
-                fields[name] = (
-                    number(item[name], f"{at}: {name}")
-                    if kind is float
-                    else need(item[name], kind, f"{at}: {name}")
-                )
+                if kind is float:
+                    fields[name] = number(item[name], f"{at}: {name}")
+                elif name == "tool_calls":
+                    fields[name] = _tool_calls(item[name], f"{at}: {name}")
+                else:
+                    fields[name] = need(item[name], kind, f"{at}: {name}")
+        for name, size in {"tool_call_id": 64, "tool_name": 128, "tool_approval": 16}.items():
+            if name in fields:
+                fields[name] = fields[name][:size]
         nodes[key] = NodeSpec(
             key=key,
             parent=optional(item.get("parent"), (int, str), f"{at}: parent"),
@@ -173,8 +177,22 @@ def account_fields(raw: bytes) -> dict:
     return workspace_fields.parse_account_fields(json.loads(raw.decode("utf-8-sig")))
 
 
+def _tool_calls(value: Any, where: str) -> list[dict]:
+    """An answer's calls: a list of ``{"id", "name", "arguments"}``, all text."""
+    calls = []
+    for i, call in enumerate(need(value, list, where)):
+        call = need(call, dict, f"{where} {i + 1}")
+        calls.append(
+            {key: need(call.get(key), str, f"{where} {i + 1}: {key}") for key in ("id", "name", "arguments")}
+        )
+    return calls
+
+
 def _our_settings(raw: dict, where: str) -> dict:
     result = {"system_prompt": need(raw.get("system_prompt") or "", str, f"{where}: system_prompt")}
+    for name in ("tools_enabled", "tools_approval"):
+        if raw.get(name) is not None:
+            result[name] = need(raw[name], bool, f"{where}: {name}")
     bounds = {"temperature": (0.0, 2.0), "top_p": (0.01, 1.0)}
     for name, (low, high) in bounds.items():
         value = number(raw.get(name), f"{where}: {name}")

@@ -86,6 +86,8 @@ function messageRequests(store, socket) {
     switchTo: (messageId) => conversationRequest("switch", { message_id: messageId }),
     deleteMessage: (messageId) => conversationRequest("delete", { message_id: messageId }),
     fork: (messageId) => conversationRequest("fork", { message_id: messageId }),
+    /** Allow or deny a tool call that waits for the user (approval on). */
+    approve: (messageId, approved) => conversationRequest("approve", { message_id: messageId, approved }),
   };
 }
 

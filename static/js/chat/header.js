@@ -5,6 +5,8 @@ import { $, toast } from "./dom.js";
 import { confirm } from "./dialogs.js";
 
 const SETTINGS = ["system_prompt", "temperature", "top_p", "top_k", "max_tokens"];
+// Tools through MCP: on for this conversation, and ask before each call.
+const SWITCHES = ["tools_enabled", "tools_approval"];
 
 /* Rename in place: the title gives way to a text field until it is saved or cancelled. */
 function installRename(store, actions) {
@@ -64,6 +66,7 @@ function createSettingsPanel(store, actions) {
   function fill(c) {
     if (panel.contains(document.activeElement)) return;
     for (const name of SETTINGS) form.elements[name].value = c[name];
+    for (const name of SWITCHES) form.elements[name].checked = Boolean(c[name]);
   }
 
   function hide() {
@@ -97,6 +100,7 @@ function createSettingsPanel(store, actions) {
     const f = form.elements;
     const body = { system_prompt: f.system_prompt.value };
     for (const name of SETTINGS.slice(1)) body[name] = Number(f[name].value);
+    for (const name of SWITCHES) body[name] = f[name].checked;
     try {
       await actions.updateConversation(body);
       saved.textContent = "Saved";

@@ -4,6 +4,7 @@
 import { ICONS, button, copyText } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
 import { ratingNode } from "./workspace/rating.js";
+import { toolStepNode } from "./tool_step.js";
 
 export function reasoningSummary(m) {
   if (m.reasoning_seconds == null) return m.status === "streaming" ? "Thinking…" : "Thoughts";
@@ -28,6 +29,13 @@ function reasoningNode(m) {
 
 /** A state that a screen reader can find: "generating" or "stopped". */
 function stateNode(m) {
+  if (m.role === "tool" && m.status === "streaming" && m.tool && m.tool.approval === "pending") {
+    const span = document.createElement("span");
+    span.className = "msg-state state-waiting";
+    span.setAttribute("role", "status");
+    span.textContent = "Waiting for your approval";
+    return span;
+  }
   const label = m.status === "streaming" ? "Generating" : m.status === "interrupted" ? "Stopped" : "";
   if (!label) return null;
   const span = document.createElement("span");
@@ -133,8 +141,12 @@ export function messageNode(m, index, ctx) {
   article.dataset.id = m.id;
   article.dataset.focusKey = `${index}:article`;
   article.tabIndex = -1;
-  article.setAttribute("aria-label", m.role === "user" ? "Your message" : "Answer");
+  article.setAttribute("aria-label", m.role === "user" ? "Your message" : m.role === "tool" ? "Tool call" : "Answer");
   if (m.status === "streaming") article.setAttribute("aria-busy", "true");
+  if (m.role === "tool") {
+    bodyOf(article).appendChild(toolStepNode(m, index, ctx));
+    return withFooter(article, m, index, ctx);
+  }
   if (m.role === "assistant") {
     const avatar = document.createElement("div");
     avatar.className = "msg-avatar";
@@ -160,7 +172,13 @@ export function messageNode(m, index, ctx) {
     body.appendChild(notice);
   }
   if (m.role === "assistant" && m.reasoning) body.appendChild(reasoningNode(m));
-  if (m.role === "user") {
+  if (m.role === "assistant" && m.tool_calls && m.tool_calls.length && !m.content) {
+    // An answer that only called tools: a line naming them; the calls follow as steps.
+    const note = document.createElement("p");
+    note.className = "msg-notice tool-calls-note";
+    note.textContent = `Calling ${m.tool_calls.map((c) => c.name).join(", ")}`;
+    body.appendChild(note);
+  } else if (m.role === "user") {
     userText(m, body);
   } else {
     const content = document.createElement("div");
@@ -178,7 +196,18 @@ export function messageNode(m, index, ctx) {
     error.textContent = m.error || "The answer failed.";
     body.appendChild(error);
   }
+  return withFooter(article, m, index, ctx);
+}
 
+function bodyOf(article) {
+  const node = document.createElement("div");
+  node.className = "msg-body";
+  article.appendChild(node);
+  return node;
+}
+
+function withFooter(article, m, index, ctx) {
+  const body = article.querySelector(".msg-body");
   const footer = document.createElement("div");
   footer.className = "msg-footer";
   body.appendChild(footer);
@@ -208,7 +237,9 @@ function actionsNode(m, index, ctx) {
     actions.appendChild(b);
   };
   if (m.status === "streaming") return actions;
-  if (m.role === "user") {
+  if (m.role === "tool") {
+    add("Copy", ICONS.copy, (e) => copyText(m.content, e.currentTarget));
+  } else if (m.role === "user") {
     add("Edit", ICONS.edit, () => ctx.startEdit(m), { disabled: busy });
     add("Copy", ICONS.copy, (e) => copyText(m.content, e.currentTarget));
     if (ctx.isLast) add("Answer", ICONS.regenerate, () => act.regenerate(m.id), { disabled: busy });
