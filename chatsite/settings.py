@@ -13,8 +13,8 @@ import dj_database_url
 
 from chatsite import secret_key
 from chatsite.env import ConfigError, env_bool, env_float, env_int, env_list, env_str, env_url
+from chatsite.speculative_setting import parse_speculative
 from conversations.ops import files
-from inference.spec.options import parse_speculative
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))

@@ -9,10 +9,10 @@ import random
 
 import pytest
 
+from chatsite.speculative_setting import parse_speculative
 from inference.config import EngineConfig
 from inference.sampling.params import SamplingParams
 from inference.spec.ngram import NgramProposer
-from inference.spec.options import parse_speculative
 from tests.engine.spec_fixtures import VOCAB, OracleProposer, SmallModel, check_tables, run_all
 from tests.engine.spec_fixtures import small as small  # noqa: F401  (fixture)
 

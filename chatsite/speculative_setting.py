@@ -2,7 +2,8 @@
 
 Forms: ``""``/``off`` (none), ``ngram``, ``ngram:k=5`` (options after a colon, comma
 separated: ``k``, ``min``, ``max``, ``max_batch``), ``draft:/path/to/model`` and
-``draft:/path,k=4``. Torch-free, so the web settings can read it at start.
+``draft:/path,k=4``. Read by the settings at start; it imports nothing of the engine, so a Celery worker
+that loads the settings stays free of model code.
 """
 
 from __future__ import annotations
