@@ -284,7 +284,7 @@ if SECURE_COOKIES:
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
 # Probes and scrapes reach each process directly over HTTP; a redirect to the public HTTPS
 # address would land on whichever process the proxy picks.
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^livez$", r"^metrics$"]
+SECURE_REDIRECT_EXEMPT = [r"^health$", r"^healthz$", r"^livez$", r"^metrics$"]
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"
