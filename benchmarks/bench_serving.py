@@ -26,6 +26,7 @@ import argparse
 import bisect
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -154,13 +155,22 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def make_conversations(user, count: int, tokens: int) -> list[int]:
-    from conversations.models import Conversation
+def make_conversations(count: int, tokens: int, temperature: float) -> list[tuple[int, str]]:
+    """(conversation id, session cookie) per websocket stream: one user each, as a busy site
+    has (one user's 256 tabs would turn each sidebar broadcast into 256 messages)."""
+    from django.contrib.auth import get_user_model
 
-    made = Conversation.objects.bulk_create(
-        [Conversation(owner=user, max_tokens=tokens, temperature=1.0, top_p=1.0) for _ in range(count)]
+    from conversations.models import Conversation
+    from tests.conftest import session_cookie_for
+
+    tag = uuid.uuid4().hex[:8]
+    users = get_user_model().objects.bulk_create(
+        [get_user_model()(username=f"bench-{tag}-{i}") for i in range(count)]
     )
-    return [c.pk for c in made]
+    made = Conversation.objects.bulk_create(
+        [Conversation(owner=u, max_tokens=tokens, temperature=temperature, top_p=1.0) for u in users]
+    )
+    return [(c.pk, session_cookie_for(u).decode()) for c, u in zip(made, users, strict=True)]
 
 
 def run_one(site, client: Client, job: dict[str, Any], trace_dir: Path, engine_tid: int | None) -> dict:
@@ -210,14 +220,33 @@ def print_row(row: dict[str, Any]) -> None:
     )
 
 
+def profiler(directory: str, pid: int, name: str) -> subprocess.Popen | None:
+    """py-spy sampling every thread of the server (native frames too) into collapsed stacks."""
+    if not directory:
+        return None
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    spy = Path(sys.executable).with_name("py-spy")
+    out = Path(directory) / f"{name}.txt"
+    argv = [str(spy), "record", "-p", str(pid), "-r", "250", "-f", "raw", "--threads", "-o", str(out)]
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # attached before the run starts
+    return process
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description="CPU per streamed token of the serving path")
     parser.add_argument("--quick", action="store_true", help="N = 256 only (about a minute)")
     parser.add_argument("--streams", default="", help="comma-separated N (default 64,256,1024)")
     parser.add_argument("--transports", default="sse,ws")
     parser.add_argument("--tokens", type=int, default=TOKENS)
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="default greedy: drawing a row's sampling noise on the CPU is model work (one kernel on a GPU)",
+    )
     parser.add_argument("--json", default="", help="write the rows here")
-    parser.add_argument("--keep-server", action="store_true", help="print its pid and wait (profiling)")
+    parser.add_argument("--profile", default="", help="py-spy each run into this directory (slows it)")
     args = parser.parse_args(argv)
     counts = [int(n) for n in (args.streams or ("256" if args.quick else "64,256,1024")).split(",")]
     transports = args.transports.split(",")
@@ -226,11 +255,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from django.contrib.auth import get_user_model
 
     from conversations.models import ApiKey
-    from tests.conftest import session_cookie_for
     from tests.live_site import stop_live_site, wait_until_ready
 
     user = get_user_model().objects.create_user(f"bench-{uuid.uuid4().hex[:8]}", password="a-long-pass-42")
-    cookie = session_cookie_for(user).decode()
     _, key = ApiKey.objects.create_key(user, "bench")
     trace_dir = work / "trace"
     trace_dir.mkdir()
@@ -241,17 +268,22 @@ def main(argv: list[str] | None = None) -> list[dict]:
     client = Client()
     rows: list[dict] = []
     try:
-        base = {"host": host, "port": port, "key": key, "cookie": cookie, "model": "repeat-word"}
+        base = {"host": host, "port": port, "key": key, "model": "repeat-word"}
+        base["temperature"] = args.temperature
         for transport in transports:  # warm-up: imports, first connections
-            warm = make_conversations(user, 8, 8) if transport == "ws" else []
+            warm = make_conversations(8, 8, args.temperature) if transport == "ws" else []
             client.run({**base, "transport": transport, "streams": 8, "tokens": 8, "conversations": warm})
-        if args.keep_server:
-            print("profiling: run the client now; Ctrl-C to stop", flush=True)
         for n in counts:
             for transport in transports:
-                conversations = make_conversations(user, n, args.tokens) if transport == "ws" else []
+                conversations = (
+                    make_conversations(n, args.tokens, args.temperature) if transport == "ws" else []
+                )
                 job = {**base, "transport": transport, "streams": n, "tokens": args.tokens}
+                spy = profiler(args.profile, site.process.pid, f"{transport}-{n}")
                 row = run_one(site, client, {**job, "conversations": conversations}, trace_dir, None)
+                if spy is not None:
+                    spy.send_signal(signal.SIGINT)
+                    spy.wait()
                 rows.append(row)
                 print_row(row)
     finally:

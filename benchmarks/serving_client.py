@@ -25,6 +25,7 @@ async def sse_stream(job: dict[str, Any], connect: asyncio.Semaphore) -> dict[st
             "model": job["model"],
             "messages": [{"role": "user", "content": "Say the word."}],
             "max_tokens": job["tokens"],
+            "temperature": job["temperature"],
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -72,11 +73,13 @@ async def sse_stream(job: dict[str, Any], connect: asyncio.Semaphore) -> dict[st
     return {"request_id": request_id, "arrivals": arrivals, "usage": usage}
 
 
-async def ws_stream(job: dict[str, Any], conversation_id: int, connect: asyncio.Semaphore) -> dict[str, Any]:
+async def ws_stream(
+    job: dict[str, Any], conversation_id: int, cookie: str, connect: asyncio.Semaphore
+) -> dict[str, Any]:
     import websockets
 
     url = f"ws://{job['host']}:{job['port']}/ws/chat/{conversation_id}/"
-    headers = {"Cookie": job["cookie"], "Origin": f"http://{job['host']}"}
+    headers = {"Cookie": cookie, "Origin": f"http://{job['host']}"}
     async with connect:
         ws = await websockets.connect(
             url, additional_headers=headers, max_size=None, compression=None, open_timeout=300
@@ -112,7 +115,7 @@ async def run_job(job: dict[str, Any]) -> dict[str, Any]:
     if job["transport"] == "sse":
         streams = [sse_stream(job, connect) for _ in range(job["streams"])]
     else:
-        streams = [ws_stream(job, cid, connect) for cid in job["conversations"]]
+        streams = [ws_stream(job, cid, cookie, connect) for cid, cookie in job["conversations"]]
     results = await asyncio.gather(*streams)
     return {"streams": results, "wall_s": time.monotonic() - start, "client_cpu_s": time.process_time()}
 

@@ -204,6 +204,9 @@ ENGINE = {
     "kv_disk_gb": env_float("ENGINE_KV_DISK_GB", 4.0),
 }
 ENGINE_PRELOAD = env_bool("ENGINE_PRELOAD", False)
+# A running answer's new tokens reach its stream (SSE chunk, websocket delta) at most this
+# often; its first and last tokens go at once. 0 = after every engine step.
+ENGINE_STREAM_INTERVAL_MS = env_float("ENGINE_STREAM_INTERVAL_MS", 20.0)
 # Tests only: the dotted path of a callable returning load_model's (model, tokenizer, config)
 # triple, used instead of loading ENGINE["model"] (e.g. a scripted reasoning model for
 # real server processes, which cannot be patched from the test).

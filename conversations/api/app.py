@@ -37,6 +37,7 @@ from conversations.api.errors import (
     model_not_found,
     too_large,
 )
+from conversations.api.sse import DONE, sse_event
 from conversations.api.usage import CLIENT_CLOSED, RequestLog
 from conversations.chat.cache_salt import cache_options, system_prompt_tokens
 from conversations.ops.engine_handle import aget_engine
@@ -348,7 +349,9 @@ async def respond(request: HttpRequest, generation: Generation, body: Any) -> Ht
         api_log.finish(200, finish_reason=generation.finish_reason, **_usage_fields(generation))
         return JsonResponse(generation.response_body())
 
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    options = body.stream_options
+    include_usage = bool(options and options.include_usage)
+    continuous = bool(options and options.continuous_usage_stats)
     deltas = generation.deltas()
     # The first delta comes before the response starts, so that a prompt over the
     # context window or a full queue is still an HTTP error, not an event.
@@ -359,16 +362,7 @@ async def respond(request: HttpRequest, generation: Generation, body: Any) -> Ht
     except asyncio.CancelledError:
         api_log.finish(CLIENT_CLOSED, finish_reason="abort")
         raise
-    return EventStreamResponse(event_stream(generation, deltas, first, include_usage, api_log))
-
-
-def sse_event(data: Any) -> bytes:
-    # ASCII-only: generated text can hold U+2028, U+0085 and other characters that some SSE
-    # clients (anything built on str.splitlines) treat as line breaks, splitting the event.
-    return b"data: " + json.dumps(data, separators=(",", ":"), ensure_ascii=True).encode() + b"\n\n"
-
-
-DONE = b"data: [DONE]\n\n"
+    return EventStreamResponse(event_stream(generation, deltas, first, include_usage, api_log, continuous))
 
 
 async def event_stream(
@@ -377,21 +371,30 @@ async def event_stream(
     first: Any,
     include_usage: bool,
     api_log: RequestLog,
+    continuous: bool = False,
 ) -> AsyncIterator[bytes]:
+    """The response's events; the chunks of one engine delta go out as one write.
+    ``continuous`` (vLLM's ``continuous_usage_stats``): every chunk carries the usage so far."""
     status, error, finish_reason = CLIENT_CLOSED, "", "abort"
+
+    def events(chunks: list[list[dict[str, Any]]], opening: bool = False) -> bytes:
+        usage = generation.usage() if continuous else None
+        if usage is not None and opening:  # the role chunks come before any output
+            usage = {**usage, "completion_tokens": 0, "total_tokens": usage["prompt_tokens"]}
+        return b"".join(sse_event(generation.chunk(c, include_usage or continuous, usage)) for c in chunks)
+
     try:
-        for choices in generation.opening_chunks():
-            yield sse_event(generation.chunk(choices, include_usage))
+        opening = events(generation.opening_chunks(), opening=True)
         if first is not None:
-            for choices in generation.delta_chunks(*first):
-                yield sse_event(generation.chunk(choices, include_usage))
+            yield opening + events(generation.delta_chunks(*first))
             async for choice, delta in deltas:
-                for choices in generation.delta_chunks(choice, delta):
-                    yield sse_event(generation.chunk(choices, include_usage))
-        if include_usage:
-            yield sse_event(generation.chunk([], True, generation.usage()))
+                if out := events(generation.delta_chunks(choice, delta)):
+                    yield out
+        elif opening:
+            yield opening
+        tail = sse_event(generation.chunk([], True, generation.usage())) if include_usage else b""
         status, finish_reason = 200, generation.finish_reason
-        yield DONE
+        yield tail + DONE
     except Exception as exc:
         api_error = error_from_exception(exc)
         if api_error.status >= 500:

@@ -191,7 +191,10 @@ class LLMEngine:
             self.tiers.close()
 
     # ---- one step -------------------------------------------------------------------
-    def step(self) -> list[StreamDelta]:
+    def step(self, emit: bool = True) -> list[StreamDelta]:
+        """``emit=False``: deltas only for requests that got their first token or finished;
+        the others' new tokens come, folded, with the next step that emits (a server
+        streams at a cadence; see ``AsyncEngine``). Stop rules apply every step either way."""
         deltas, self._pending = self._pending, []
         started = time.monotonic()
         batch = self.scheduler.schedule()
@@ -213,12 +216,14 @@ class LLMEngine:
         self.scheduler.finish_step(batch)
         generated = 0
         if logits is not None:
-            new, generated = self._process_samples([batch.seqs[i] for i in sampled], logits)
+            new, generated = self._process_samples([batch.seqs[i] for i in sampled], logits, emit)
             deltas += new
         self.metrics.observe_step(started, batch.num_tokens, generated)
         return deltas
 
-    def _process_samples(self, seqs: list[Sequence], logits: torch.Tensor) -> tuple[list[StreamDelta], int]:
+    def _process_samples(
+        self, seqs: list[Sequence], logits: torch.Tensor, emit: bool = True
+    ) -> tuple[list[StreamDelta], int]:
         """Sample a token for every sequence that reached its end; beams step as a group."""
         groups: dict[Request, list[int]] = {}
         for row, seq in enumerate(seqs):
@@ -254,7 +259,9 @@ class LLMEngine:
             for seq in touched:
                 if seq.is_finished:
                     self.scheduler.finish_seq(request, seq)
-            deltas += stream_deltas(request, touched)
+            # A finished sequence leaves request.seqs now: its last delta cannot wait.
+            if emit or any(s.is_finished for s in touched) or not touched[0].num_emitted_tokens:
+                deltas += stream_deltas(request, touched)
             if request.is_finished:
                 self.requests.pop(request.request_id, None)
                 request.finish_time = now
