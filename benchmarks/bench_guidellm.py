@@ -68,7 +68,7 @@ def summarise(report: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(
             {
                 "streams": strategy.get("streams"),
-                "requests": bench.get("request_totals", {}).get("successful"),
+                "requests": metrics.get("request_totals", {}).get("successful"),
                 "ttft_ms_median": stat("time_to_first_token_ms", "median"),
                 "ttft_ms_p99": (stat("time_to_first_token_ms", "percentiles") or {}).get("p99"),
                 "itl_ms_median": stat("inter_token_latency_ms", "median"),
