@@ -239,6 +239,9 @@ DOCUMENT_MAX_BYTES = env_int("DOCUMENT_MAX_BYTES", 10_000_000)  # one uploaded f
 DOCUMENT_USER_MAX_BYTES = env_int("DOCUMENT_USER_MAX_BYTES", 100_000_000)  # all of one user's files
 DOCUMENT_USER_MAX_FILES = env_int("DOCUMENT_USER_MAX_FILES", 200)
 DOCUMENT_MAX_PAGES = env_int("DOCUMENT_MAX_PAGES", 2_000)  # PDF pages read; more is refused
+# A running answer's new tokens reach its stream (SSE chunk, websocket delta) at most this
+# often; its first and last tokens go at once. 0 = after every engine step.
+ENGINE_STREAM_INTERVAL_MS = env_float("ENGINE_STREAM_INTERVAL_MS", 20.0)
 # Tests only: the dotted path of a callable returning load_model's (model, tokenizer, config)
 # triple, used instead of loading ENGINE["model"] (e.g. a scripted reasoning model for
 # real server processes, which cannot be patched from the test).
@@ -328,7 +331,7 @@ if SECURE_COOKIES:
 SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", False)
 # Probes and scrapes reach each process directly over HTTP; a redirect to the public HTTPS
 # address would land on whichever process the proxy picks.
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^livez$", r"^metrics$"]
+SECURE_REDIRECT_EXEMPT = [r"^health$", r"^healthz$", r"^livez$", r"^metrics$"]
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 X_FRAME_OPTIONS = "DENY"

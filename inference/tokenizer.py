@@ -158,6 +158,12 @@ class IncrementalDetokenizer:
     completes it. Each step decodes only a short window (from ``prefix_offset``) and
     emits the part past the previously emitted window text, so cost does not grow
     with the output length.
+
+    With a fast tokenizer the window logic runs in the tokenizers library's
+    ``DecodeStream`` (the same algorithm, in Rust: one call per token instead of two
+    decodes through transformers); the offsets are mirrored here, so ``flush`` and a
+    fall-back to the Python steps (should the stream refuse a token) continue from the
+    same window.
     """
 
     def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True) -> None:
@@ -167,18 +173,34 @@ class IncrementalDetokenizer:
         self.text_so_far = ""
         self._prefix_offset = 0  # window start
         self._read_offset = 0  # tokens up to here have been emitted as text
+        self._backend, self._stream = _decode_stream(tokenizer, skip_special_tokens)
 
     def _decode(self, ids: Sequence[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)
 
     def push(self, token_id: int) -> str:
         """Add one token; return the newly completed text (possibly "")."""
-        self.token_ids.append(int(token_id))
+        token_id = int(token_id)
+        self.token_ids.append(token_id)
+        if self._stream is None:
+            return self._push_python()
+        try:
+            delta = self._stream.step(self._backend, token_id)
+        except Exception:  # e.g. the window's text stopped extending its prefix
+            self._stream = None
+            return self._push_python()
+        if delta is None:
+            return ""
+        return self._emitted(delta)
+
+    def _push_python(self) -> str:
         prefix_text = self._decode(self.token_ids[self._prefix_offset : self._read_offset])
         new_text = self._decode(self.token_ids[self._prefix_offset :])
         if new_text.endswith("\ufffd") or len(new_text) <= len(prefix_text):
             return ""  # an incomplete character (or a token that renders as nothing yet)
-        delta = new_text[len(prefix_text) :]
+        return self._emitted(new_text[len(prefix_text) :])
+
+    def _emitted(self, delta: str) -> str:
         self._prefix_offset = self._read_offset
         self._read_offset = len(self.token_ids)
         self.text_so_far += delta
@@ -194,4 +216,22 @@ class IncrementalDetokenizer:
         delta = new_text[len(prefix_text) :]
         self._prefix_offset = self._read_offset = len(self.token_ids)
         self.text_so_far += delta
+        if self._stream is not None and delta:
+            self._stream = None  # its window no longer matches ours
         return delta
+
+
+def _decode_stream(tokenizer: Tokenizer, skip_special_tokens: bool) -> tuple[Any, Any]:
+    """(the tokenizers library's ``Tokenizer``, a fresh ``DecodeStream``) for a fast tokenizer
+    (``Tokenizer.decode`` never cleans up spaces, so the two decode alike), else (None, None)."""
+    backend = getattr(tokenizer.hf, "backend_tokenizer", None)
+    if backend is None:
+        return None, None
+    try:
+        from tokenizers import Tokenizer as RustTokenizer
+        from tokenizers.decoders import DecodeStream
+    except ImportError:  # tokenizers older than 0.21
+        return None, None
+    if not isinstance(backend, RustTokenizer):
+        return None, None
+    return backend, DecodeStream(skip_special_tokens=skip_special_tokens)

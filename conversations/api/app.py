@@ -38,6 +38,7 @@ from conversations.api.errors import (
     too_large,
 )
 from conversations.api.output_rules import chat_outputs, completion_grammar
+from conversations.api.sse import DONE, sse_event
 from conversations.api.tool_calls import ToolPlan, message_extras
 from conversations.api.usage import CLIENT_CLOSED, RequestLog
 from conversations.chat.cache_salt import cache_options, system_prompt_tokens
@@ -358,7 +359,9 @@ async def respond(
         api_log.finish(200, finish_reason=finish, **_usage_fields(generation))
         return JsonResponse(response)
 
-    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    options = body.stream_options
+    include_usage = bool(options and options.include_usage)
+    continuous = bool(options and options.continuous_usage_stats)
     deltas = generation.deltas()
     # The first delta comes before the response starts, so that a prompt over the
     # context window or a full queue is still an HTTP error, not an event.
@@ -369,16 +372,9 @@ async def respond(
     except asyncio.CancelledError:
         api_log.finish(CLIENT_CLOSED, finish_reason="abort")
         raise
-    return EventStreamResponse(event_stream(generation, deltas, first, include_usage, api_log, tools))
-
-
-def sse_event(data: Any) -> bytes:
-    # ASCII-only: generated text can hold U+2028, U+0085 and other characters that some SSE
-    # clients (anything built on str.splitlines) treat as line breaks, splitting the event.
-    return b"data: " + json.dumps(data, separators=(",", ":"), ensure_ascii=True).encode() + b"\n\n"
-
-
-DONE = b"data: [DONE]\n\n"
+    return EventStreamResponse(
+        event_stream(generation, deltas, first, include_usage, api_log, tools, continuous)
+    )
 
 
 async def event_stream(
@@ -388,26 +384,37 @@ async def event_stream(
     include_usage: bool,
     api_log: RequestLog,
     tools: ToolPlan | None = None,
+    continuous: bool = False,
 ) -> AsyncIterator[bytes]:
+    """The response's events; the chunks of one engine delta go out as one write.
+    ``continuous`` (vLLM's ``continuous_usage_stats``): every chunk carries the usage so far."""
     status, error, finish_reason = CLIENT_CLOSED, "", "abort"
     # Tools: content deltas become tool_calls deltas (conversations.api.tool_calls).
     rewrite = tools.rewrite_chunk if tools else lambda choices: [choices]
+
+    def events(chunks: list[list[dict[str, Any]]], opening: bool = False) -> bytes:
+        usage = generation.usage() if continuous else None
+        if usage is not None and opening:  # the role chunks come before any output
+            usage = {**usage, "completion_tokens": 0, "total_tokens": usage["prompt_tokens"]}
+        return b"".join(
+            sse_event(generation.chunk(c, include_usage or continuous, usage))
+            for chunk in chunks
+            for c in rewrite(chunk)
+        )
+
     try:
-        for choices in generation.opening_chunks():
-            yield sse_event(generation.chunk(choices, include_usage))
+        opening = events(generation.opening_chunks(), opening=True)
         if first is not None:
-            for chunk in generation.delta_chunks(*first):
-                for choices in rewrite(chunk):
-                    yield sse_event(generation.chunk(choices, include_usage))
+            yield opening + events(generation.delta_chunks(*first))
             async for choice, delta in deltas:
-                for chunk in generation.delta_chunks(choice, delta):
-                    for choices in rewrite(chunk):
-                        yield sse_event(generation.chunk(choices, include_usage))
-        if include_usage:
-            yield sse_event(generation.chunk([], True, generation.usage()))
+                if out := events(generation.delta_chunks(choice, delta)):
+                    yield out
+        elif opening:
+            yield opening
+        tail = sse_event(generation.chunk([], True, generation.usage())) if include_usage else b""
         status, finish_reason = 200, generation.finish_reason
         finish_reason = tools.finish_reason(finish_reason) if tools else finish_reason
-        yield DONE
+        yield tail + DONE
     except Exception as exc:
         api_error = error_from_exception(exc)
         if api_error.status >= 500:

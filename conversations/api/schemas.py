@@ -62,6 +62,9 @@ class ToolSpec(RequestSchema):
 
 class StreamOptions(RequestSchema):
     include_usage: bool | None = False
+    continuous_usage_stats: bool | None = Field(
+        False, description="vLLM extension: every chunk carries the usage so far."
+    )
 
 
 class SamplingFields(RequestSchema):

@@ -38,7 +38,9 @@ def get_engine() -> AsyncEngine:
         try:
             config = EngineConfig(**{k: v for k, v in settings.ENGINE.items() if v is not None})
             loader = settings.ENGINE_LOADER
-            _engine = AsyncEngine(config, loaded=import_string(loader)()) if loader else AsyncEngine(config)
+            interval = max(0.0, settings.ENGINE_STREAM_INTERVAL_MS) / 1000
+            loaded = {"loaded": import_string(loader)()} if loader else {}
+            _engine = AsyncEngine(config, stream_interval=interval, **loaded)
         except Exception as exc:
             _state, _error = "error", f"{type(exc).__name__}: {exc}"
             log.exception("engine failed to load")

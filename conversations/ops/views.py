@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 
 from conversations.cluster.registry import PROCESS_ID
@@ -40,6 +40,15 @@ async def healthz(request: HttpRequest) -> JsonResponse:
             "process": {"id": PROCESS_ID, "cluster": cluster_enabled()},
         }
     return JsonResponse(body, status=200 if ok else 503)
+
+
+@never_cache
+def health(request: HttpRequest) -> HttpResponse:
+    """vLLM's ``GET /health``, which its clients (guidellm, vLLM's own benchmarks) check before
+    any request: 200 with an empty body while this process can serve, 503 once its engine
+    failed to load or shut down. Status only, as vLLM answers; ``/healthz`` has the checks."""
+    state = engine_status()["state"]
+    return HttpResponse(status=503 if state in ("error", "stopped") else 200)
 
 
 @never_cache

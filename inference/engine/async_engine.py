@@ -3,9 +3,14 @@
 - Callers (any event loop, any thread) submit requests and aborts through a
   command queue guarded by a condition variable; the engine thread sleeps on it
   when there is nothing to do, so an idle engine costs no CPU.
-- The engine thread alone touches ``LLMEngine``. After each step it hands each
-  request's deltas to that request's ``asyncio.Queue`` with
-  ``loop.call_soon_threadsafe`` (one call per event loop per step).
+- The engine thread alone touches ``LLMEngine``. After each step it hands the
+  requests' deltas to their ``asyncio.Queue``s with ``loop.call_soon_threadsafe``
+  (one call per event loop per step). A step emits deltas only when
+  ``stream_interval`` has passed since the last one that did and the event loops have
+  worked through the previous hand-over (``LLMEngine.step(emit)``), besides each
+  request's first and last: a stream gets one delta per interval with all its new
+  tokens, not one per token, and a loop that falls behind gets larger deltas, not more
+  of them (at most ``MAX_HOLD_INTERVALS`` intervals apart).
 - ``stream()`` aborts its request when the consumer stops early: ``break``,
   ``aclose()``, task cancellation or garbage collection of the generator all run
   its ``finally``.
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
@@ -32,6 +38,11 @@ from inference.tokenizer import Tokenizer
 logger = logging.getLogger(__name__)
 
 _REFRESH_S = 1.0  # while recent throughput is non-zero, idle stats refresh this often
+# Deltas of a running request reach its consumer at most this often (its first and last at
+# once): a 20 ms cadence reads as smooth text and costs the event loop one write per stream
+# per interval, not per token.
+STREAM_INTERVAL_S = 0.02
+MAX_HOLD_INTERVALS = 5  # a busy loop still gets the running streams' tokens this often
 
 
 @dataclass
@@ -75,8 +86,22 @@ class EngineShutDownError(RuntimeError):
 
 
 class AsyncEngine:
-    def __init__(self, config: EngineConfig | None = None, **overrides: Any) -> None:
+    def __init__(
+        self,
+        config: EngineConfig | None = None,
+        *,
+        stream_interval: float = STREAM_INTERVAL_S,
+        **overrides: Any,
+    ) -> None:
+        """``stream_interval``: seconds between hand-overs of a running request's deltas
+        (0: after every step). ``overrides``: ``LLMEngine``'s."""
         self.engine = LLMEngine(config, **overrides)
+        self.stream_interval = stream_interval
+        self._last_emit = 0.0  # engine thread only
+        # Hand-overs to event loops, and how many of them the loops have worked through.
+        self._handed = 0  # engine thread only
+        self._caught_up = 0
+        self._caught_up_lock = threading.Lock()
         self.tokenizer: Tokenizer = self.engine.tokenizer
         self.model_name: str = self.engine.model_name
         self.max_model_len: int = self.engine.max_model_len
@@ -229,8 +254,15 @@ class AsyncEngine:
             for command in commands:
                 self._apply(command, outbox)
             if engine.has_unfinished():
+                now = time.monotonic()
+                waited = now - self._last_emit
+                emit = waited >= self.stream_interval and (
+                    self._caught_up == self._handed or waited >= MAX_HOLD_INTERVALS * self.stream_interval
+                )
+                if emit:
+                    self._last_emit = now
                 try:
-                    deltas = engine.step()
+                    deltas = engine.step(emit)
                 except Exception as exc:  # a model bug must not hang every client
                     logger.exception("engine step failed; failing all requests")
                     self._fail_all(exc, outbox)
@@ -301,15 +333,23 @@ class AsyncEngine:
 
     def _deliver(self, outbox: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[Any], Any]]]) -> None:
         for loop, items in outbox.items():
+            self._handed += 1
             try:
-                loop.call_soon_threadsafe(_put_all, items)
+                loop.call_soon_threadsafe(self._put_all, loop, items)
             except RuntimeError:
                 # The caller's loop is closed: nobody is listening, stop the work.
+                self._mark_caught_up()
                 for _queue, item in items:
                     if isinstance(item, StreamDelta) and not item.request_finished:
                         self.engine.abort(item.request_id)
 
+    def _put_all(self, loop: asyncio.AbstractEventLoop, items: list[tuple[asyncio.Queue[Any], Any]]) -> None:
+        """On the loop: queue the items; once the tasks they wake have run (they were
+        scheduled first), the loop has caught up with this hand-over."""
+        for queue, item in items:
+            queue.put_nowait(item)
+        loop.call_soon(self._mark_caught_up)
 
-def _put_all(items: list[tuple[asyncio.Queue[Any], Any]]) -> None:
-    for queue, item in items:
-        queue.put_nowait(item)
+    def _mark_caught_up(self) -> None:
+        with self._caught_up_lock:
+            self._caught_up += 1

@@ -213,7 +213,10 @@ class LLMEngine:
         self.grammars.close()
 
     # ---- one step -------------------------------------------------------------------
-    def step(self) -> list[StreamDelta]:
+    def step(self, emit: bool = True) -> list[StreamDelta]:
+        """``emit=False``: deltas only for requests that got their first token or finished;
+        the others' new tokens come, folded, with the next step that emits (a server
+        streams at a cadence; see ``AsyncEngine``). Stop rules apply every step either way."""
         deltas, self._pending = self._pending, []
         started = time.monotonic()
         batch = self.scheduler.schedule()
@@ -235,12 +238,15 @@ class LLMEngine:
         self.scheduler.finish_step(batch)
         generated = 0
         if logits is not None or self.speculator.pending:
-            new, generated = self._process_samples([batch.seqs[i] for i in sampled], logits)  # type: ignore[arg-type]
+            rows = [batch.seqs[i] for i in sampled]
+            new, generated = self._process_samples(rows, logits, emit)  # type: ignore[arg-type]
             deltas += new
         self.metrics.observe_step(started, batch.num_tokens, generated)
         return deltas
 
-    def _process_samples(self, seqs: list[Sequence], logits: torch.Tensor) -> tuple[list[StreamDelta], int]:
+    def _process_samples(
+        self, seqs: list[Sequence], logits: torch.Tensor, emit: bool = True
+    ) -> tuple[list[StreamDelta], int]:
         """Sample a token for every sequence that reached its end (``logits`` is None when
         all were verified: their tokens come from the speculator); beams step as a group."""
         groups: dict[Request, list[int]] = self.speculator.pending_groups()
@@ -277,7 +283,9 @@ class LLMEngine:
             for seq in touched:
                 if seq.is_finished:
                     self.scheduler.finish_seq(request, seq)
-            deltas += stream_deltas(request, touched)
+            # A finished sequence leaves request.seqs now: its last delta cannot wait.
+            if emit or any(s.is_finished for s in touched) or not touched[0].num_emitted_tokens:
+                deltas += stream_deltas(request, touched)
             if request.is_finished:
                 self.requests.pop(request.request_id, None)
                 request.finish_time = now

@@ -1,0 +1,91 @@
+"""The zero-cost model of ``bench_serving``: an ``ENGINE_LOADER`` whose every token predicts
+the same word, so a server's CPU time is all serving path (scheduler, sampler, detokenizer,
+web layer), none of it model.
+
+The logits are a narrow ``[rows, LOGITS_WIDTH]`` tensor holding the word's id: on a GPU the
+sampler's vocabulary-wide math runs on the device, and costs the CPU a few kernel launches
+per step whatever the batch, so a 49k-wide row per token would measure the CPU's memory
+bandwidth, not the serving path.
+
+Tracing, for the benchmark's latency figure (no change to the engine): the model records the
+engine thread's id and the time of every step's sampling (``compute_logits``); the wrapped
+``EngineMetrics.observe_finished`` (once per request) records when each request's first token
+was sampled. ``BENCH_SERVING_TRACE`` names a directory; whenever the benchmark creates
+``dump-request`` there, a small thread writes ``trace.json`` (and removes the request).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+WORD = " the"  # one token in SmolLM2's vocabulary
+LOGITS_WIDTH = 512  # the word's id (260) lies inside
+
+_steps: list[float] = []  # monotonic time of each step's sampling
+_first_tokens: dict[str, float] = {}  # request id -> monotonic time its first token was sampled
+_threads: dict[str, int] = {}
+
+
+def repeat_word_model() -> tuple[Any, Any, Any]:
+    """``load_model``'s triple: SmolLM2's tokenizer and chat template, and a model that answers
+    every prompt with ``WORD`` forever (no EOS: answers end at ``max_tokens``)."""
+    from transformers import AutoTokenizer
+
+    from inference.model_config import ModelConfig
+    from inference.tokenizer import Tokenizer
+    from tests.support.fakes import ScriptedModel, smollm2_tokenizer_dir, tiny_hf_config
+
+    tokenizer = Tokenizer(AutoTokenizer.from_pretrained(smollm2_tokenizer_dir()))
+    (word,) = tokenizer.encode(WORD)
+    assert word < LOGITS_WIDTH
+    config = dataclasses.replace(ModelConfig.from_hf(tiny_hf_config("llama")), name="repeat-word")
+
+    class RepeatWordModel(ScriptedModel):
+        def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+            if not _threads:
+                _threads["engine"] = threading.get_native_id()
+            _steps.append(time.monotonic())
+            logits = torch.zeros(hidden.shape[0], LOGITS_WIDTH)
+            logits[:, word] = 100.0
+            return logits
+
+    model = RepeatWordModel(config, {}, tokenizer.eos_token_ids[0])
+    _trace_first_tokens()
+    trace_dir = os.environ.get("BENCH_SERVING_TRACE")
+    if trace_dir:
+        threading.Thread(target=_dump_on_request, args=(Path(trace_dir),), daemon=True).start()
+    return model, tokenizer, config
+
+
+def _trace_first_tokens() -> None:
+    from inference.engine.metrics import EngineMetrics
+
+    observe = EngineMetrics.observe_finished
+
+    def observe_finished(self: EngineMetrics, request: Any) -> None:
+        if request.first_token_time is not None:
+            _first_tokens[request.request_id] = request.first_token_time
+        observe(self, request)
+
+    EngineMetrics.observe_finished = observe_finished  # type: ignore[method-assign]
+
+
+def _dump_on_request(trace_dir: Path) -> None:
+    request = trace_dir / "dump-request"
+    while True:
+        time.sleep(0.2)
+        if not request.exists():
+            continue
+        body = {"threads": dict(_threads), "steps": list(_steps), "first_tokens": dict(_first_tokens)}
+        tmp = trace_dir / "trace.json.tmp"
+        tmp.write_text(json.dumps(body))
+        tmp.rename(trace_dir / "trace.json")
+        request.unlink()
