@@ -7,7 +7,6 @@ and a conversation id that is not the user's is a 404, never a 403.
 from __future__ import annotations
 
 import json
-from functools import wraps
 
 from asgiref.sync import async_to_sync
 from django import forms
@@ -22,6 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from conversations.chat import tree as tree_ops
 from conversations.chat.answer_rows import mark_orphans_interrupted
 from conversations.chat.groups import broadcast, conversation_group, user_group
+from conversations.chat.json_guard import login_required_json
 from conversations.cluster.registry import PROCESS_ID, Liveness
 from conversations.cluster.registry import enabled as cluster_enabled
 from conversations.models import Conversation, Message
@@ -29,16 +29,6 @@ from conversations.workspace.starting import page_state, start_conversation
 
 LIST_LIMIT = 100
 SEARCH_MAX_CHARS = 200
-
-
-def login_required_json(view):
-    @wraps(view)
-    def wrapper(request: HttpRequest, *args, **kwargs):
-        if not request.user.is_authenticated:
-            return JsonResponse({"detail": "sign in first"}, status=401)
-        return view(request, *args, **kwargs)
-
-    return wrapper
 
 
 def _own_conversation(request: HttpRequest, pk: int) -> Conversation:
