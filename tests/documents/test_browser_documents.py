@@ -19,9 +19,17 @@ GUIDE = (
 
 
 @pytest.fixture(scope="module")
-def site(live_site):
-    assert httpx.get(f"{live_site.url}/static/js/chat/attachments.js", timeout=10).status_code == 200
-    return live_site
+def site(django_db_setup, django_db_blocker, tiny_model_dir, tmp_path_factory):
+    """A site of its own without ``REDIS_URL``: extraction is a Celery task, which then runs
+    eagerly in the site's process, so the test needs no worker on any database."""
+    from tests.live_site import launch_live_site, stop_live_site, wait_until_ready
+
+    site = wait_until_ready(
+        launch_live_site(tiny_model_dir, tmp_path_factory.mktemp("documents-site"), without=("REDIS_URL",))
+    )
+    assert httpx.get(f"{site.url}/static/js/chat/attachments.js", timeout=10).status_code == 200
+    yield site
+    stop_live_site(site)
 
 
 @pytest.fixture
@@ -68,11 +76,11 @@ def test_attach_ask_see_the_citation_and_open_the_passage(site, browser, tmp_pat
     guide.write_text(GUIDE)
     page.locator("#attach-input").set_input_files(str(guide))
     chips = page.get_by_role("list", name="Attached files")
-    expect(chips.locator('li[data-status="ready"]', has_text="lighthouse.md")).to_be_visible()
+    expect(chips.locator('li[data-status="ready"]', has_text="lighthouse.md")).to_be_visible(timeout=60_000)
     # Drop and paste: two more files; a binary one fails alone, with its reason on its chip.
     page.evaluate(DROP, ["#composer", "notes.txt", "Buoys mark the channel."])
     page.evaluate(PASTE, ["blob.txt", "\u0000\u0001binary"])
-    expect(chips.locator('li[data-status="ready"]', has_text="notes.txt")).to_be_visible()
+    expect(chips.locator('li[data-status="ready"]', has_text="notes.txt")).to_be_visible(timeout=60_000)
     expect(chips.locator('li[data-status="failed"]', has_text="binary file")).to_be_visible()
     expect(chips.locator('li[data-status="ready"]', has_text="lighthouse.md")).to_be_visible()
 
