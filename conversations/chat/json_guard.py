@@ -1,7 +1,8 @@
-"""The sign-in guard of the chat's JSON views."""
+"""What the JSON views share: the sign-in guard and reading the body."""
 
 from __future__ import annotations
 
+import json
 from functools import wraps
 
 from django.http import HttpRequest, JsonResponse
@@ -17,3 +18,14 @@ def login_required_json(view):
         return view(request, *args, **kwargs)
 
     return wrapper
+
+
+def json_body(request: HttpRequest) -> dict:
+    """The request's JSON object; anything else (no body, bad JSON, a list) is ``{}``."""
+    if not request.body:
+        return {}
+    try:
+        data = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}

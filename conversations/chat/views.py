@@ -6,8 +6,6 @@ and a conversation id that is not the user's is a 404, never a 403.
 
 from __future__ import annotations
 
-import json
-
 from asgiref.sync import async_to_sync
 from django import forms
 from django.contrib.auth.decorators import login_required
@@ -21,7 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 from conversations.chat import tree as tree_ops
 from conversations.chat.answer_rows import mark_orphans_interrupted
 from conversations.chat.groups import broadcast, conversation_group, user_group
-from conversations.chat.json_guard import login_required_json
+from conversations.chat.json_guard import json_body, login_required_json
 from conversations.cluster.registry import PROCESS_ID, Liveness
 from conversations.cluster.registry import enabled as cluster_enabled
 from conversations.models import Conversation, Message
@@ -37,16 +35,6 @@ def _own_conversation(request: HttpRequest, pk: int) -> Conversation:
 
 def _notify(group: str, event: str, **data) -> None:
     async_to_sync(broadcast)(group, event, **data)
-
-
-def _json_body(request: HttpRequest) -> dict:
-    if not request.body:
-        return {}
-    try:
-        data = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
 
 
 # --- Pages ---------------------------------------------------------------------------
@@ -141,7 +129,7 @@ def conversation_list(request: HttpRequest) -> JsonResponse:
 @login_required_json
 def conversation_create(request: HttpRequest) -> JsonResponse:
     """``{preset_id?, temporary?}``: the untouched new chat (or a fresh temporary one)."""
-    conversation = start_conversation(request.user, _json_body(request))
+    conversation = start_conversation(request.user, json_body(request))
     _notify(user_group(request.user.pk), "conversations")
     return JsonResponse({"conversation": tree_ops.conversation_dict(conversation)}, status=201)
 
@@ -187,7 +175,7 @@ class ConversationForm(forms.ModelForm):
 def conversation_update(request: HttpRequest, pk: int) -> JsonResponse:
     """Rename and/or change the settings; the body (JSON or form) may name any subset."""
     conversation = _own_conversation(request, pk)
-    incoming = _json_body(request) if request.content_type == "application/json" else request.POST.dict()
+    incoming = json_body(request) if request.content_type == "application/json" else request.POST.dict()
     fields = ConversationForm.Meta.fields
     data = {name: getattr(conversation, name) for name in fields}
     data.update({k: v for k, v in incoming.items() if k in fields})

@@ -16,7 +16,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from conversations.chat.views import _json_body, _own_conversation, login_required_json
+from conversations.chat.json_guard import json_body, login_required_json
+from conversations.chat.views import _own_conversation
 from conversations.documents.formats import ACCEPT, DocumentError
 from conversations.documents.jobs import fail_stale, start_upload
 from conversations.models import ConversationDocument, Document, Message, MessageSources
@@ -122,7 +123,7 @@ def conversation_documents(request: HttpRequest, pk: int) -> JsonResponse:
     POST ``{"document_id"}``: draw on that document of the user's library too."""
     conversation = _own_conversation(request, pk)
     if request.method == "POST":
-        doc_id = _json_body(request).get("document_id")
+        doc_id = json_body(request).get("document_id")
         document = get_object_or_404(
             Document, pk=int(doc_id) if str(doc_id).isdigit() else 0, owner=request.user
         )

@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 from asgiref.sync import async_to_sync
-from django.http import HttpRequest, JsonResponse
+from django.http import JsonResponse
 
 from conversations.chat.groups import broadcast, conversation_group, user_group
-from conversations.chat.json_guard import login_required_json  # noqa: F401 - the workspace views' guard
-
-
-def json_body(request: HttpRequest) -> dict:
-    """The request's JSON object; anything else (no body, bad JSON, a list) is ``{}``."""
-    if not request.body:
-        return {}
-    try:
-        data = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError):
-        return {}
-    return data if isinstance(data, dict) else {}
+from conversations.chat.json_guard import json_body, login_required_json  # noqa: F401 - shared by the views
 
 
 def bad_request(detail: str) -> JsonResponse:

@@ -70,6 +70,17 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def assistant_text(fmt: ToolFormat, message: Mapping[str, Any]) -> str:
+    """An assistant message carrying ``tool_calls`` as the text ``fmt`` writes for it: its
+    content, then each call between ``call_begin(name)`` and ``call_end``."""
+    parts = [text_of(message.get("content"))] if message.get("content") else []
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function", call)
+        args = arguments_object(fn.get("arguments", {}))
+        parts.append(fmt.call_begin(fn.get("name", "")) + _dumps(args) + fmt.call_end)
+    return "\n".join(parts)
+
+
 def _call_of(obj: Any, arg_keys: tuple[str, ...]) -> ToolCall | None:
     """A ToolCall from a decoded ``{"name": ..., "<args>": {...}}``, or None if malformed."""
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"]:
@@ -120,18 +131,10 @@ class HermesFormat:
                 else:
                     out.append({"role": "user", "content": block, "_tool_results": True})
             elif role == "assistant" and message.get("tool_calls"):
-                out.append({"role": "assistant", "content": self._assistant_text(message)})
+                out.append({"role": "assistant", "content": assistant_text(self, message)})
             else:
                 out.append({"role": role, "content": text_of(message.get("content"))})
         return [{k: v for k, v in m.items() if not k.startswith("_")} for m in out]
-
-    def _assistant_text(self, message: Mapping[str, Any]) -> str:
-        parts = [text_of(message.get("content"))] if message.get("content") else []
-        for call in message.get("tool_calls") or []:
-            fn = call.get("function", call)
-            args = arguments_object(fn.get("arguments", {}))
-            parts.append(self.call_begin(fn.get("name", "")) + _dumps(args) + self.call_end)
-        return "\n".join(parts)
 
     def parse(self, text: str) -> tuple[str, list[ToolCall]]:
         calls: list[ToolCall] = []
@@ -190,7 +193,7 @@ class Llama3Format:
             if role == "tool":
                 out.append({"role": "ipython", "content": content})
             elif role == "assistant" and message.get("tool_calls"):
-                out.append({"role": "assistant", "content": self._assistant_text(message)})
+                out.append({"role": "assistant", "content": assistant_text(self, message)})
             elif role == "user" and pending_tools:
                 out.append({"role": "user", "content": self._tools_text(tools) + content})
                 pending_tools = False
@@ -211,14 +214,6 @@ class Llama3Format:
         return text + "".join(
             json.dumps(function_of(t), indent=4, ensure_ascii=False) + "\n\n" for t in tools
         )
-
-    def _assistant_text(self, message: Mapping[str, Any]) -> str:
-        parts = [text_of(message.get("content"))] if message.get("content") else []
-        for call in message.get("tool_calls") or []:
-            fn = call.get("function", call)
-            args = arguments_object(fn.get("arguments", {}))
-            parts.append(self.call_begin(fn.get("name", "")) + _dumps(args) + self.call_end)
-        return "\n".join(parts)
 
     def parse(self, text: str) -> tuple[str, list[ToolCall]]:
         body = text.replace("<|python_tag|>", "")
