@@ -38,6 +38,12 @@ def get_engine() -> AsyncEngine:
         try:
             config = EngineConfig(**{k: v for k, v in settings.ENGINE.items() if v is not None})
             loader = settings.ENGINE_LOADER
+            if loader and config.prefill_workers:
+                # A worker loads config.model itself: its KV would come from another model.
+                raise ValueError(
+                    "ENGINE_PREFILL_WORKERS needs the model of ENGINE_MODEL: prefill workers "
+                    "cannot load an ENGINE_LOADER model"
+                )
             interval = max(0.0, settings.ENGINE_STREAM_INTERVAL_MS) / 1000
             loaded = {"loaded": import_string(loader)()} if loader else {}
             _engine = AsyncEngine(config, stream_interval=interval, **loaded)

@@ -184,6 +184,7 @@ class LLMEngine:
         dropped."""
         root = salt_hash(namespace)
         make_private(self.requests.values(), root)
+        self.scheduler.purge_namespace(root)
         return self.block_manager.purge_namespace(root)
 
     def release(self, key: str) -> None:

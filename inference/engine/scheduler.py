@@ -143,6 +143,10 @@ class Scheduler:
     def close(self) -> None:
         """Stop what the scheduler started (prefill workers)."""
 
+    def purge_namespace(self, namespace: int) -> None:
+        """Caches the scheduler keeps beyond the block manager (prefill workers') drop
+        ``namespace``'s blocks."""
+
     def disaggregation_stats(self) -> dict[str, Any]:
         return {}
 

@@ -35,6 +35,19 @@ class Abort:
 
 
 @dataclass(frozen=True)
+class Purge:
+    """Drop every cached block of this salt namespace root (a deleted user's)."""
+
+    namespace: int
+
+
+@dataclass(frozen=True)
+class Purged:
+    namespace: int
+    blocks: int  # pool blocks the worker dropped
+
+
+@dataclass(frozen=True)
 class Ready:
     pid: int
 

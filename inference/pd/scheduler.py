@@ -189,6 +189,9 @@ class DisaggregatedScheduler(Scheduler):
     def close(self) -> None:
         self.workers.close()
 
+    def purge_namespace(self, namespace: int) -> None:
+        self.workers.purge(namespace)
+
     def disaggregation_stats(self) -> dict[str, Any]:
         t = self.transfer
         pool = self.workers.stats()

@@ -7,7 +7,8 @@ itself to its cores, and loops: take jobs and aborts from its queue (blocking on
 idle), run one step of its engine, and for every prompt done copy its full blocks into
 shared memory and send a ``PrefillDone`` with their chained hashes and the first sampled
 token. Jobs that arrive together are prefilled in the same steps; an ``Abort`` between
-steps stops a job at once. ``None`` on the queue ends the process.
+steps stops a job at once, and a ``Purge`` drops a namespace's blocks from the worker's
+own prefix cache. ``None`` on the queue ends the process.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import torch
 
 from inference.engine.llm_engine import LLMEngine
 from inference.engine.sequence import Request
+from inference.engine.sequence_factory import make_private
 from inference.kv.block_manager import prefix_hashes
 from inference.pd.affinity import pin
 from inference.pd.messages import (
@@ -32,6 +34,8 @@ from inference.pd.messages import (
     PrefillDone,
     PrefillFailed,
     PrefillJob,
+    Purge,
+    Purged,
     Ready,
     WorkerSpec,
 )
@@ -96,6 +100,12 @@ def _handle(engine: LLMEngine, message: Any, active: dict, results: Queue) -> No
         if active.pop(message.request_id, None) is not None:
             engine.abort(message.request_id)
             results.put(Aborted(message.request_id))
+        return
+    if isinstance(message, Purge):
+        # The jobs still running in that namespace publish nothing more; the engine
+        # refuses their blocks too (its own copies of the requests are private now).
+        make_private(engine.requests.values(), message.namespace)
+        results.put(Purged(message.namespace, engine.block_manager.purge_namespace(message.namespace)))
         return
     job: PrefillJob = message
     try:

@@ -27,7 +27,17 @@ from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
 from typing import Any
 
-from inference.pd.messages import Abort, Aborted, PrefillDone, PrefillFailed, PrefillJob, Ready, WorkerSpec
+from inference.pd.messages import (
+    Abort,
+    Aborted,
+    PrefillDone,
+    PrefillFailed,
+    PrefillJob,
+    Purge,
+    Purged,
+    Ready,
+    WorkerSpec,
+)
 from inference.pd.transfer import discard
 
 logger = logging.getLogger(__name__)
@@ -70,6 +80,8 @@ class PoolCounters:
     failed: int = 0  # the worker reported an error
     restarts: int = 0
     abort_acks: int = 0  # aborts the worker confirmed (it stopped the job)
+    purge_acks: int = 0
+    purged_blocks: int = 0  # blocks the workers dropped from their caches on a purge
     lost: dict[str, int] = field(default_factory=lambda: {"dead": 0, "timeout": 0, "hung": 0})
 
 
@@ -170,6 +182,13 @@ class WorkerPool:
                 return True
         return False
 
+    def purge(self, namespace: int) -> None:
+        """Every live worker drops ``namespace``'s cached blocks (a dead one's cache died
+        with it; a restarted one starts empty)."""
+        for worker in self.workers:
+            if worker.alive and worker.jobs is not None:
+                worker.jobs.put(Purge(namespace))
+
     @property
     def queue_depth(self) -> int:
         return sum(len(w.inflight) for w in self.workers)
@@ -213,6 +232,9 @@ class WorkerPool:
             worker.ready, worker.pid = True, message.pid
         elif isinstance(message, Aborted):
             self.counters.abort_acks += 1
+        elif isinstance(message, Purged):
+            self.counters.purge_acks += 1
+            self.counters.purged_blocks += message.blocks
         elif isinstance(message, PrefillDone | PrefillFailed):
             if worker.inflight.pop(message.request_id, None) is None:
                 if isinstance(message, PrefillDone):
@@ -236,6 +258,8 @@ class WorkerPool:
             "failed": self.counters.failed,
             "restarts": self.counters.restarts,
             "abort_acks": self.counters.abort_acks,
+            "purge_acks": self.counters.purge_acks,
+            "purged_blocks": self.counters.purged_blocks,
             "lost": dict(self.counters.lost),
         }
 

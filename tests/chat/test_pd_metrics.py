@@ -67,3 +67,19 @@ def test_engine_page_shows_the_prefill_workers(staff_client, engine_with_workers
     assert (
         live["pd_queue_depth"] == "0 / 0" and live["pd_fallbacks"] == 1 and live["pd_transfer_bytes"] == 4096
     )
+
+
+@pytest.mark.django_db
+def test_prefill_workers_refuse_a_custom_loader_with_a_clear_error(settings):
+    from conversations.ops import engine_handle
+
+    engine_handle.reset_engine_for_tests()
+    settings.ENGINE = {**settings.ENGINE, "prefill_workers": 1}
+    settings.ENGINE_LOADER = "tests.support.slow_model.slow_tiny_model"
+    try:
+        with pytest.raises(ValueError, match="ENGINE_PREFILL_WORKERS needs the model of ENGINE_MODEL"):
+            engine_handle.get_engine()
+        status = engine_handle.engine_status()
+        assert status["state"] == "error" and "ENGINE_LOADER" in status["error"]
+    finally:
+        engine_handle.reset_engine_for_tests()

@@ -135,6 +135,32 @@ def test_salted_prompts_import_into_their_namespace(tiny, fresh: LLMEngine) -> N
     assert len(other) == 2
 
 
+def _purge_at_worker(engine: LLMEngine, namespace: str) -> int:
+    """Purge ``namespace``; the blocks the worker then reports it dropped."""
+    pool = _scheduler(engine).workers
+    acks, blocks = pool.counters.purge_acks, pool.counters.purged_blocks
+    engine.purge_namespace(namespace)
+    deadline = time.monotonic() + 60
+    while pool.counters.purge_acks == acks:
+        assert time.monotonic() < deadline, "the worker never confirmed the purge"
+        pool.poll()
+        time.sleep(0.02)
+    return pool.counters.purged_blocks - blocks
+
+
+def test_purging_a_namespace_empties_the_workers_cache_too(tiny, fresh: LLMEngine) -> None:
+    prompt = random_prompts(tiny.tokenizer, 1, seed=23, min_len=300, max_len=300)[0]
+    request = fresh.add_request(prompt, greedy(2), cache_namespace="user:9", cache_salt_from=32)
+    while fresh.has_unfinished():
+        fresh.step()
+    assert request.num_cached_tokens > 0  # its blocks came from the worker
+    bs = fresh.block_manager.block_size
+    salted = (len(prompt) - 1) // bs - 32 // bs  # full blocks from the salted one on
+    assert _purge_at_worker(fresh, "user:9") >= salted
+    assert _purge_at_worker(fresh, "user:9") == 0  # nothing of it left there
+    assert _purge_at_worker(fresh, "user:8") == 0  # another namespace: nothing to drop
+
+
 def test_abort_reaches_the_worker(tiny, slow: LLMEngine) -> None:
     fresh = slow
     scheduler = _scheduler(fresh)
