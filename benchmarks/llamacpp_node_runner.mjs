@@ -1,7 +1,11 @@
 // Greedy decode with llama.cpp through node-llama-cpp's prebuilt CPU binaries (no build, no download).
 //
-// Reads a JSON job on stdin: {"gguf": PATH, "prompts": [[token ids]...], "tokens": N, "threads": T}
-// and writes one JSON line on stdout: {"tokens_per_s": X, "outputs": [[token ids]...], "llama": {...}}.
+// Reads a JSON job on stdin: {"gguf": PATH, "prompts": [[token ids]...], "tokens": N, "threads": T,
+// "lookup": {"pattern_min": 1, "pattern_max": 0, "predict_max": 5} (optional)} and writes one JSON line
+// on stdout: {"tokens_per_s": X, "outputs": [[token ids]...], "llama": {...}, "predictions": {...}}.
+// With "lookup", the sequence uses node-llama-cpp's InputLookupTokenPredictor (prompt lookup decoding:
+// llama.cpp verifies the proposed tokens in one batch) over each prompt's tokens; "predictions" holds
+// its counts (validated, refuted, used, unused).
 // Decode tokens/s counts from the first generated token to the last, summed over the prompts
 // (prompt processing excluded), as in bench_vs_llamacpp.py. EOS is ignored (yielded and fed back).
 // "llama" also carries llama.cpp's own perf counters ("eval time": the decode steps alone, summed over
@@ -21,7 +25,7 @@ const require = createRequire(path.join(process.cwd(), "noop.js"));
 const entry = require.resolve("node-llama-cpp", {
     paths: [...(process.env.NODE_PATH ?? "").split(path.delimiter).filter(Boolean), process.cwd()],
 });
-const { getLlama, LlamaLogLevel } = await import(entry);
+const { getLlama, LlamaLogLevel, InputLookupTokenPredictor } = await import(entry);
 
 const job = JSON.parse(readFileSync(0, "utf8"));
 const threads = job.threads || 0;
@@ -45,13 +49,20 @@ const context = await model.createContext({
     performanceTracking: true,
     threads: threads ? { ideal: threads, min: threads } : undefined,
 });
-const sequence = context.getSequence();
+const lookup = job.lookup
+    ? new InputLookupTokenPredictor({
+          patternLength: { min: job.lookup.pattern_min ?? 1, max: job.lookup.pattern_max ?? 0 },
+          predictionLength: { min: 1, max: job.lookup.predict_max ?? 3 },
+      })
+    : undefined;
+const sequence = context.getSequence(lookup ? { tokenPredictor: lookup } : undefined);
 
 let decodeMs = 0;
 let produced = 0;
 const outputs = [];
 for (const prompt of job.prompts) {
     await sequence.clearHistory();
+    lookup?.updateInputTokens(prompt);
     const out = [];
     let first = null;
     for await (const token of sequence.evaluate(prompt, { temperature: 0, yieldEogToken: true })) {
@@ -81,7 +92,8 @@ const info = {
     context_threads: context.currentThreads,
     perf: timings,
 };
+const predictions = lookup ? { ...sequence.tokenPredictions } : undefined;
 await context.dispose();
 await model.dispose();
 await llama.dispose();
-console.log(JSON.stringify({ tokens_per_s: produced / (decodeMs / 1000), outputs, llama: info }));
+console.log(JSON.stringify({ tokens_per_s: produced / (decodeMs / 1000), outputs, llama: info, predictions }));
