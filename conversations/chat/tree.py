@@ -203,12 +203,12 @@ def select_leaf(tree: Tree, leaf: Message | None) -> None:
 
 def lock_conversation(conversation: Conversation) -> Conversation:
     """Lock the conversation's row for this transaction and refresh ``conversation`` from it
-    (another process may have moved its current leaf)."""
+    (another process or tab may have moved its current leaf or changed its settings)."""
     fresh = Conversation.objects.select_for_update().filter(pk=conversation.pk).first()
     if fresh is None:
         raise NotInConversation("this conversation no longer exists")
-    for name in ("title", "current_leaf_id", "active_root_id", "updated_at"):
-        setattr(conversation, name, getattr(fresh, name))
+    for column in Conversation._meta.concrete_fields:
+        setattr(conversation, column.attname, getattr(fresh, column.attname))
     return conversation
 
 
