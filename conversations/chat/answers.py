@@ -12,9 +12,9 @@ conversation:
   ``GENERATION_GRACE_SECONDS`` starts for each of its live answers; a watcher coming
   back cancels it. When it fires the engine request is aborted and the partial answer
   saved as ``interrupted``.
-- **Partial saves.** A saver task writes the text so far every ``PARTIAL_SAVE_SECONDS``
-  (and touches the row now and then even without new text), so a crash loses at most
-  that much; an untouched ``streaming`` row that no live generation owns is shown as
+- **Partial saves.** One task writes the text so far of every live answer every
+  ``PARTIAL_SAVE_SECONDS``, in one database call (and touches a row now and then even
+  without new text), so a crash loses at most that much; an untouched ``streaming`` row that no live generation owns is shown as
   interrupted (``conversations.chat.answer_rows``).
 - **The fence.** A write that matches no row this process owns (``answer_rows``) stops the
   answer (``fenced``) without another write or group event.
@@ -45,7 +45,13 @@ from django.conf import settings
 
 from conversations.chat import titles, tool_loop
 from conversations.chat.answer_rows import store_user_segment, stored_message, update_message
-from conversations.chat.answer_tasks import RELAY_HZ, STREAM_HEARTBEAT_SECONDS, relay, relay_piece, saver
+from conversations.chat.answer_tasks import (
+    RELAY_HZ,
+    STREAM_HEARTBEAT_SECONDS,
+    PartialSaves,
+    relay,
+    relay_piece,
+)
 from conversations.chat.groups import broadcast, conversation_group
 from conversations.chat.prompt_history import answer_prompt
 from conversations.chat.prompts import engine_options
@@ -83,7 +89,6 @@ class Generation:
     task: asyncio.Task | None = None
     grace_handle: asyncio.TimerHandle | None = None
     engine: Any = None
-    saver: asyncio.Task | None = None
     relay: asyncio.Task | None = None
     relayed: int = 0  # characters of text sent to the group so far
     relayed_reasoning: int = 0  # ... of reasoning
@@ -103,6 +108,7 @@ class GenerationManager:
         self.watchers: dict[int, set[Watcher]] = defaultdict(set)
         self.background: set[asyncio.Task] = set()
         self.process_tasks: list[asyncio.Task] = []  # conversations.cluster.process_loop, if started
+        self.partials = PartialSaves(self)
 
     # Watchers ----------------------------------------------------------------------
     def watch(self, conversation_id: int, watcher: Watcher) -> None:
@@ -251,9 +257,8 @@ class GenerationManager:
             return
         error = ""
         timing: dict[str, float] = {"started": time.monotonic()}
-        saver: asyncio.Task | None = None
         try:
-            saver = await self._generate(gen, timing)
+            await self._generate(gen, timing)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None:
@@ -280,15 +285,13 @@ class GenerationManager:
                 error = f"The answer failed: {type(exc).__name__}: {exc}"
         finally:
             gen.done.set()
-            saver = saver or gen.saver
-            if saver is not None:
-                await asyncio.gather(saver, return_exceptions=True)
+            self.partials.discard(gen)
         await self._finish(gen, error, timing)
         if not error:
             await tool_loop.after_answer(self, gen)
 
-    async def _generate(self, gen: Generation, timing: dict[str, float]) -> asyncio.Task | None:
-        """Build the prompt and stream the answer into ``gen``; returns the saver task."""
+    async def _generate(self, gen: Generation, timing: dict[str, float]) -> None:
+        """Build the prompt and stream the answer into ``gen``, saved now and then."""
         from inference import SamplingParams
 
         engine = gen.engine = await aget_engine()
@@ -296,7 +299,7 @@ class GenerationManager:
         prompt = await answer_prompt(gen.message_id, engine, tool_loop.prompt_tools(gen))
         if prompt is None:
             gen.stop_reason = gen.stop_reason or "deleted"
-            return None
+            return
         conversation, history, plan = prompt.conversation, prompt.history.messages, prompt.plan
         gen.fingerprint = prompt.fingerprint
         params = SamplingParams(
@@ -318,7 +321,7 @@ class GenerationManager:
         if not owned:
             gen.stop_reason = gen.stop_reason or "fenced"
         if gen.stop_reason:
-            return None
+            return
         started = {
             "message_id": gen.message_id,
             "context_dropped": plan.dropped,
@@ -328,7 +331,7 @@ class GenerationManager:
             gen.conversation_id, {"type": "started", "conversation_id": gen.conversation_id, **started}
         )
         await broadcast(conversation_group(gen.conversation_id), "started", **started)
-        gen.saver = asyncio.create_task(saver(self, gen))
+        self.partials.add(gen)
         stream = engine.stream(
             plan.token_ids, params, request_id=gen.request_id, **engine_options(gen.owner_id, plan)
         )
@@ -360,7 +363,6 @@ class GenerationManager:
         finally:
             await stream.aclose()
         tool_loop.split_calls(gen)
-        return gen.saver
 
     async def _finish(self, gen: Generation, error: str, timing: dict[str, float]) -> None:
         """The final save, then the news to the watchers and the group."""
