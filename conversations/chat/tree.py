@@ -30,7 +30,7 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 # What the browser receives, importable from here where callers look for it.
@@ -178,8 +178,9 @@ def path_rows(conversation_id: int, leaf_id: int | None, *fields) -> list[tuple]
     return path
 
 
-def select_leaf(tree: Tree, leaf: Message | None) -> None:
-    """Show the thread ending at ``leaf``: point every ancestor's ``active_child`` along it."""
+def select_leaf(tree: Tree, leaf: Message | None, **also) -> None:
+    """Show the thread ending at ``leaf``: point every ancestor's ``active_child`` along it.
+    ``also``: other fields of the conversation to set in the same update."""
     conversation = tree.conversation
     changed = []
     if leaf is not None:
@@ -196,8 +197,10 @@ def select_leaf(tree: Tree, leaf: Message | None) -> None:
         Message.objects.bulk_update(changed, ["active_child"])
     conversation.current_leaf_id = leaf.pk if leaf is not None else None
     conversation.active_root_id = root_id
+    for name, value in also.items():
+        setattr(conversation, name, value)
     Conversation.objects.filter(pk=conversation.pk).update(
-        current_leaf_id=conversation.current_leaf_id, active_root_id=root_id
+        current_leaf_id=conversation.current_leaf_id, active_root_id=root_id, **also
     )
 
 
@@ -232,10 +235,12 @@ def lock_for_answer(conversation: Conversation, live_processes: set[str] | None)
     lock_conversation(conversation)
     if live_processes is None:  # not going to be generated (fixtures, imports): no limits
         return conversation
-    live = live_answers(live_processes)
-    if live.filter(conversation_id=conversation.pk).exists():
+    # The user's live answers, and those of this conversation (all the user's), in one query.
+    live = live_answers(live_processes).filter(conversation__owner_id=conversation.owner_id)
+    counts = live.aggregate(mine=Count("pk"), here=Count("pk", filter=Q(conversation_id=conversation.pk)))
+    if counts["here"]:
         raise Busy("An answer is still being written here: wait for it or stop it first.")
-    if live.filter(conversation__owner_id=conversation.owner_id).count() >= settings.MAX_LIVE_PER_USER:
+    if counts["mine"] >= settings.MAX_LIVE_PER_USER:
         raise Busy("You have too many answers being written at once; wait for one to finish.")
     return conversation
 
@@ -301,11 +306,10 @@ def send_message(
         raise TreeError("a new message can only follow an answer")
     user = _new_message(tree, parent, Message.Role.USER, content)
     answer = _new_answer(tree, user, owner_process)
-    select_leaf(tree, answer)
+    also = {"updated_at": timezone.now()}  # touched: the top of the sidebar
     if conversation.title == DEFAULT_TITLE and parent is None:
-        conversation.title = make_title(content)
-        Conversation.objects.filter(pk=conversation.pk).update(title=conversation.title)
-    _touch(conversation)
+        also["title"] = make_title(content)
+    select_leaf(tree, answer, **also)
     return tree, answer
 
 
@@ -332,8 +336,7 @@ def edit_message(
     parent = tree.by_id.get(original.parent_id) if original.parent_id else None
     user = _new_message(tree, parent, Message.Role.USER, content)
     answer = _new_answer(tree, user, owner_process)
-    select_leaf(tree, answer)
-    _touch(conversation)
+    select_leaf(tree, answer, updated_at=timezone.now())
     return tree, answer
 
 
@@ -359,8 +362,7 @@ def regenerate(
     else:
         raise TreeError("system messages cannot be regenerated")
     answer = _new_answer(tree, parent, owner_process)
-    select_leaf(tree, answer)
-    _touch(conversation)
+    select_leaf(tree, answer, updated_at=timezone.now())
     return tree, answer
 
 
