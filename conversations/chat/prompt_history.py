@@ -254,7 +254,7 @@ async def answer_prompt(
 
 @database_sync_to_async
 def _thread_inputs(
-    conversation_id: int, max_model_len: int, fingerprint: str
+    conversation_id: int, max_model_len: int, fingerprint: str, empty: bool
 ) -> tuple[Conversation, int | None, FirstRead] | None:
     conversation = Conversation.objects.filter(pk=conversation_id).first()
     if conversation is None:
@@ -263,13 +263,16 @@ def _thread_inputs(
     if leaf_id is None:  # no leaf recorded: the one the thread shows
         leaf = Tree.load(conversation).leaf()
         leaf_id = leaf.pk if leaf is not None else None
+    if leaf_id is None and not empty:
+        return None
     return conversation, leaf_id, _first_read(conversation, leaf_id, max_model_len, fingerprint, False)
 
 
-async def thread_prompt(conversation_id: int, engine: Any) -> PlannedPrompt | None:
+async def thread_prompt(conversation_id: int, engine: Any, empty: bool = True) -> PlannedPrompt | None:
     """What the conversation's next prompt will start with: its visible thread as it stands
-    (no streaming answer, no generation prompt), cut to the context as a prompt would be."""
-    inputs = await _thread_inputs(conversation_id, engine.max_model_len, await _fingerprint(engine))
+    (no streaming answer, no generation prompt), cut to the context as a prompt would be.
+    None if the conversation is gone, or with ``empty`` False, if it has no message."""
+    inputs = await _thread_inputs(conversation_id, engine.max_model_len, await _fingerprint(engine), empty)
     if inputs is None:
         return None
     conversation, leaf_id, first = inputs

@@ -89,7 +89,7 @@ async def history_token_ids(conversation_id: int, engine: Any) -> tuple[list[int
     from inference import PromptTooLongError  # noqa: PLC0415
 
     try:
-        prompt = await thread_prompt(conversation_id, engine)
+        prompt = await thread_prompt(conversation_id, engine, empty=False)
     except PromptTooLongError:
         return [], {}
     if prompt is None or not prompt.history.messages or not prompt.plan.exact:

@@ -29,7 +29,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
@@ -230,8 +230,10 @@ def lock_for_answer(conversation: Conversation, live_processes: set[str] | None)
     counting the answers of ``live_processes`` (the chat consumer always passes them).
 
     The user lock serialises every answer-starting edit of one user (from any process), so
-    the count cannot race; on SQLite the IMMEDIATE transaction already serialises writers."""
-    get_user_model().objects.select_for_update().filter(pk=conversation.owner_id).first()
+    the count cannot race; on SQLite the IMMEDIATE transaction already serialises writers
+    (and row locks do not exist), so the user's row is not read there."""
+    if connection.features.has_select_for_update:
+        get_user_model().objects.select_for_update().filter(pk=conversation.owner_id).first()
     lock_conversation(conversation)
     if live_processes is None:  # not going to be generated (fixtures, imports): no limits
         return conversation
