@@ -105,6 +105,8 @@ class GenerationManager:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.generations: dict[int, Generation] = {}
+        # conversation id -> its live generations (message id -> Generation), as ``generations``
+        self._by_conversation: dict[int, dict[int, Generation]] = defaultdict(dict)
         self.watchers: dict[int, set[Watcher]] = defaultdict(set)
         self.background: set[asyncio.Task] = set()
         self.process_tasks: list[asyncio.Task] = []  # conversations.cluster.process_loop, if started
@@ -164,7 +166,8 @@ class GenerationManager:
 
     # Queries -----------------------------------------------------------------------
     def live_in(self, conversation_id: int) -> list[Generation]:
-        return [g for g in self.generations.values() if g.conversation_id == conversation_id]
+        live = self._by_conversation.get(conversation_id)
+        return list(live.values()) if live else []
 
     def get(self, message_id: int) -> Generation | None:
         return self.generations.get(message_id)
@@ -191,6 +194,7 @@ class GenerationManager:
             tool=tool,
         )
         self.generations[message_id] = gen
+        self._by_conversation[conversation_id][message_id] = gen
         gen.task = self.loop.create_task(self._run(gen), name=gen.request_id)
         gen.relay = self.loop.create_task(relay(self, gen), name=f"{gen.request_id}-relay")
         if not self.watcher_count(conversation_id):
@@ -224,10 +228,19 @@ class GenerationManager:
     def forget(self, gen: Generation) -> None:
         """``gen`` is done (its final save was made): no longer live here."""
         gen.done.set()
-        self.generations.pop(gen.message_id, None)
+        self._drop(gen)
         self._cancel_grace(gen)
         if gen.relay is not None:
             gen.relay.cancel()
+
+    def _drop(self, gen: Generation) -> None:
+        if self.generations.get(gen.message_id) is gen:
+            del self.generations[gen.message_id]
+        live = self._by_conversation.get(gen.conversation_id)
+        if live is not None and live.get(gen.message_id) is gen:
+            del live[gen.message_id]
+            if not live:
+                del self._by_conversation[gen.conversation_id]
 
     def stop_conversation(self, conversation_id: int, reason: str = "deleted") -> None:
         for gen in self.live_in(conversation_id):
@@ -399,7 +412,7 @@ class GenerationManager:
         except Exception:
             log.exception("final save of message %s failed", gen.message_id)
         finally:
-            self.generations.pop(gen.message_id, None)
+            self._drop(gen)
             self._cancel_grace(gen)
             if gen.relay is not None:
                 gen.relay.cancel()

@@ -69,7 +69,7 @@ from conversations.chat.queries import (
     streaming_owners,
 )
 from conversations.chat.retention import get_retention, last_owner
-from conversations.chat.socket_base import JsonSocketConsumer
+from conversations.chat.socket_base import JsonSocketConsumer, live_processes, liveness_of
 from conversations.cluster import handoff
 from conversations.cluster import registry as cluster
 from conversations.cluster.registry import PROCESS_ID
@@ -82,23 +82,6 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 MAX_MESSAGE_CHARS = 100_000
 SNAPSHOT_RETRY_SECONDS = 1.0
-
-
-async def _processes() -> dict[str, cluster.ProcessInfo]:
-    """The live processes; should Redis fail, this one alone (it can still serve the tab)."""
-    try:
-        return await cluster.live_processes()
-    except Exception:
-        log.warning("cannot read the process registry", exc_info=True)
-        return {PROCESS_ID: cluster.ProcessInfo(PROCESS_ID, ready=True)}
-
-
-async def _liveness(processes: dict[str, cluster.ProcessInfo]) -> cluster.Liveness:
-    try:
-        return await cluster.liveness()
-    except Exception:
-        log.warning("cannot read the process registry", exc_info=True)
-        return cluster.Liveness(set(processes) | {PROCESS_ID}, known=set())
 
 
 class ChatConsumer(JsonSocketConsumer):
@@ -143,7 +126,8 @@ class ChatConsumer(JsonSocketConsumer):
     def push(self, event: dict) -> None:
         """Called by the generation manager (and by this consumer) without awaiting."""
         self.outbox.put_nowait(event)
-        get_retention().on_event(getattr(self.conversation, "pk", None), event)
+        if event["type"] == "finished":  # the retention's only interest
+            get_retention().on_event(getattr(self.conversation, "pk", None), event)
 
     def error(self, detail: str, code: str = "invalid", **extra) -> None:
         self.push({"type": "error", "detail": detail, "code": code, **extra})
@@ -258,8 +242,8 @@ class ChatConsumer(JsonSocketConsumer):
             return
         manager = get_manager()
         live = {g.message_id for g in manager.live_in(self.conversation.pk)}
-        loaded, processes, liveness, new = created or (None, await _processes(), None, None)
-        liveness = liveness or await _liveness(processes)
+        loaded, processes, liveness, new = created or (None, await live_processes(), None, None)
+        liveness = liveness or await liveness_of(processes)
         for _ in range(3):
             try:
                 tree, data = loaded or await load_thread(self.conversation, live, liveness)
@@ -298,7 +282,7 @@ class ChatConsumer(JsonSocketConsumer):
     # Starting answers ----------------------------------------------------------------
     async def _route(self, conversation: Conversation) -> tuple[str, dict[str, cluster.ProcessInfo]]:
         """The process to generate the next answer here, and the live processes."""
-        processes = await _processes()
+        processes = await live_processes()
         if len(processes) <= 1 and PROCESS_ID in processes:
             return PROCESS_ID, processes
         return cluster.choose_owner(await last_owner(conversation.pk), processes), processes
@@ -307,7 +291,7 @@ class ChatConsumer(JsonSocketConsumer):
         """Run a tree operation that adds an answer, with its owner chosen and the limits
         checked site-wide under row locks; also the thread after it, for ``_send_thread``."""
         owner, processes = await self._route(self.conversation)
-        liveness = await _liveness(processes)
+        liveness = await liveness_of(processes)
         live = {g.message_id for g in get_manager().live_in(self.conversation.pk)}
         answer, loaded = await create_answer(
             operation,
@@ -400,7 +384,7 @@ class ChatConsumer(JsonSocketConsumer):
             raise tree_ops.TreeError("this call is not waiting for approval")
         if message.tool_approval != "pending" or get_manager().decide(message.pk, approved):
             return
-        processes = await _processes()
+        processes = await live_processes()
         if message.owner_process in processes and message.owner_process != PROCESS_ID:
             decision = {"type": "chat.approve", "message_id": message.pk, "approved": approved}
             await cluster.send_to_process(processes[message.owner_process], decision)
@@ -416,7 +400,7 @@ class ChatConsumer(JsonSocketConsumer):
         """Stop an answer here, or ask its owner to; a dead owner's answer is failed over."""
         if get_manager().stop(message_id, reason) or not owner or owner == PROCESS_ID:
             return
-        processes = await _processes()
+        processes = await live_processes()
         if owner in processes:
             await cluster.send_to_process(
                 processes[owner], {"type": "chat.stop", "message_id": message_id, "reason": reason}
@@ -437,7 +421,7 @@ class ChatConsumer(JsonSocketConsumer):
         ):
             return
         self.snapshot_asked[message_id] = now
-        processes = processes if processes is not None else await _processes()
+        processes = processes if processes is not None else await live_processes()
         if owner in processes:
             await cluster.send_to_process(
                 processes[owner],
