@@ -33,7 +33,7 @@ from conversations.chat.prompts import (
     estimated_tokens,
 )
 from conversations.chat.token_fingerprint import cached_fingerprint, token_fingerprint
-from conversations.chat.tree import Tree, path_rows
+from conversations.chat.tree import Tree, one, path_rows
 from conversations.documents.in_prompt import AttachedDocuments, attached, ground_question
 from conversations.models import Conversation, Message
 
@@ -229,10 +229,10 @@ def _save_start(conversation: Conversation, start_id: int | None) -> None:
 def _answer_inputs(
     message_id: int, max_model_len: int, fingerprint: str
 ) -> tuple[Conversation, int | None, FirstRead] | None:
-    row = Message.objects.filter(pk=message_id).values_list("conversation_id", "parent_id").first()
+    row = one(Message.objects.filter(pk=message_id).values_list("conversation_id", "parent_id"))
     if row is None:
         return None
-    conversation = Conversation.all_objects.filter(pk=row[0]).first()
+    conversation = one(Conversation.all_objects.filter(pk=row[0]))
     if conversation is None:
         return None
     return conversation, row[1], _first_read(conversation, row[1], max_model_len, fingerprint, True)
@@ -256,7 +256,7 @@ async def answer_prompt(
 def _thread_inputs(
     conversation_id: int, max_model_len: int, fingerprint: str, empty: bool
 ) -> tuple[Conversation, int | None, FirstRead] | None:
-    conversation = Conversation.objects.filter(pk=conversation_id).first()
+    conversation = one(Conversation.objects.filter(pk=conversation_id))
     if conversation is None:
         return None
     leaf_id = conversation.current_leaf_id

@@ -157,6 +157,12 @@ class Tree:
         self.children[message.parent_id].append(message)
 
 
+def one(queryset):
+    """The first row of a query that matches one row at most (a primary key's), or None:
+    without ``first()``'s ordering, whose compilation costs more than the query runs."""
+    return next(iter(queryset.order_by()[:1]), None)
+
+
 def path_rows(conversation_id: int, leaf_id: int | None, *fields) -> list[tuple]:
     """The path from the root down to ``leaf_id`` as ``(id, *fields)`` tuples (``fields``:
     names or expressions for ``values_list``). One query over light columns, no model
@@ -207,7 +213,7 @@ def select_leaf(tree: Tree, leaf: Message | None, **also) -> None:
 def lock_conversation(conversation: Conversation) -> Conversation:
     """Lock the conversation's row for this transaction and refresh ``conversation`` from it
     (another process or tab may have moved its current leaf or changed its settings)."""
-    fresh = Conversation.objects.select_for_update().filter(pk=conversation.pk).first()
+    fresh = one(Conversation.objects.select_for_update().filter(pk=conversation.pk))
     if fresh is None:
         raise NotInConversation("this conversation no longer exists")
     for column in Conversation._meta.concrete_fields:
