@@ -7,7 +7,7 @@ and to the next tier, never dropped. When the last tab leaves, the mark is relea
 The mark is refreshed when an answer finishes (the history grew).
 
 The consumer calls ``switch`` (a tab now shows another conversation, or none) and
-``on_event`` (every event it sends); both return at once and do their work in a task,
+``on_event`` (each ``finished`` event it sends); both return at once and do their work in a task,
 and do nothing until the marking process's engine is loaded (opening a conversation
 never loads the model).
 
