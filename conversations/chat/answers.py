@@ -14,8 +14,9 @@ conversation:
   saved as ``interrupted``.
 - **Partial saves.** One task writes the text so far of every live answer every
   ``PARTIAL_SAVE_SECONDS``, in one database call (and touches a row now and then even
-  without new text), so a crash loses at most that much; an untouched ``streaming`` row that no live generation owns is shown as
-  interrupted (``conversations.chat.answer_rows``).
+  without new text), so a crash loses at most that much; an untouched ``streaming`` row
+  that no live generation owns is shown as interrupted (``conversations.chat.answer_rows``).
+  The final save follows the last partial one: both go through the one database thread.
 - **The fence.** A write that matches no row this process owns (``answer_rows``) stops the
   answer (``fenced``) without another write or group event.
 - **Other processes.** With several processes (``conversations.cluster.registry``) each live answer
