@@ -85,6 +85,7 @@ def _dump_on_request(trace_dir: Path) -> None:
         if not request.exists():
             continue
         body = {"threads": dict(_threads), "steps": list(_steps), "first_tokens": dict(_first_tokens)}
+        body["names"] = {t.native_id: t.name for t in threading.enumerate()}
         tmp = trace_dir / "trace.json.tmp"
         tmp.write_text(json.dumps(body))
         tmp.rename(trace_dir / "trace.json")

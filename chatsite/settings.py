@@ -141,7 +141,7 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "conversations.cluster.memory_layer.LeanInMemoryChannelLayer"}}
     CELERY_BROKER_URL = "memory://"
     CELERY_TASK_ALWAYS_EAGER = True
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
@@ -250,6 +250,9 @@ ENGINE_LOADER = env_str("ENGINE_LOADER", "")
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 # How long an answer keeps generating after its last watcher disconnected.
 GENERATION_GRACE_SECONDS = env_float("GENERATION_GRACE_SECONDS", 30.0)
+# Seconds the connection of the thread running the chat's database calls is kept
+# (conversations.ops.db_thread); 0: one per call, as in every other thread.
+DB_THREAD_CONN_MAX_AGE = env_float("DB_THREAD_CONN_MAX_AGE", 300.0)
 # How often a streaming answer's partial text is written to the database.
 PARTIAL_SAVE_SECONDS = env_float("PARTIAL_SAVE_SECONDS", 2.0)
 # SIGTERM: live answers are saved as interrupted and background work is cut short; the

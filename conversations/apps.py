@@ -13,9 +13,11 @@ class ConversationsConfig(AppConfig):
 
         from conversations.accounts import login_throttle  # noqa: F401 - connects its signal receivers
         from conversations.chat.kv_purge import user_deleted
-        from conversations.ops import files
+        from conversations.ops import db_thread, files
 
         # SQLite databases created outside settings (Django's test databases) are private too.
         connection_created.connect(files.on_connection_created, dispatch_uid="conversations.private_sqlite")
+        # The thread of the websocket's database calls keeps its connection.
+        connection_created.connect(db_thread.on_connection_created, dispatch_uid="conversations.db_thread")
         # A deleted user's KV blocks leave every engine's tiers.
         post_delete.connect(user_deleted, sender=settings.AUTH_USER_MODEL, dispatch_uid="kv-purge-user")

@@ -19,6 +19,17 @@ def _no_cluster_loop_in_the_test_runner():
     settings.CLUSTER_ADVERTISE = False
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup):
+    """pytest-django's, and before the test databases go, the lasting connection of the thread
+    that runs in-process consumers' database calls (conversations.ops.db_thread) is closed:
+    PostgreSQL drops no database a session is still connected to."""
+    yield
+    from conversations.ops.db_thread import close_thread_connections
+
+    close_thread_connections()
+
+
 @pytest.fixture
 def make_user(db):
     def make(username: str = "alice", password: str = "a-long-unusual-passphrase-42"):

@@ -17,6 +17,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -43,6 +44,19 @@ def update_message(message_id: int, **fields: Any) -> int:
     was failed over, taken back, finished or deleted)."""
     fields.setdefault("updated_at", timezone.now())
     return _owned(message_id).update(**fields)
+
+
+@database_sync_to_async
+def save_partials(rows: list[tuple[int, dict[str, Any]]]) -> set[int]:
+    """Write several live answers' rows, ``(message id, fields)``, in one transaction, each
+    behind the fence; the ids of those this process no longer owns (nothing written)."""
+    now = timezone.now()
+    lost = set()
+    with transaction.atomic():
+        for message_id, fields in rows:
+            if not _owned(message_id).update(updated_at=now, **fields):
+                lost.add(message_id)
+    return lost
 
 
 @database_sync_to_async

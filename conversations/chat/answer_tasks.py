@@ -1,6 +1,6 @@
 """The tasks that run beside each live answer's generation (``conversations.chat.answers``):
-the relay of its text to other processes' tabs (with the heartbeat of the watchdog contract)
-and the partial saves."""
+the relay of its text to other processes' tabs (with the heartbeat of the watchdog contract),
+and the partial saves of all of them together."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 
-from conversations.chat.answer_rows import HEARTBEAT_SECONDS, update_message
+from conversations.chat.answer_rows import HEARTBEAT_SECONDS, save_partials
 from conversations.chat.groups import broadcast, conversation_group
 from conversations.cluster import registry as cluster
 
@@ -82,36 +82,68 @@ async def relay_piece(gen: Generation) -> None:
     )
 
 
-async def saver(manager: GenerationManager, gen: Generation) -> None:
-    """Writes the text so far every PARTIAL_SAVE_SECONDS until the answer is done."""
-    saved_len = 0
-    last_save = time.monotonic()
-    while not gen.done.is_set():
-        try:
-            await asyncio.wait_for(gen.done.wait(), timeout=settings.PARTIAL_SAVE_SECONDS)
+class PartialSaves:
+    """The partial saves of every live answer of a manager: one task writes, every
+    PARTIAL_SAVE_SECONDS, the text so far of each answer that grew (or was not touched for
+    HEARTBEAT_SECONDS), all in one database call and transaction, instead of a task and a
+    write per answer. An answer whose row is no longer this process's is stopped (fenced)."""
+
+    def __init__(self, manager: GenerationManager) -> None:
+        self.manager = manager
+        self.live: dict[int, Generation] = {}
+        # message id -> (tokens saved, monotonic time of the last save)
+        self.saved: dict[int, tuple[int, float]] = {}
+        self.task: asyncio.Task | None = None
+
+    def add(self, gen: Generation) -> None:
+        self.live[gen.message_id] = gen
+        self.saved[gen.message_id] = (0, time.monotonic())
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run(), name="partial-saves")
+
+    def discard(self, gen: Generation) -> None:
+        """``gen`` is done: no more partial saves of it (the final save follows)."""
+        if self.live.get(gen.message_id) is gen:
+            del self.live[gen.message_id]
+            self.saved.pop(gen.message_id, None)
+
+    async def _run(self) -> None:
+        while self.live:
+            await asyncio.sleep(settings.PARTIAL_SAVE_SECONDS)
+            try:
+                await self.save_due()
+            except Exception:
+                log.warning("partial saves failed", exc_info=True)
+
+    async def save_due(self) -> None:
+        now = time.monotonic()
+        due: list[tuple[Generation, int]] = []
+        for message_id, gen in self.live.items():
+            count, last = self.saved[message_id]
+            if not gen.done.is_set() and (len(gen.token_ids) != count or now - last >= HEARTBEAT_SECONDS):
+                due.append((gen, len(gen.token_ids)))
+        if not due:
             return
-        except TimeoutError:
-            pass
-        grown = len(gen.token_ids) != saved_len
-        if not grown and time.monotonic() - last_save < HEARTBEAT_SECONDS:
-            continue
-        count = len(gen.token_ids)
-        try:
-            updated = await update_message(
-                gen.message_id,
-                content=gen.text,
-                reasoning=gen.reasoning.text,
-                token_ids=gen.token_ids[:count] or None,
-                token_fingerprint=gen.fingerprint,
-                completion_tokens=count,
-            )
-        except Exception:
-            log.warning("partial save of message %s failed", gen.message_id, exc_info=True)
-            continue
-        if not updated:  # deleted, failed over or taken back: not this process's any more
-            manager.stop(gen.message_id, "fenced")
-            return
-        saved_len, last_save = count, time.monotonic()
+        rows = [(gen.message_id, partial_fields(gen, count)) for gen, count in due]
+        lost = await save_partials(rows)
+        for gen, count in due:
+            if gen.message_id in lost:
+                # Deleted, failed over or taken back: not this process's any more (unless
+                # it finished meanwhile, its final save already written).
+                if not gen.done.is_set():
+                    self.manager.stop(gen.message_id, "fenced")
+            elif gen.message_id in self.saved:
+                self.saved[gen.message_id] = (count, now)
+
+
+def partial_fields(gen: Generation, count: int) -> dict[str, Any]:
+    return {
+        "content": gen.text,
+        "reasoning": gen.reasoning.text,
+        "token_ids": gen.token_ids[:count] or None,
+        "token_fingerprint": gen.fingerprint,
+        "completion_tokens": count,
+    }
 
 
 def unrelayed(gen: Generation) -> bool:

@@ -12,10 +12,11 @@ conversation:
   ``GENERATION_GRACE_SECONDS`` starts for each of its live answers; a watcher coming
   back cancels it. When it fires the engine request is aborted and the partial answer
   saved as ``interrupted``.
-- **Partial saves.** A saver task writes the text so far every ``PARTIAL_SAVE_SECONDS``
-  (and touches the row now and then even without new text), so a crash loses at most
-  that much; an untouched ``streaming`` row that no live generation owns is shown as
-  interrupted (``conversations.chat.answer_rows``).
+- **Partial saves.** One task writes the text so far of every live answer every
+  ``PARTIAL_SAVE_SECONDS``, in one database call (and touches a row now and then even
+  without new text), so a crash loses at most that much; an untouched ``streaming`` row
+  that no live generation owns is shown as interrupted (``conversations.chat.answer_rows``).
+  The final save follows the last partial one: both go through the one database thread.
 - **The fence.** A write that matches no row this process owns (``answer_rows``) stops the
   answer (``fenced``) without another write or group event.
 - **Other processes.** With several processes (``conversations.cluster.registry``) each live answer
@@ -45,7 +46,13 @@ from django.conf import settings
 
 from conversations.chat import titles, tool_loop
 from conversations.chat.answer_rows import store_user_segment, stored_message, update_message
-from conversations.chat.answer_tasks import RELAY_HZ, STREAM_HEARTBEAT_SECONDS, relay, relay_piece, saver
+from conversations.chat.answer_tasks import (
+    RELAY_HZ,
+    STREAM_HEARTBEAT_SECONDS,
+    PartialSaves,
+    relay,
+    relay_piece,
+)
 from conversations.chat.groups import broadcast, conversation_group
 from conversations.chat.prompt_history import answer_prompt
 from conversations.chat.prompts import engine_options
@@ -83,7 +90,6 @@ class Generation:
     task: asyncio.Task | None = None
     grace_handle: asyncio.TimerHandle | None = None
     engine: Any = None
-    saver: asyncio.Task | None = None
     relay: asyncio.Task | None = None
     relayed: int = 0  # characters of text sent to the group so far
     relayed_reasoning: int = 0  # ... of reasoning
@@ -100,9 +106,12 @@ class GenerationManager:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.generations: dict[int, Generation] = {}
+        # conversation id -> its live generations (message id -> Generation), as ``generations``
+        self._by_conversation: dict[int, dict[int, Generation]] = defaultdict(dict)
         self.watchers: dict[int, set[Watcher]] = defaultdict(set)
         self.background: set[asyncio.Task] = set()
         self.process_tasks: list[asyncio.Task] = []  # conversations.cluster.process_loop, if started
+        self.partials = PartialSaves(self)
 
     # Watchers ----------------------------------------------------------------------
     def watch(self, conversation_id: int, watcher: Watcher) -> None:
@@ -158,7 +167,8 @@ class GenerationManager:
 
     # Queries -----------------------------------------------------------------------
     def live_in(self, conversation_id: int) -> list[Generation]:
-        return [g for g in self.generations.values() if g.conversation_id == conversation_id]
+        live = self._by_conversation.get(conversation_id)
+        return list(live.values()) if live else []
 
     def get(self, message_id: int) -> Generation | None:
         return self.generations.get(message_id)
@@ -185,6 +195,7 @@ class GenerationManager:
             tool=tool,
         )
         self.generations[message_id] = gen
+        self._by_conversation[conversation_id][message_id] = gen
         gen.task = self.loop.create_task(self._run(gen), name=gen.request_id)
         gen.relay = self.loop.create_task(relay(self, gen), name=f"{gen.request_id}-relay")
         if not self.watcher_count(conversation_id):
@@ -218,10 +229,19 @@ class GenerationManager:
     def forget(self, gen: Generation) -> None:
         """``gen`` is done (its final save was made): no longer live here."""
         gen.done.set()
-        self.generations.pop(gen.message_id, None)
+        self._drop(gen)
         self._cancel_grace(gen)
         if gen.relay is not None:
             gen.relay.cancel()
+
+    def _drop(self, gen: Generation) -> None:
+        if self.generations.get(gen.message_id) is gen:
+            del self.generations[gen.message_id]
+        live = self._by_conversation.get(gen.conversation_id)
+        if live is not None and live.get(gen.message_id) is gen:
+            del live[gen.message_id]
+            if not live:
+                del self._by_conversation[gen.conversation_id]
 
     def stop_conversation(self, conversation_id: int, reason: str = "deleted") -> None:
         for gen in self.live_in(conversation_id):
@@ -251,9 +271,8 @@ class GenerationManager:
             return
         error = ""
         timing: dict[str, float] = {"started": time.monotonic()}
-        saver: asyncio.Task | None = None
         try:
-            saver = await self._generate(gen, timing)
+            await self._generate(gen, timing)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None:
@@ -280,15 +299,13 @@ class GenerationManager:
                 error = f"The answer failed: {type(exc).__name__}: {exc}"
         finally:
             gen.done.set()
-            saver = saver or gen.saver
-            if saver is not None:
-                await asyncio.gather(saver, return_exceptions=True)
+            self.partials.discard(gen)
         await self._finish(gen, error, timing)
         if not error:
             await tool_loop.after_answer(self, gen)
 
-    async def _generate(self, gen: Generation, timing: dict[str, float]) -> asyncio.Task | None:
-        """Build the prompt and stream the answer into ``gen``; returns the saver task."""
+    async def _generate(self, gen: Generation, timing: dict[str, float]) -> None:
+        """Build the prompt and stream the answer into ``gen``, saved now and then."""
         from inference import SamplingParams
 
         engine = gen.engine = await aget_engine()
@@ -296,7 +313,7 @@ class GenerationManager:
         prompt = await answer_prompt(gen.message_id, engine, tool_loop.prompt_tools(gen))
         if prompt is None:
             gen.stop_reason = gen.stop_reason or "deleted"
-            return None
+            return
         conversation, history, plan = prompt.conversation, prompt.history.messages, prompt.plan
         gen.fingerprint = prompt.fingerprint
         params = SamplingParams(
@@ -318,7 +335,7 @@ class GenerationManager:
         if not owned:
             gen.stop_reason = gen.stop_reason or "fenced"
         if gen.stop_reason:
-            return None
+            return
         started = {
             "message_id": gen.message_id,
             "context_dropped": plan.dropped,
@@ -328,7 +345,7 @@ class GenerationManager:
             gen.conversation_id, {"type": "started", "conversation_id": gen.conversation_id, **started}
         )
         await broadcast(conversation_group(gen.conversation_id), "started", **started)
-        gen.saver = asyncio.create_task(saver(self, gen))
+        self.partials.add(gen)
         stream = engine.stream(
             plan.token_ids, params, request_id=gen.request_id, **engine_options(gen.owner_id, plan)
         )
@@ -360,7 +377,6 @@ class GenerationManager:
         finally:
             await stream.aclose()
         tool_loop.split_calls(gen)
-        return gen.saver
 
     async def _finish(self, gen: Generation, error: str, timing: dict[str, float]) -> None:
         """The final save, then the news to the watchers and the group."""
@@ -397,7 +413,7 @@ class GenerationManager:
         except Exception:
             log.exception("final save of message %s failed", gen.message_id)
         finally:
-            self.generations.pop(gen.message_id, None)
+            self._drop(gen)
             self._cancel_grace(gen)
             if gen.relay is not None:
                 gen.relay.cancel()

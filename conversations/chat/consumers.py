@@ -54,7 +54,6 @@ import time
 from dataclasses import asdict
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.db import DatabaseError
 
 from conversations.chat import tree as tree_ops
@@ -62,6 +61,7 @@ from conversations.chat.groups import broadcast, conversation_group, user_group
 from conversations.chat.manager import get_manager
 from conversations.chat.queries import (
     NotFound,
+    create_answer,
     get_conversation,
     load_thread,
     merge_deltas,
@@ -69,6 +69,7 @@ from conversations.chat.queries import (
     streaming_owners,
 )
 from conversations.chat.retention import get_retention, last_owner
+from conversations.chat.socket_base import JsonSocketConsumer, live_processes, liveness_of
 from conversations.cluster import handoff
 from conversations.cluster import registry as cluster
 from conversations.cluster.registry import PROCESS_ID
@@ -83,16 +84,7 @@ MAX_MESSAGE_CHARS = 100_000
 SNAPSHOT_RETRY_SECONDS = 1.0
 
 
-async def _processes() -> dict[str, cluster.ProcessInfo]:
-    """The live processes; should Redis fail, this one alone (it can still serve the tab)."""
-    try:
-        return await cluster.live_processes()
-    except Exception:
-        log.warning("cannot read the process registry", exc_info=True)
-        return {PROCESS_ID: cluster.ProcessInfo(PROCESS_ID, ready=True)}
-
-
-class ChatConsumer(AsyncJsonWebsocketConsumer):
+class ChatConsumer(JsonSocketConsumer):
     async def connect(self) -> None:
         self.user = self.scope.get("user")
         self.conversation: Conversation | None = None
@@ -134,7 +126,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     def push(self, event: dict) -> None:
         """Called by the generation manager (and by this consumer) without awaiting."""
         self.outbox.put_nowait(event)
-        get_retention().on_event(getattr(self.conversation, "pk", None), event)
+        if event["type"] == "finished":  # the retention's only interest
+            get_retention().on_event(getattr(self.conversation, "pk", None), event)
 
     def error(self, detail: str, code: str = "invalid", **extra) -> None:
         self.push({"type": "error", "detail": detail, "code": code, **extra})
@@ -239,31 +232,32 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             except Exception:
                 log.warning("cannot unregister the watcher", exc_info=True)
 
-    async def _send_thread(self) -> None:
+    async def _send_thread(self, created: tuple | None = None) -> None:
         """The visible thread; live answers carry their text so far. Deltas queued before
-        this event are contained in it, and those queued after follow it."""
+        this event are contained in it, and those queued after follow it. ``created``: the
+        tree and thread an answer's creation just read (``create_answer``), with the
+        processes and liveness it used, so as not to read them again, and the new answer
+        (streaming, and not started yet)."""
         if self.conversation is None:
             return
         manager = get_manager()
         live = {g.message_id for g in manager.live_in(self.conversation.pk)}
-        processes = await _processes()
-        try:
-            liveness = await cluster.liveness()
-        except Exception:
-            log.warning("cannot read the process registry", exc_info=True)
-            liveness = cluster.Liveness(set(processes) | {PROCESS_ID}, known=set())
+        loaded, processes, liveness, new = created or (None, await live_processes(), None, None)
+        liveness = liveness or await liveness_of(processes)
         for _ in range(3):
             try:
-                tree, data = await load_thread(self.conversation, live, liveness)
+                tree, data = loaded or await load_thread(self.conversation, live, liveness)
             except Conversation.DoesNotExist:
                 self.push({"type": "deleted", "conversation_id": self.conversation.pk})
                 return
+            loaded = None
             # An answer of this process that finished while the thread was read was loaded
             # half-saved and is no longer live here: read again to get its final text.
             if not any(
                 m["status"] == Message.Status.STREAMING
                 and tree.by_id[m["id"]].owner_process == PROCESS_ID
                 and manager.live_text(m["id"]) is None
+                and m["id"] != new
                 for m in data["messages"]
             ):
                 break
@@ -288,19 +282,27 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     # Starting answers ----------------------------------------------------------------
     async def _route(self, conversation: Conversation) -> tuple[str, dict[str, cluster.ProcessInfo]]:
         """The process to generate the next answer here, and the live processes."""
-        processes = await _processes()
+        processes = await live_processes()
         if len(processes) <= 1 and PROCESS_ID in processes:
             return PROCESS_ID, processes
         return cluster.choose_owner(await last_owner(conversation.pk), processes), processes
 
-    async def _create_answer(self, operation, *args) -> tuple[Message, str, dict]:
+    async def _create_answer(self, operation, *args) -> tuple[Message, str, dict, tuple]:
         """Run a tree operation that adds an answer, with its owner chosen and the limits
-        checked site-wide under row locks."""
+        checked site-wide under row locks; also the thread after it, for ``_send_thread``."""
         owner, processes = await self._route(self.conversation)
-        _, answer = await database_sync_to_async(operation)(
-            self.conversation, *args, owner_process=owner, live_processes=set(processes) | {PROCESS_ID}
+        liveness = await liveness_of(processes)
+        live = {g.message_id for g in get_manager().live_in(self.conversation.pk)}
+        answer, loaded = await create_answer(
+            operation,
+            self.conversation,
+            *args,
+            owner_process=owner,
+            live_processes=set(processes) | {PROCESS_ID},
+            live_ids=live,
+            liveness=liveness,
         )
-        return answer, owner, processes
+        return answer, owner, processes, (loaded, processes, liveness, answer.pk)
 
     async def _start(self, answer: Message, owner: str, processes: dict) -> None:
         """Generate the answer here, or forward it to its owner, which must claim it in time
@@ -312,8 +314,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             self.relayed[answer.pk] = Shown()
 
     async def _answer(self, operation, *args) -> None:
-        answer, owner, processes = await self._create_answer(operation, *args)
-        await self._send_thread()
+        answer, owner, processes, created = await self._create_answer(operation, *args)
+        await self._send_thread(created)
         await self._start(answer, owner, processes)
         await broadcast(conversation_group(self.conversation.pk), "tree", origin=self.channel_name)
 
@@ -382,7 +384,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             raise tree_ops.TreeError("this call is not waiting for approval")
         if message.tool_approval != "pending" or get_manager().decide(message.pk, approved):
             return
-        processes = await _processes()
+        processes = await live_processes()
         if message.owner_process in processes and message.owner_process != PROCESS_ID:
             decision = {"type": "chat.approve", "message_id": message.pk, "approved": approved}
             await cluster.send_to_process(processes[message.owner_process], decision)
@@ -398,7 +400,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         """Stop an answer here, or ask its owner to; a dead owner's answer is failed over."""
         if get_manager().stop(message_id, reason) or not owner or owner == PROCESS_ID:
             return
-        processes = await _processes()
+        processes = await live_processes()
         if owner in processes:
             await cluster.send_to_process(
                 processes[owner], {"type": "chat.stop", "message_id": message_id, "reason": reason}
@@ -419,7 +421,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         ):
             return
         self.snapshot_asked[message_id] = now
-        processes = processes if processes is not None else await _processes()
+        processes = processes if processes is not None else await live_processes()
         if owner in processes:
             await cluster.send_to_process(
                 processes[owner],

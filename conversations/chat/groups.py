@@ -11,6 +11,7 @@ from typing import Any
 
 from channels.layers import get_channel_layer
 
+from conversations.cluster import registry as cluster
 from conversations.cluster.registry import PROCESS_ID
 
 log = logging.getLogger(__name__)
@@ -24,11 +25,18 @@ def user_group(user_id: int) -> str:
     return f"chat.user.{user_id}"
 
 
+# Events about an answer of the sending process: that process's tabs get them from its
+# generation manager (and ignore these), so only other processes' tabs need them.
+OWN_ANSWER_EVENTS = frozenset({"started", "progress", "finished", "delta", "snapshot", "heartbeat"})
+
+
 async def broadcast(group: str, event: str, **data: Any) -> None:
     """A coarse event to every consumer in ``group`` (in any process)."""
     layer = get_channel_layer()
     if layer is None:
         return
+    if event in OWN_ANSWER_EVENTS and data.get("process", PROCESS_ID) == PROCESS_ID and not cluster.enabled():
+        return  # one process: nobody would read it
     try:
         await layer.group_send(group, {"type": "chat.event", "event": event, "process": PROCESS_ID, **data})
     except Exception:  # a full or unreachable layer must not break a generation

@@ -32,9 +32,9 @@ from conversations.chat.prompts import (
     build_prompt,
     estimated_tokens,
 )
-from conversations.chat.token_fingerprint import token_fingerprint
-from conversations.chat.tree import Tree, path_rows
-from conversations.documents.in_prompt import attached_documents, ground_question
+from conversations.chat.token_fingerprint import cached_fingerprint, token_fingerprint
+from conversations.chat.tree import Tree, one, path_rows
+from conversations.documents.in_prompt import AttachedDocuments, attached, ground_question
 from conversations.models import Conversation, Message
 
 # Rows per query when reading a path newest first (well under SQLite's variable limit).
@@ -124,6 +124,39 @@ def _item(row: dict, fingerprint: str) -> dict:
     }
 
 
+@dataclass
+class FirstRead:
+    """What a prompt reads before it is built, in one database call: the attached
+    documents and the history as far as ``first_reach`` (``_first_read``)."""
+
+    docs: AttachedDocuments
+    history: HistoryRead
+    reach: int
+
+
+def _first_read(
+    conversation: Conversation, leaf_id: int | None, max_model_len: int, fingerprint: str, streaming: bool
+) -> FirstRead:
+    """Synchronous: the documents and the first page of history of a prompt."""
+    reach = first_reach(max_model_len)
+    docs = attached(conversation.pk, conversation.owner_id, max_model_len)
+    history = read_history(
+        conversation.pk,
+        leaf_id,
+        fingerprint=fingerprint,
+        reach=reach,
+        streaming=streaming,
+        start_id=conversation.context_start_id,
+    )
+    return FirstRead(docs, history, reach)
+
+
+async def _fingerprint(engine: Any) -> str:
+    """The engine's token fingerprint; worked out off the event loop the first time."""
+    known = cached_fingerprint(engine.model_name, engine.tokenizer)
+    return known or await asyncio.to_thread(token_fingerprint, engine.model_name, engine.tokenizer)
+
+
 async def plan_prompt(
     conversation: Conversation,
     leaf_id: int | None,
@@ -133,27 +166,25 @@ async def plan_prompt(
     streaming: bool = True,
     keep_start: bool = False,
     tools: ToolPrompt | None = None,
+    first: FirstRead | None = None,
 ) -> PlannedPrompt:
     """The prompt for the thread ending at ``leaf_id`` on ``engine``: rows read in short
     database calls, the prompt built off the database thread (see the module docstring).
     It starts where ``conversation.context_start`` says while that fits; ``keep_start``
     stores where it starts now; ``tools``: how calls, results and the offered tools are
-    rendered (``conversations.chat.tool_loop``). Raises ``PromptTooLongError`` like ``build_prompt``."""
+    rendered (``conversations.chat.tool_loop``); ``first``: the first read, if made already
+    (with the same ``streaming``). Raises ``PromptTooLongError`` like ``build_prompt``."""
     tokenizer, max_model_len = engine.tokenizer, engine.max_model_len
-    fingerprint = await asyncio.to_thread(token_fingerprint, engine.model_name, tokenizer)
-    reach, start_id = first_reach(max_model_len), conversation.context_start_id
+    fingerprint = await _fingerprint(engine)
+    start_id = conversation.context_start_id
+    if first is None:
+        first = await database_sync_to_async(_first_read)(
+            conversation, leaf_id, max_model_len, fingerprint, streaming
+        )
     # Attached documents: whole ones lead the system message, others are searched per question.
-    docs = await attached_documents(conversation, max_model_len)
+    docs, history, reach = first.docs, first.history, first.reach
     system_prompt = docs.system_prompt(conversation.system_prompt)
     while True:
-        history = await database_sync_to_async(read_history)(
-            conversation.pk,
-            leaf_id,
-            fingerprint=fingerprint,
-            reach=reach,
-            streaming=streaming,
-            start_id=start_id,
-        )
         if add_generation_prompt:
             await ground_question(conversation, history.messages, docs)
         try:
@@ -171,6 +202,14 @@ async def plan_prompt(
             )
         except NeedEarlierHistory:
             reach *= 4
+            history = await database_sync_to_async(read_history)(
+                conversation.pk,
+                leaf_id,
+                fingerprint=fingerprint,
+                reach=reach,
+                streaming=streaming,
+                start_id=start_id,
+            )
             continue
         if docs.whole:  # the user's documents: salted from the first token
             plan.shared_prefix_tokens = 0
@@ -187,12 +226,16 @@ def _save_start(conversation: Conversation, start_id: int | None) -> None:
 
 
 @database_sync_to_async
-def _answer_inputs(message_id: int) -> tuple[Conversation, int | None] | None:
-    row = Message.objects.filter(pk=message_id).values_list("conversation_id", "parent_id").first()
+def _answer_inputs(
+    message_id: int, max_model_len: int, fingerprint: str
+) -> tuple[Conversation, int | None, FirstRead] | None:
+    row = one(Message.objects.filter(pk=message_id).values_list("conversation_id", "parent_id"))
     if row is None:
         return None
-    conversation = Conversation.all_objects.filter(pk=row[0]).first()
-    return (conversation, row[1]) if conversation is not None else None
+    conversation = one(Conversation.all_objects.filter(pk=row[0]))
+    if conversation is None:
+        return None
+    return conversation, row[1], _first_read(conversation, row[1], max_model_len, fingerprint, True)
 
 
 async def answer_prompt(
@@ -201,29 +244,38 @@ async def answer_prompt(
     """The prompt for the answer ``message_id`` (its history ends with its parent), or
     None if the answer is gone. ``tools_for(conversation, parent_id, engine)``: the tools
     to render, if any."""
-    inputs = await _answer_inputs(message_id)
+    inputs = await _answer_inputs(message_id, engine.max_model_len, await _fingerprint(engine))
     if inputs is None:
         return None
-    tools = await tools_for(inputs[0], inputs[1], engine) if tools_for is not None else None
-    return await plan_prompt(inputs[0], inputs[1], engine, keep_start=True, tools=tools)
+    conversation, parent_id, first = inputs
+    tools = await tools_for(conversation, parent_id, engine) if tools_for is not None else None
+    return await plan_prompt(conversation, parent_id, engine, keep_start=True, tools=tools, first=first)
 
 
 @database_sync_to_async
-def _thread_inputs(conversation_id: int) -> tuple[Conversation, int | None] | None:
-    conversation = Conversation.objects.filter(pk=conversation_id).first()
+def _thread_inputs(
+    conversation_id: int, max_model_len: int, fingerprint: str, empty: bool
+) -> tuple[Conversation, int | None, FirstRead] | None:
+    conversation = one(Conversation.objects.filter(pk=conversation_id))
     if conversation is None:
         return None
     leaf_id = conversation.current_leaf_id
     if leaf_id is None:  # no leaf recorded: the one the thread shows
         leaf = Tree.load(conversation).leaf()
         leaf_id = leaf.pk if leaf is not None else None
-    return conversation, leaf_id
+    if leaf_id is None and not empty:
+        return None
+    return conversation, leaf_id, _first_read(conversation, leaf_id, max_model_len, fingerprint, False)
 
 
-async def thread_prompt(conversation_id: int, engine: Any) -> PlannedPrompt | None:
+async def thread_prompt(conversation_id: int, engine: Any, empty: bool = True) -> PlannedPrompt | None:
     """What the conversation's next prompt will start with: its visible thread as it stands
-    (no streaming answer, no generation prompt), cut to the context as a prompt would be."""
-    inputs = await _thread_inputs(conversation_id)
+    (no streaming answer, no generation prompt), cut to the context as a prompt would be.
+    None if the conversation is gone, or with ``empty`` False, if it has no message."""
+    inputs = await _thread_inputs(conversation_id, engine.max_model_len, await _fingerprint(engine), empty)
     if inputs is None:
         return None
-    return await plan_prompt(inputs[0], inputs[1], engine, add_generation_prompt=False, streaming=False)
+    conversation, leaf_id, first = inputs
+    return await plan_prompt(
+        conversation, leaf_id, engine, add_generation_prompt=False, streaming=False, first=first
+    )

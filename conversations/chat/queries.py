@@ -33,6 +33,18 @@ def load_thread(
     return tree, tree_ops.thread_dict(tree)
 
 
+@database_sync_to_async
+def create_answer(
+    operation, conversation: Conversation, *args, live_ids: set[int], liveness: cluster.Liveness, **kwargs
+) -> tuple[Message, tuple[tree_ops.Tree, dict]]:
+    """Run a tree operation that adds an answer (``send_message``, ``edit_message``,
+    ``regenerate``): its answer, and the thread after it as ``load_thread`` reads it, from
+    the tree the operation loaded and changed under its locks (no second read)."""
+    tree, answer = operation(conversation, *args, **kwargs)
+    mark_orphans_interrupted(list(tree.by_id.values()), live_ids, liveness)
+    return answer, (tree, tree_ops.thread_dict(tree))
+
+
 def merge_deltas(first: dict, second: dict) -> dict:
     """One ``delta`` event saying what two consecutive ones of the same answer said."""
     merged = {**first, "text": first["text"] + second["text"]}

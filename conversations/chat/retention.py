@@ -7,7 +7,7 @@ and to the next tier, never dropped. When the last tab leaves, the mark is relea
 The mark is refreshed when an answer finishes (the history grew).
 
 The consumer calls ``switch`` (a tab now shows another conversation, or none) and
-``on_event`` (every event it sends); both return at once and do their work in a task,
+``on_event`` (each ``finished`` event it sends); both return at once and do their work in a task,
 and do nothing until the marking process's engine is loaded (opening a conversation
 never loads the model).
 
@@ -89,7 +89,7 @@ async def history_token_ids(conversation_id: int, engine: Any) -> tuple[list[int
     from inference import PromptTooLongError  # noqa: PLC0415
 
     try:
-        prompt = await thread_prompt(conversation_id, engine)
+        prompt = await thread_prompt(conversation_id, engine, empty=False)
     except PromptTooLongError:
         return [], {}
     if prompt is None or not prompt.history.messages or not prompt.plan.exact:

@@ -35,6 +35,13 @@ def token_fingerprint(model_name: str, tokenizer: Any) -> str:
     return f"{model_name[-NAME_CHARS:]}#{digest}"
 
 
+def cached_fingerprint(model_name: str, tokenizer: Any) -> str | None:
+    """``token_fingerprint`` if it was worked out for this tokenizer already (else None):
+    cheap enough for the event loop."""
+    digest = _digests.get(tokenizer)
+    return f"{model_name[-NAME_CHARS:]}#{digest}" if digest is not None else None
+
+
 def _tokenizer_digest(tokenizer: Any) -> str:
     hf = tokenizer.hf
     backend = getattr(hf, "backend_tokenizer", None)

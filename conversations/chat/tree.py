@@ -29,8 +29,8 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import transaction
-from django.db.models import Q
+from django.db import connection, transaction
+from django.db.models import Count, Q
 from django.utils import timezone
 
 # What the browser receives, importable from here where callers look for it.
@@ -157,6 +157,12 @@ class Tree:
         self.children[message.parent_id].append(message)
 
 
+def one(queryset):
+    """The first row of a query that matches one row at most (a primary key's), or None:
+    without ``first()``'s ordering, whose compilation costs more than the query runs."""
+    return next(iter(queryset.order_by()[:1]), None)
+
+
 def path_rows(conversation_id: int, leaf_id: int | None, *fields) -> list[tuple]:
     """The path from the root down to ``leaf_id`` as ``(id, *fields)`` tuples (``fields``:
     names or expressions for ``values_list``). One query over light columns, no model
@@ -178,8 +184,9 @@ def path_rows(conversation_id: int, leaf_id: int | None, *fields) -> list[tuple]
     return path
 
 
-def select_leaf(tree: Tree, leaf: Message | None) -> None:
-    """Show the thread ending at ``leaf``: point every ancestor's ``active_child`` along it."""
+def select_leaf(tree: Tree, leaf: Message | None, **also) -> None:
+    """Show the thread ending at ``leaf``: point every ancestor's ``active_child`` along it.
+    ``also``: other fields of the conversation to set in the same update."""
     conversation = tree.conversation
     changed = []
     if leaf is not None:
@@ -196,19 +203,21 @@ def select_leaf(tree: Tree, leaf: Message | None) -> None:
         Message.objects.bulk_update(changed, ["active_child"])
     conversation.current_leaf_id = leaf.pk if leaf is not None else None
     conversation.active_root_id = root_id
+    for name, value in also.items():
+        setattr(conversation, name, value)
     Conversation.objects.filter(pk=conversation.pk).update(
-        current_leaf_id=conversation.current_leaf_id, active_root_id=root_id
+        current_leaf_id=conversation.current_leaf_id, active_root_id=root_id, **also
     )
 
 
 def lock_conversation(conversation: Conversation) -> Conversation:
     """Lock the conversation's row for this transaction and refresh ``conversation`` from it
-    (another process may have moved its current leaf)."""
-    fresh = Conversation.objects.select_for_update().filter(pk=conversation.pk).first()
+    (another process or tab may have moved its current leaf or changed its settings)."""
+    fresh = one(Conversation.objects.select_for_update().filter(pk=conversation.pk))
     if fresh is None:
         raise NotInConversation("this conversation no longer exists")
-    for name in ("title", "current_leaf_id", "active_root_id", "updated_at"):
-        setattr(conversation, name, getattr(fresh, name))
+    for column in Conversation._meta.concrete_fields:
+        setattr(conversation, column.attname, getattr(fresh, column.attname))
     return conversation
 
 
@@ -227,15 +236,19 @@ def lock_for_answer(conversation: Conversation, live_processes: set[str] | None)
     counting the answers of ``live_processes`` (the chat consumer always passes them).
 
     The user lock serialises every answer-starting edit of one user (from any process), so
-    the count cannot race; on SQLite the IMMEDIATE transaction already serialises writers."""
-    get_user_model().objects.select_for_update().filter(pk=conversation.owner_id).first()
+    the count cannot race; on SQLite the IMMEDIATE transaction already serialises writers
+    (and row locks do not exist), so the user's row is not read there."""
+    if connection.features.has_select_for_update:
+        get_user_model().objects.select_for_update().filter(pk=conversation.owner_id).first()
     lock_conversation(conversation)
     if live_processes is None:  # not going to be generated (fixtures, imports): no limits
         return conversation
-    live = live_answers(live_processes)
-    if live.filter(conversation_id=conversation.pk).exists():
+    # The user's live answers, and those of this conversation (all the user's), in one query.
+    live = live_answers(live_processes).filter(conversation__owner_id=conversation.owner_id)
+    counts = live.aggregate(mine=Count("pk"), here=Count("pk", filter=Q(conversation_id=conversation.pk)))
+    if counts["here"]:
         raise Busy("An answer is still being written here: wait for it or stop it first.")
-    if live.filter(conversation__owner_id=conversation.owner_id).count() >= settings.MAX_LIVE_PER_USER:
+    if counts["mine"] >= settings.MAX_LIVE_PER_USER:
         raise Busy("You have too many answers being written at once; wait for one to finish.")
     return conversation
 
@@ -301,11 +314,10 @@ def send_message(
         raise TreeError("a new message can only follow an answer")
     user = _new_message(tree, parent, Message.Role.USER, content)
     answer = _new_answer(tree, user, owner_process)
-    select_leaf(tree, answer)
+    also = {"updated_at": timezone.now()}  # touched: the top of the sidebar
     if conversation.title == DEFAULT_TITLE and parent is None:
-        conversation.title = make_title(content)
-        Conversation.objects.filter(pk=conversation.pk).update(title=conversation.title)
-    _touch(conversation)
+        also["title"] = make_title(content)
+    select_leaf(tree, answer, **also)
     return tree, answer
 
 
@@ -332,8 +344,7 @@ def edit_message(
     parent = tree.by_id.get(original.parent_id) if original.parent_id else None
     user = _new_message(tree, parent, Message.Role.USER, content)
     answer = _new_answer(tree, user, owner_process)
-    select_leaf(tree, answer)
-    _touch(conversation)
+    select_leaf(tree, answer, updated_at=timezone.now())
     return tree, answer
 
 
@@ -359,8 +370,7 @@ def regenerate(
     else:
         raise TreeError("system messages cannot be regenerated")
     answer = _new_answer(tree, parent, owner_process)
-    select_leaf(tree, answer)
-    _touch(conversation)
+    select_leaf(tree, answer, updated_at=timezone.now())
     return tree, answer
 
 

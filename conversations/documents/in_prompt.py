@@ -49,7 +49,8 @@ class AttachedDocuments:
         return documents_system_prompt([(name, text) for _id, name, text in self.whole], own)
 
 
-def _attached(conversation_id: int, owner_id: int, max_model_len: int) -> AttachedDocuments:
+def attached(conversation_id: int, owner_id: int, max_model_len: int) -> AttachedDocuments:
+    """Synchronous: the conversation's ready documents, whole or searched."""
     rows = (
         ConversationDocument.objects.filter(
             conversation_id=conversation_id, document__owner_id=owner_id, document__status="ready"
@@ -76,7 +77,7 @@ def _attached(conversation_id: int, owner_id: int, max_model_len: int) -> Attach
 
 
 async def attached_documents(conversation, max_model_len: int) -> AttachedDocuments:
-    return await database_sync_to_async(_attached)(conversation.pk, conversation.owner_id, max_model_len)
+    return await database_sync_to_async(attached)(conversation.pk, conversation.owner_id, max_model_len)
 
 
 def _citation(n: int, p: Passage) -> dict:

@@ -129,7 +129,7 @@ async def test_a_tab_follows_the_reasoning_an_owner_elsewhere_relays_and_asks_it
     async def liveness() -> cluster.Liveness:
         return cluster.Liveness({cluster.PROCESS_ID, owner}, {cluster.PROCESS_ID, owner})
 
-    monkeypatch.setattr("conversations.chat.consumers._processes", processes)
+    monkeypatch.setattr("conversations.chat.consumers.live_processes", processes)
     monkeypatch.setattr(cluster, "liveness", liveness)
 
     alice = await sync_to_async(make_user)("alice")

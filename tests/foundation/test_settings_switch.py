@@ -42,7 +42,7 @@ def test_no_variables_means_sqlite_in_memory_layer_eager_celery_and_cpu():
     assert chosen["db"] == "django.db.backends.sqlite3"
     assert "journal_mode=WAL" in chosen["options"]["init_command"]
     assert chosen["options"]["timeout"] > 0
-    assert chosen["layer"] == "channels.layers.InMemoryChannelLayer"
+    assert chosen["layer"] == "conversations.cluster.memory_layer.LeanInMemoryChannelLayer"
     assert chosen["eager"] is True and chosen["propagates"] is True
     assert chosen["device"] == "cpu"
     assert chosen["conn_max_age"] == 0

@@ -1,0 +1,47 @@
+"""The chat consumer's base: Channels' JSON websocket consumer without a database hop per
+event; and its reads of the process registry, which never fail it.
+
+Channels' ``AsyncConsumer.dispatch`` closes stale database connections before every
+handler (one call to the database thread for each message received and each group event),
+for handlers that use the ORM without ``database_sync_to_async``. The chat's handlers reach
+the database only through ``database_sync_to_async``, which does that itself around each
+call, so the hop per event does nothing here but cost both threads.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from channels.consumer import get_handler_name
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from conversations.cluster import registry as cluster
+from conversations.cluster.registry import PROCESS_ID
+
+log = logging.getLogger(__name__)
+
+
+class JsonSocketConsumer(AsyncJsonWebsocketConsumer):
+    async def dispatch(self, message: dict) -> None:
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+
+async def live_processes() -> dict[str, cluster.ProcessInfo]:
+    """The live processes; should Redis fail, this one alone (it can still serve the tab)."""
+    try:
+        return await cluster.live_processes()
+    except Exception:
+        log.warning("cannot read the process registry", exc_info=True)
+        return {PROCESS_ID: cluster.ProcessInfo(PROCESS_ID, ready=True)}
+
+
+async def liveness_of(processes: dict[str, cluster.ProcessInfo]) -> cluster.Liveness:
+    """Which processes are alive or dead; should Redis fail, ``processes`` and this one."""
+    try:
+        return await cluster.liveness()
+    except Exception:
+        log.warning("cannot read the process registry", exc_info=True)
+        return cluster.Liveness(set(processes) | {PROCESS_ID}, known=set())
