@@ -156,6 +156,10 @@ class Scheduler:
         for request in list(self.running):
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this loop
+            if budget > 0 and self._decode_in_place(request, batch):
+                scheduled.add(id(request))
+                budget -= 1
+                continue
             plan = self._plan(request, budget)
             if not plan:
                 continue
@@ -203,9 +207,13 @@ class Scheduler:
         if self.step_budget is None:
             return None
         self.step_budget.start()
-        decoding = sum(
-            1 for r in self.running if all(s.num_tokens - s.num_computed_tokens <= 1 for s in r.seqs)
-        )
+        decoding = 0
+        for r in self.running:
+            seqs = r.seqs
+            if len(seqs) == 1:  # the usual request, without a generator per request
+                decoding += len(seqs[0].token_ids) - seqs[0].num_computed_tokens <= 1
+            else:
+                decoding += all(s.num_tokens - s.num_computed_tokens <= 1 for s in seqs)
         return self.step_budget.prefill_limit(decoding)
 
     def _hold_compiling(self) -> list[Request]:
@@ -252,6 +260,24 @@ class Scheduler:
             batch.num_new_tokens.append(n)
             if self._prefill_left is not None and n > 1:
                 self._prefill_left = max(0, self._prefill_left - n)
+
+    def _decode_in_place(self, request: Request, batch: ScheduledBatch) -> bool:
+        """The common step of a busy server, without the general planning: one sequence
+        decoding one token into a block it already holds alone (no allocation, no copy).
+        False, having changed nothing, for anything else."""
+        if len(request.seqs) != 1:
+            return False
+        seq = request.seqs[0]
+        computed = seq.num_computed_tokens
+        if len(seq.token_ids) - computed != 1:
+            return False
+        i = computed // self.block_manager.block_size
+        table = seq.block_table
+        if i >= len(table) or self.block_manager.blocks[table[i]].ref_count != 1:
+            return False
+        batch.seqs.append(seq)
+        batch.num_new_tokens.append(1)
+        return True
 
     def _plan(self, request: Request, budget: int) -> list[tuple[Sequence, int]]:
         """Tokens per sequence of ``request`` within ``budget``.
