@@ -172,8 +172,15 @@ class Scheduler:
         if not batch.preempted:
             seats = self.max_num_seqs - sum(r.num_seats for r in self.running + self.loading)
             compiling = self._hold_compiling()
+            # Running seats per owner, kept up to date through this step's admissions
+            # (recounting them for every admission made a burst of arrivals quadratic).
+            owner_seats: dict[str | None, int] = {}
+            num_owners = len({r.owner for r in self.waiting})  # an upper bound once some are admitted
+            if self.waiting:
+                for r in self.running + self.loading:
+                    owner_seats[r.owner] = owner_seats.get(r.owner, 0) + r.num_seats
             while self.waiting and budget > 0:
-                request = self._next_waiting()
+                request = self._next_waiting(owner_seats, num_owners)
                 if request.num_seats > seats:
                     break
                 loading = self._start_loading(request)
@@ -182,6 +189,7 @@ class Scheduler:
                 if loading:
                     self.waiting.remove(request)
                     seats -= request.num_seats
+                    owner_seats[request.owner] = owner_seats.get(request.owner, 0) + request.num_seats
                     continue
                 plan = self._admit(request, budget)
                 if plan is None and not self.running and not self.loading:
@@ -197,6 +205,7 @@ class Scheduler:
                 request.status = RequestStatus.RUNNING
                 self.running.append(request)
                 seats -= request.num_seats
+                owner_seats[request.owner] = owner_seats.get(request.owner, 0) + request.num_seats
                 self._add_to_batch(batch, plan)
                 budget -= sum(n for _, n in plan)
             self.waiting.extendleft(reversed(compiling))
@@ -224,15 +233,14 @@ class Scheduler:
             self.waiting.remove(request)
         return compiling
 
-    def _next_waiting(self) -> Request:
+    def _next_waiting(self, owner_seats: dict[str | None, int], num_owners: int) -> Request:
         """The waiting request to admit next: a preempted one first (it held its seat
-        already), else the oldest of the owner with the fewest running seats."""
+        already), else the oldest of the owner with the fewest running seats
+        (``owner_seats``: running and loading seats per owner; ``num_owners``: at least
+        the number of owners waiting, so the scan stops once it has met them all)."""
         head = self.waiting[0]
         if head.num_preemptions or all(r.owner is None for r in self.waiting):
             return head
-        running: dict[str | None, int] = {}
-        for r in self.running + self.loading:
-            running[r.owner] = running.get(r.owner, 0) + r.num_seats
         best: Request | None = None
         best_key: tuple[int, int] | None = None
         seen: set[str | None] = set()
@@ -240,9 +248,13 @@ class Scheduler:
             if r.owner in seen:
                 continue
             seen.add(r.owner)
-            key = (running.get(r.owner, 0), position)
+            key = (owner_seats.get(r.owner, 0), position)
             if best_key is None or key < best_key:
                 best, best_key = r, key
+                if key[0] == 0:  # no later owner can beat an idle one that waited longer
+                    break
+            if len(seen) == num_owners:
+                break
         assert best is not None
         return best
 
