@@ -100,6 +100,28 @@ class ModelRunner:
         return t
 
     def pack(self, batch: ScheduledBatch) -> PackedBatch:
+        if max(batch.num_new_tokens) == 1:
+            return self._packed(batch, *self._decode_lists(batch))
+        return self._packed(batch, *self._general_lists(batch))
+
+    def _decode_lists(self, batch: ScheduledBatch) -> tuple[list[int], ...]:
+        """``_general_lists`` for a step of decodes only (one token per sequence), a busy
+        server's usual step, in list comprehensions rather than a loop of appends."""
+        bs = self.block_size
+        seqs = batch.seqs
+        positions = [s.num_computed_tokens for s in seqs]
+        input_ids = [s.token_ids[p] for s, p in zip(seqs, positions, strict=True)]
+        slots = [s.block_table[p // bs] * bs + p % bs for s, p in zip(seqs, positions, strict=True)]
+        context_lens = [p + 1 for p in positions]
+        sampled = [
+            i for i, (s, end) in enumerate(zip(seqs, context_lens, strict=True)) if end == s.num_tokens
+        ]
+        query_start_loc = list(range(len(seqs) + 1))
+        return input_ids, positions, slots, query_start_loc, context_lens, list(sampled), sampled
+
+    def _general_lists(self, batch: ScheduledBatch) -> tuple[list[int], ...]:
+        """Token ids, positions, pool slots, query starts, context lengths, the rows whose
+        logits are sampled and the indices of their sequences."""
         bs = self.block_size
         input_ids: list[int] = []
         positions: list[int] = []
@@ -133,6 +155,19 @@ class ModelRunner:
             if end == seq.num_tokens:
                 sample_rows.append(row - 1)
                 sampled.append(i)
+        return input_ids, positions, slots, query_start_loc, context_lens, sample_rows, sampled
+
+    def _packed(
+        self,
+        batch: ScheduledBatch,
+        input_ids: list[int],
+        positions: list[int],
+        slots: list[int],
+        query_start_loc: list[int],
+        context_lens: list[int],
+        sample_rows: list[int],
+        sampled: list[int],
+    ) -> PackedBatch:
         width = max(len(s.block_table) for s in batch.seqs)
         tables: list[int] = []
         for s in batch.seqs:
