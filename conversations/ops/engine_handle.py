@@ -47,8 +47,8 @@ def get_engine() -> AsyncEngine:
             _state, _error = "error", f"{type(exc).__name__}: {exc}"
             log.exception("engine failed to load")
             raise
+        freeze_long_lived_objects()  # before "ready": its one full collection is no request's pause
         _state, _error = "ready", None
-        freeze_long_lived_objects()
         return _engine
 
 
