@@ -24,7 +24,11 @@ limit_request_bodies(settings.REQUEST_MAX_BODY_BYTES)
 
 django_asgi_app = get_asgi_application()
 
+from conversations.api.handler import ApiHandler, is_api_call  # noqa: E402
 from conversations.chat.routing import websocket_urlpatterns  # noqa: E402
+
+# The JSON API skips the browser middleware and the thread per request (see its module).
+api_asgi_app = ApiHandler()
 
 router = ProtocolTypeRouter(
     {
@@ -52,7 +56,8 @@ async def application(scope, receive, send):
     # own task running, its view in a thread that needs this loop again to finish; should
     # the loop stop first, that thread waits for it for ever. Shielded, the request is seen
     # to its end before the loop stops.
-    request = asyncio.ensure_future(router(scope, receive, send))
+    app = api_asgi_app if is_api_call(scope) else router
+    request = asyncio.ensure_future(app(scope, receive, send))
     _requests.add(request)
     request.add_done_callback(_requests.discard)
     return await asyncio.shield(request)

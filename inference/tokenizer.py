@@ -191,7 +191,11 @@ class IncrementalDetokenizer:
             return self._push_python()
         if delta is None:
             return ""
-        return self._emitted(delta)
+        # _emitted, inline: this runs for every token of every stream.
+        self._prefix_offset = self._read_offset
+        self._read_offset = len(self.token_ids)
+        self.text_so_far += delta
+        return delta
 
     def _push_python(self) -> str:
         prefix_text = self._decode(self.token_ids[self._prefix_offset : self._read_offset])

@@ -206,13 +206,19 @@ def _message_text(message: schemas.ChatMessage, i: int) -> str:
     return "\n".join(part.text for part in content)
 
 
-async def encode_chat(engine: Any, messages: list[dict[str, str]]) -> list[int]:
+async def encode_chat(
+    engine: Any, messages: list[dict[str, str]], shared: bool = False
+) -> tuple[list[int], int]:
+    """The prompt's ids and, if ``shared``, how many of them a leading system prompt's
+    block share (``system_prompt_tokens``): one trip to a worker thread for both."""
     tokenizer = engine.tokenizer
 
-    def encode() -> list[int]:
+    def encode() -> tuple[list[int], int]:
         if len(messages) <= SEGMENTED_CHAT_LIMIT:
-            return tokenizer.encode_chat(messages)
-        return tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+            prompt = tokenizer.encode_chat(messages)
+        else:
+            prompt = tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        return prompt, system_prompt_tokens(tokenizer, messages, prompt) if shared else 0
 
     try:
         return await asyncio.to_thread(encode)
@@ -251,14 +257,9 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
     params = sampling_params(body, max_tokens, top_logprobs, chat=True)
     outputs = await chat_outputs(engine, body, messages)
     messages, params.grammar = outputs.messages, outputs.grammar
-    prompt = await encode_chat(engine, messages)
-    check_context(engine, [prompt], max_tokens, "messages")
     # A leading system prompt's blocks are shared with everyone, as the chat's are.
-    shared = (
-        0
-        if body.cache_salt
-        else await asyncio.to_thread(system_prompt_tokens, engine.tokenizer, messages, prompt)
-    )
+    prompt, shared = await encode_chat(engine, messages, shared=not body.cache_salt)
+    check_context(engine, [prompt], max_tokens, "messages")
     generation = Generation(
         engine,
         kind="chat",
@@ -436,9 +437,7 @@ class EventStreamResponse(StreamingHttpResponse):
         self["Cache-Control"] = "no-cache"
         self["X-Accel-Buffering"] = "no"
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for part in self._events:
-                yield part
-        finally:
-            await self._events.aclose()
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        # The generator itself, not a wrapper around it: Django closes what this returns
+        # (``aclosing``), so the generator's ``finally`` runs at once.
+        return self._events

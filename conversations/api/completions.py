@@ -176,7 +176,10 @@ class Generation:
         try:
             for ids, rid in zip(self.prompts, self.request_ids, strict=True):
                 streams.append(self.engine.stream(ids, self.params, request_id=rid, **self.engine_options))
-            async for p, delta in _merge(streams):
+            # One engine stream (every chat call) is read directly: one generator fewer per delta.
+            single = len(streams) == 1
+            async for item in streams[0] if single else _merge(streams):
+                p, delta = (0, item) if single else item
                 prompt = self.prompt_states[p]
                 prompt.num_prompt_tokens = delta.num_prompt_tokens
                 prompt.num_cached_tokens = delta.num_cached_tokens
@@ -441,10 +444,6 @@ def _finite(value: float | None) -> float:
 
 async def _merge(streams: list[AsyncIterator[Any]]) -> AsyncIterator[tuple[int, Any]]:
     """Items of several async iterators as (stream index, item), as they come."""
-    if len(streams) == 1:
-        async for item in streams[0]:
-            yield 0, item
-        return
     queue: asyncio.Queue = asyncio.Queue()
     done = object()
 

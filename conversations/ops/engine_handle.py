@@ -7,6 +7,8 @@ explicit background preload) and shared by every consumer and API request.
 
 from __future__ import annotations
 
+import atexit
+import gc
 import logging
 import threading
 from typing import TYPE_CHECKING
@@ -51,8 +53,22 @@ def get_engine() -> AsyncEngine:
             _state, _error = "error", f"{type(exc).__name__}: {exc}"
             log.exception("engine failed to load")
             raise
+        freeze_long_lived_objects()  # before "ready": its one full collection is no request's pause
         _state, _error = "ready", None
         return _engine
+
+
+def freeze_long_lived_objects() -> None:
+    """Once the engine is loaded, what the process holds (Django, the model's modules, the
+    tokenizer: millions of objects) lives as long as it does. Frozen, a full collection no
+    longer walks them: unfrozen, each took hundreds of milliseconds on whichever thread
+    triggered it, the event loop included, stalling every stream."""
+    gc.collect()
+    gc.freeze()
+    # Back in the collector's sight for the interpreter's last collection (native
+    # extensions report what is left uncollected then).
+    atexit.unregister(gc.unfreeze)  # once, however often the engine is rebuilt (tests)
+    atexit.register(gc.unfreeze)
 
 
 async def aget_engine() -> AsyncEngine:

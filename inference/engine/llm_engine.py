@@ -265,7 +265,8 @@ class LLMEngine:
         deltas: list[StreamDelta] = []
         now = time.monotonic()
         for request, rows in groups.items():
-            self.metrics.observe_first_token(request, now)
+            if request.first_token_time is None:
+                self.metrics.observe_first_token(request, now)
             if request.params.use_beam_search:
                 beams = [seqs[r] for r in rows]
                 generated += len(beams)
@@ -281,11 +282,13 @@ class LLMEngine:
                     self.metrics.observe_finished(request)
                 continue
             touched = list(request.seqs)
+            any_finished = False
             for seq in touched:
-                if seq.is_finished:
+                if seq.finish_reason is not None:
+                    any_finished = True
                     self.scheduler.finish_seq(request, seq)
             # A finished sequence leaves request.seqs now: its last delta cannot wait.
-            if emit or any(s.is_finished for s in touched) or not touched[0].num_emitted_tokens:
+            if emit or any_finished or not touched[0].num_emitted_tokens:
                 deltas += stream_deltas(request, touched)
             if request.is_finished:
                 self.requests.pop(request.request_id, None)

@@ -65,6 +65,7 @@ class EngineMetrics:
     peak_kv_blocks_used: int = 0
     kv_waste_at_peak: float = 0.0
     recent_steps: deque[tuple[float, float, int]] = field(default_factory=deque)  # (start, end, generated)
+    recent_generated: int = 0  # the sum of recent_steps' generated counts
 
     def count(self, outcome: str) -> None:
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
@@ -74,6 +75,7 @@ class EngineMetrics:
         self.total_computed_tokens += num_computed
         self.total_generated_tokens += num_generated
         self.recent_steps.append((started, time.monotonic(), num_generated))
+        self.recent_generated += num_generated
 
     def observe_kv_usage(self, used_blocks: int, used_slots: int, block_size: int) -> None:
         self.kv_slots_used = used_slots
@@ -101,8 +103,8 @@ class EngineMetrics:
         now = time.monotonic() if now is None else now
         recent = self.recent_steps
         while recent and recent[0][1] < now - RATE_WINDOW_S:
-            recent.popleft()
+            self.recent_generated -= recent.popleft()[2]
         if not recent:
             return 0.0
         span = now - recent[0][0]
-        return sum(n for _, _, n in recent) / span if span > 0 else 0.0
+        return self.recent_generated / span if span > 0 else 0.0

@@ -160,6 +160,10 @@ class Scheduler:
         for request in list(self.running):
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this loop
+            if budget > 0 and self._decode_in_place(request, batch):
+                scheduled.add(id(request))
+                budget -= 1
+                continue
             plan = self._plan(request, budget)
             if not plan:
                 continue
@@ -172,8 +176,15 @@ class Scheduler:
         if not batch.preempted:
             seats = self.max_num_seqs - sum(r.num_seats for r in self.running + self.loading)
             compiling = self._hold_compiling()
+            # Running seats per owner, kept up to date through this step's admissions
+            # (recounting them for every admission made a burst of arrivals quadratic).
+            owner_seats: dict[str | None, int] = {}
+            num_owners = len({r.owner for r in self.waiting})  # an upper bound once some are admitted
+            if self.waiting:
+                for r in self.running + self.loading:
+                    owner_seats[r.owner] = owner_seats.get(r.owner, 0) + r.num_seats
             while self.waiting and budget > 0:
-                request = self._next_waiting()
+                request = self._next_waiting(owner_seats, num_owners)
                 if request.num_seats > seats:
                     break
                 loading = self._start_loading(request)
@@ -182,6 +193,7 @@ class Scheduler:
                 if loading:
                     self.waiting.remove(request)
                     seats -= request.num_seats
+                    owner_seats[request.owner] = owner_seats.get(request.owner, 0) + request.num_seats
                     continue
                 plan = self._admit(request, budget)
                 if plan is None and not self.running and not self.loading:
@@ -197,6 +209,7 @@ class Scheduler:
                 request.status = RequestStatus.RUNNING
                 self.running.append(request)
                 seats -= request.num_seats
+                owner_seats[request.owner] = owner_seats.get(request.owner, 0) + request.num_seats
                 self._add_to_batch(batch, plan)
                 budget -= sum(n for _, n in plan)
             self.waiting.extendleft(reversed(compiling))
@@ -207,9 +220,13 @@ class Scheduler:
         if self.step_budget is None:
             return None
         self.step_budget.start()
-        decoding = sum(
-            1 for r in self.running if all(s.num_tokens - s.num_computed_tokens <= 1 for s in r.seqs)
-        )
+        decoding = 0
+        for r in self.running:
+            seqs = r.seqs
+            if len(seqs) == 1:  # the usual request, without a generator per request
+                decoding += len(seqs[0].token_ids) - seqs[0].num_computed_tokens <= 1
+            else:
+                decoding += all(s.num_tokens - s.num_computed_tokens <= 1 for s in seqs)
         return self.step_budget.prefill_limit(decoding)
 
     def _hold_compiling(self) -> list[Request]:
@@ -220,15 +237,14 @@ class Scheduler:
             self.waiting.remove(request)
         return compiling
 
-    def _next_waiting(self) -> Request:
+    def _next_waiting(self, owner_seats: dict[str | None, int], num_owners: int) -> Request:
         """The waiting request to admit next: a preempted one first (it held its seat
-        already), else the oldest of the owner with the fewest running seats."""
+        already), else the oldest of the owner with the fewest running seats
+        (``owner_seats``: running and loading seats per owner; ``num_owners``: at least
+        the number of owners waiting, so the scan stops once it has met them all)."""
         head = self.waiting[0]
         if head.num_preemptions or all(r.owner is None for r in self.waiting):
             return head
-        running: dict[str | None, int] = {}
-        for r in self.running + self.loading:
-            running[r.owner] = running.get(r.owner, 0) + r.num_seats
         best: Request | None = None
         best_key: tuple[int, int] | None = None
         seen: set[str | None] = set()
@@ -236,9 +252,13 @@ class Scheduler:
             if r.owner in seen:
                 continue
             seen.add(r.owner)
-            key = (running.get(r.owner, 0), position)
+            key = (owner_seats.get(r.owner, 0), position)
             if best_key is None or key < best_key:
                 best, best_key = r, key
+                if key[0] == 0:  # no later owner can beat an idle one that waited longer
+                    break
+            if len(seen) == num_owners:
+                break
         assert best is not None
         return best
 
@@ -256,6 +276,24 @@ class Scheduler:
             batch.num_new_tokens.append(n)
             if self._prefill_left is not None and n > 1:
                 self._prefill_left = max(0, self._prefill_left - n)
+
+    def _decode_in_place(self, request: Request, batch: ScheduledBatch) -> bool:
+        """The common step of a busy server, without the general planning: one sequence
+        decoding one token into a block it already holds alone (no allocation, no copy).
+        False, having changed nothing, for anything else."""
+        if len(request.seqs) != 1:
+            return False
+        seq = request.seqs[0]
+        computed = seq.num_computed_tokens
+        if len(seq.token_ids) - computed != 1:
+            return False
+        i = computed // self.block_manager.block_size
+        table = seq.block_table
+        if i >= len(table) or self.block_manager.blocks[table[i]].ref_count != 1:
+            return False
+        batch.seqs.append(seq)
+        batch.num_new_tokens.append(1)
+        return True
 
     def _plan(self, request: Request, budget: int) -> list[tuple[Sequence, int]]:
         """Tokens per sequence of ``request`` within ``budget``.

@@ -15,6 +15,7 @@ every step on CPU, runs the model eagerly.
 
 from __future__ import annotations
 
+import array
 import logging
 
 import torch
@@ -27,6 +28,8 @@ from inference.runner.cuda_graphs import CUDAGraphRunner
 from inference.runner.packed_batch import PackedBatch
 
 logger = logging.getLogger(__name__)
+
+_TYPECODES = {torch.int64: "q", torch.int32: "i"}
 
 
 class ModelRunner:
@@ -85,13 +88,40 @@ class ModelRunner:
         return graphs
 
     def _tensor(self, data: list[int], dtype: torch.dtype) -> torch.Tensor:
-        """Host list -> device tensor; on CUDA through pinned memory without blocking."""
-        t = torch.tensor(data, dtype=dtype)
+        """Host list -> device tensor; on CUDA through pinned memory without blocking.
+        Through ``array``: ``torch.tensor`` reads a list element by element, several times
+        slower for the thousands of ids, slots and block-table entries of a large batch."""
+        if not data:
+            t = torch.empty(0, dtype=dtype)
+        else:
+            t = torch.frombuffer(array.array(_TYPECODES[dtype], data), dtype=dtype)
         if self._pin:
             return t.pin_memory().to(self.device, non_blocking=True)
         return t
 
     def pack(self, batch: ScheduledBatch) -> PackedBatch:
+        if max(batch.num_new_tokens) == 1:
+            return self._packed(batch, *self._decode_lists(batch))
+        return self._packed(batch, *self._general_lists(batch))
+
+    def _decode_lists(self, batch: ScheduledBatch) -> tuple[list[int], ...]:
+        """``_general_lists`` for a step of decodes only (one token per sequence), a busy
+        server's usual step, in list comprehensions rather than a loop of appends."""
+        bs = self.block_size
+        seqs = batch.seqs
+        positions = [s.num_computed_tokens for s in seqs]
+        input_ids = [s.token_ids[p] for s, p in zip(seqs, positions, strict=True)]
+        slots = [s.block_table[p // bs] * bs + p % bs for s, p in zip(seqs, positions, strict=True)]
+        context_lens = [p + 1 for p in positions]
+        sampled = [
+            i for i, (s, end) in enumerate(zip(seqs, context_lens, strict=True)) if end == s.num_tokens
+        ]
+        query_start_loc = list(range(len(seqs) + 1))
+        return input_ids, positions, slots, query_start_loc, context_lens, list(sampled), sampled
+
+    def _general_lists(self, batch: ScheduledBatch) -> tuple[list[int], ...]:
+        """Token ids, positions, pool slots, query starts, context lengths, the rows whose
+        logits are sampled and the indices of their sequences."""
         bs = self.block_size
         input_ids: list[int] = []
         positions: list[int] = []
@@ -100,30 +130,55 @@ class ModelRunner:
         context_lens: list[int] = []
         sample_rows: list[int] = []
         sampled: list[int] = []
+        row = 0
         for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
-            start, end = seq.num_computed_tokens, seq.num_computed_tokens + n
-            input_ids.extend(seq.token_ids[start:end])
-            positions.extend(range(start, end))
+            start = seq.num_computed_tokens
+            end = start + n
             table = seq.block_table
-            # Slots block by block: a run of positions inside one block is contiguous.
-            pos = start
-            while pos < end:
-                block_end = min(end, (pos // bs + 1) * bs)
-                base = table[pos // bs] * bs - (pos // bs) * bs
-                slots.extend(range(base + pos, base + block_end))
-                pos = block_end
-            query_start_loc.append(query_start_loc[-1] + n)
+            if n == 1:  # a decode: most rows of a busy batch
+                input_ids.append(seq.token_ids[start])
+                positions.append(start)
+                slots.append(table[start // bs] * bs + start % bs)
+            else:
+                input_ids.extend(seq.token_ids[start:end])
+                positions.extend(range(start, end))
+                # Slots block by block: a run of positions inside one block is contiguous.
+                pos = start
+                while pos < end:
+                    block_end = min(end, (pos // bs + 1) * bs)
+                    base = table[pos // bs] * bs - (pos // bs) * bs
+                    slots.extend(range(base + pos, base + block_end))
+                    pos = block_end
+            row += n
+            query_start_loc.append(row)
             context_lens.append(end)
             if end == seq.num_tokens:
-                sample_rows.append(query_start_loc[-1] - 1)
+                sample_rows.append(row - 1)
                 sampled.append(i)
+        return input_ids, positions, slots, query_start_loc, context_lens, sample_rows, sampled
+
+    def _packed(
+        self,
+        batch: ScheduledBatch,
+        input_ids: list[int],
+        positions: list[int],
+        slots: list[int],
+        query_start_loc: list[int],
+        context_lens: list[int],
+        sample_rows: list[int],
+        sampled: list[int],
+    ) -> PackedBatch:
         width = max(len(s.block_table) for s in batch.seqs)
-        tables = [s.block_table + [0] * (width - len(s.block_table)) for s in batch.seqs]
+        tables: list[int] = []
+        for s in batch.seqs:
+            tables += s.block_table
+            if len(s.block_table) < width:
+                tables += [0] * (width - len(s.block_table))
         ctx = AttentionContext(
             slot_mapping=self._tensor(slots, torch.int64),
             query_start_loc=self._tensor(query_start_loc, torch.int32),
             context_lens=self._tensor(context_lens, torch.int32),
-            block_tables=self._tensor(tables, torch.int32).view(len(tables), width),
+            block_tables=self._tensor(tables, torch.int32).view(len(batch.seqs), width),
             max_query_len=max(batch.num_new_tokens),
             max_context_len=max(context_lens),
         )

@@ -13,10 +13,12 @@ from inference.sampling.params import SamplingParams
 
 
 def append_token(seq: Sequence, token: int, eos_token_ids: frozenset[int], max_model_len: int) -> None:
-    """Append a sampled token to ``seq``: its text, and the stop rules it may meet."""
-    request = seq.request
-    params = request.params  # type: ignore[union-attr]
-    seq.token_ids.append(token)
+    """Append a sampled token to ``seq``: its text, and the stop rules it may meet.
+    (Run for every token of every sequence: attributes are read once, not through the
+    sequence's properties.)"""
+    params = seq.request.params  # type: ignore[union-attr]
+    token_ids = seq.token_ids
+    token_ids.append(token)
     if (token in eos_token_ids and not params.ignore_eos) or token in params.stop_token_ids:
         seq.finish_reason, seq.stop_reason = "stop", token
     else:
@@ -25,12 +27,14 @@ def append_token(seq: Sequence, token: int, eos_token_ids: frozenset[int], max_m
             seq.output_text += text
             if params.stop:
                 check_stop_strings(seq, params, len(text))
-    if not seq.is_finished and (
-        (params.max_tokens is not None and seq.num_output_tokens >= params.max_tokens)
-        or seq.num_tokens >= max_model_len
-    ):
-        seq.finish_reason = "length"
-    if seq.is_finished and not isinstance(seq.stop_reason, str):
+    if seq.finish_reason is None:
+        num_tokens = len(token_ids)
+        max_tokens = params.max_tokens
+        if (max_tokens is not None and num_tokens - seq.num_prompt_tokens >= max_tokens) or (
+            num_tokens >= max_model_len
+        ):
+            seq.finish_reason = "length"
+    if seq.finish_reason is not None and not isinstance(seq.stop_reason, str):
         seq.output_text += seq.detokenizer.flush()
 
 
