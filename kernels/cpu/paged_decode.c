@@ -249,13 +249,9 @@ int paged_decode_attention_f32(const float *query, int64_t q_seq_stride, int64_t
     if (kv_heads <= 0 || q_heads % kv_heads != 0 || block_size <= 0 || head_dim <= 0) return 1;
     if (num_seqs <= 0) return 0;
     const int group = q_heads / kv_heads;
-    int *starts = malloc(sizeof(int) * ((size_t)num_seqs + 1));
-    char *bad = malloc((size_t)num_seqs);
-    if (!starts || !bad) {
-        free(starts);
-        free(bad);
-        return 2;
-    }
+    int *starts = malloc(sizeof(int) * ((size_t)num_seqs + 1) + (size_t)num_seqs);
+    if (!starts) return 2;
+    char *bad = (char *)(starts + num_seqs + 1);
     const int runs = find_runs(block_tables, table_stride, table_width, context_lens, num_seqs,
                                block_size, num_blocks, starts, bad);
     /* A run is cut into `pieces` when there are too few work items to keep every thread
@@ -318,6 +314,5 @@ int paged_decode_attention_f32(const float *query, int64_t q_seq_stride, int64_t
         free(acc);
     }
     free(starts);
-    free(bad);
     return failed;
 }
