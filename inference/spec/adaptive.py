@@ -2,10 +2,10 @@
 
 How many tokens to propose follows each sequence's last verification: all accepted
 doubles the length (up to k), a rejection cuts it to one more than were accepted. A
-verify row is not free (on the 2-core CPU, one step verifying 4 proposed tokens took
-1.6 decode steps and 8 took 3.5: the quantized kernels' small-M tiles hold 6 rows;
-``benchmarks/bench_spec.py`` measures it), so a sequence copying a long passage proposes
-long runs and one that only sometimes matches proposes short ones.
+verify row is not free (on the 2-core CPU each adds the fp32 multiply-adds of every
+weight, about a fifth of a decode step: 5 proposed tokens took 1.9-2.1 decode steps, 8
+took 2.6; ``benchmarks/bench_spec.py`` measures it), so a sequence copying a long
+passage proposes long runs and one that only sometimes matches proposes short ones.
 
 A sequence whose proposals keep being rejected (open-ended chat, after the quoted text
 ends) spends verify rows for nothing, so it pauses speculating for a while and then

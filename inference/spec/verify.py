@@ -6,8 +6,11 @@ table, its own position and context length. Every attention path stores a step's
 before any row attends (the one-call CPU decode stack, the per-op paths, the Triton
 kernels), so row j sees the K/V of the positions before it from this same step, which is
 causal attention over the proposal. The step stays decode-only, so on the CPU it runs
-through the one-call stack with its small-M quantized tiles and costs little more than a
-single decode, and on CUDA it can replay a decode graph.
+through the one-call stack: the quantized products' register tiles read each weight once
+for all the rows, and decode attention reads the sequence's K/V once for all of them, so
+a row adds only its own multiply-adds (about a fifth of a decode step each on the 2-core
+CPU, ``benchmarks/bench_spec.py``); each row's logits are bit-identical to decoding that
+position alone. On CUDA the step can replay a decode graph.
 
 **Walk.** Position j's token is drawn with the engine's own sampler (penalties, seeds,
 logprobs) from the target's logits at j, after the tokens accepted before it were

@@ -15,7 +15,9 @@
  * group (the other heads of the group re-read them from L1). The softmax is online:
  * running max and sum in fp32, the accumulator rescaled when the max grows.
  *
- * Work items are (sequence, kv head) pairs, shared by the OpenMP threads dynamically.
+ * Work items are (run of rows, kv head) pairs, shared by the OpenMP threads dynamically;
+ * a run is usually one sequence, or the successive positions of one sequence that a
+ * speculative verify step brings, which then read each K/V tile once for all of them.
  * The OpenMP runtime is torch's own libgomp.so.1 (same soname, already loaded when
  * this library is), so the threads are those of torch's intra-op pool.
  *
@@ -29,6 +31,7 @@
 
 #define TILE 32   /* positions per online-softmax step (a block is split in tiles) */
 #define MAX_VEC 64 /* vector path up to head_dim 512 */
+#define RUN_MAX 16 /* rows of one work item */
 
 #include "kernels.h"
 #include "vec8.h"
@@ -135,57 +138,101 @@ static inline __attribute__((always_inline)) void pv_tile(float *restrict acc, f
 }
 
 struct item {
-    const float *q; /* the group's first query head; heads q_head_stride apart */
-    int64_t q_head_stride;
+    const float *q; /* the first row's group's first query head; heads q_head_stride apart */
+    int64_t q_seq_stride, q_head_stride;
     const float *k, *v; /* the caches at the item's kv head */
     int64_t k_block_stride, k_pos_stride, v_block_stride, v_pos_stride;
-    const int32_t *table;
-    int length, block_size, group;
+    const int32_t *table; /* the last row's, which covers every row's blocks */
+    const int32_t *lengths; /* of each row, non-decreasing */
+    int rows, block_size, group;
     float scale;
-    float *out; /* the group's first output head */
-    int64_t out_head_stride;
-    float *acc; /* group * head_dim floats of scratch */
+    float *out; /* the first row's group's first output head */
+    int64_t out_seq_stride, out_head_stride;
+    float *acc; /* rows * group * head_dim floats of scratch */
 };
 
-/* One work item: one sequence, one KV head and its group of query heads. Block by
- * block (the next one prefetched), tile by tile; the group's query heads one after
- * the other over the same K/V rows (from L1 after the first). `head_dim` is a
+/* One work item: a run of rows (query tokens whose K/V are the same cache positions,
+ * see find_runs), one KV head and its group of query heads. Block by block (the next
+ * one prefetched), tile by tile; each row's query heads one after the other over the
+ * same K/V rows (from L1 after the first), so a run reads its K/V from memory once
+ * whatever its number of rows. Each row sees the tiles it would see alone, cut at its
+ * own length, so its result is bit-identical to a run of one. `head_dim` is a
  * compile-time constant in the specialised copies (rows unroll into registers). */
 static inline __attribute__((always_inline)) void attend(const struct item *it, const int head_dim) {
-    const int group = it->group, bs = it->block_size, length = it->length;
-    float m[group], l[group], s[TILE];
-    for (int g = 0; g < group; g++) {
+    const int group = it->group, bs = it->block_size, rows = it->rows;
+    const int heads = rows * group, length = it->lengths[rows - 1];
+    float m[heads], l[heads], s[TILE];
+    for (int g = 0; g < heads; g++) {
         m[g] = -INFINITY;
         l[g] = 0.0f;
     }
-    memset(it->acc, 0, sizeof(float) * (size_t)group * (size_t)head_dim);
+    memset(it->acc, 0, sizeof(float) * (size_t)heads * (size_t)head_dim);
     const int num_blocks = (length + bs - 1) / bs;
     for (int blk = 0; blk < num_blocks; blk++) {
         if (blk + 1 < num_blocks) {
             const int64_t next = it->table[blk + 1];
-            const int rows = length - (blk + 1) * bs < bs ? length - (blk + 1) * bs : bs;
-            prefetch_rows(it->k + next * it->k_block_stride, rows, it->k_pos_stride, head_dim * 4);
-            prefetch_rows(it->v + next * it->v_block_stride, rows, it->v_pos_stride, head_dim * 4);
+            const int ahead = length - (blk + 1) * bs < bs ? length - (blk + 1) * bs : bs;
+            prefetch_rows(it->k + next * it->k_block_stride, ahead, it->k_pos_stride, head_dim * 4);
+            prefetch_rows(it->v + next * it->v_block_stride, ahead, it->v_pos_stride, head_dim * 4);
         }
         const int64_t block = it->table[blk];
         const int in_block = length - blk * bs < bs ? length - blk * bs : bs;
         for (int t0 = 0; t0 < in_block; t0 += TILE) {
-            const int n = in_block - t0 < TILE ? in_block - t0 : TILE;
             const float *kt = it->k + block * it->k_block_stride + (int64_t)t0 * it->k_pos_stride;
             const float *vt = it->v + block * it->v_block_stride + (int64_t)t0 * it->v_pos_stride;
-            for (int g = 0; g < group; g++) {
-                qk_tile(it->q + g * it->q_head_stride, kt, it->k_pos_stride, n, head_dim, it->scale, s);
-                const float alpha = softmax_tile(s, n, &m[g], &l[g]);
-                pv_tile(it->acc + (int64_t)g * head_dim, alpha, s, vt, it->v_pos_stride, n, head_dim);
+            for (int r = 0; r < rows; r++) {
+                const int row_in_block = it->lengths[r] - blk * bs < bs ? it->lengths[r] - blk * bs : bs;
+                const int n = row_in_block - t0 < TILE ? row_in_block - t0 : TILE;
+                for (int g = 0; n > 0 && g < group; g++) {
+                    const int rg = r * group + g;
+                    qk_tile(it->q + r * it->q_seq_stride + g * it->q_head_stride, kt, it->k_pos_stride, n,
+                            head_dim, it->scale, s);
+                    const float alpha = softmax_tile(s, n, &m[rg], &l[rg]);
+                    pv_tile(it->acc + (int64_t)rg * head_dim, alpha, s, vt, it->v_pos_stride, n, head_dim);
+                }
             }
         }
     }
-    for (int g = 0; g < group; g++) {
-        float *o = it->out + g * it->out_head_stride;
-        const float *a = it->acc + (int64_t)g * head_dim;
-        const float inv = length > 0 ? 1.0f / l[g] : 0.0f;
-        for (int d = 0; d < head_dim; d++) o[d] = a[d] * inv;
+    for (int r = 0; r < rows; r++) {
+        for (int g = 0; g < group; g++) {
+            const int rg = r * group + g;
+            float *o = it->out + r * it->out_seq_stride + g * it->out_head_stride;
+            const float *a = it->acc + (int64_t)rg * head_dim;
+            const float inv = it->lengths[r] > 0 ? 1.0f / l[rg] : 0.0f;
+            for (int d = 0; d < head_dim; d++) o[d] = a[d] * inv;
+        }
     }
+}
+
+/* A row's length and block ids are inside the cache (it is never read otherwise). */
+static int row_ok(const int32_t *table, int length, int table_width, int block_size, int num_blocks) {
+    if (length < 0 || length > (int64_t)table_width * block_size) return 0;
+    for (int j = 0; (int64_t)j * block_size < length; j++)
+        if (table[j] < 0 || table[j] >= num_blocks) return 0;
+    return 1;
+}
+
+/* Splits the rows into runs: consecutive rows whose lengths do not decrease and whose
+ * block tables agree on every block the shorter one reads (a speculative proposal's
+ * verify rows: one sequence at successive positions). starts[i] is the first row of
+ * run i, starts[runs] = num_seqs; a bad row (bad[b] set) is a run of its own. */
+static int find_runs(const int32_t *block_tables, int64_t table_stride, int table_width,
+                     const int32_t *context_lens, int num_seqs, int block_size, int num_blocks,
+                     int *starts, char *bad) {
+    int runs = 0;
+    for (int b = 0; b < num_seqs; b++) {
+        const int32_t *table = block_tables + (int64_t)b * table_stride;
+        bad[b] = !row_ok(table, context_lens[b], table_width, block_size, num_blocks);
+        int joins = b > 0 && !bad[b] && !bad[b - 1] && b - starts[runs - 1] < RUN_MAX &&
+                    context_lens[b] >= context_lens[b - 1];
+        if (joins) {
+            const int used = (context_lens[b - 1] + block_size - 1) / block_size;
+            joins = !memcmp(table - table_stride, table, sizeof(int32_t) * (size_t)used);
+        }
+        if (!joins) starts[runs++] = b;
+    }
+    starts[runs] = num_seqs;
+    return runs;
 }
 
 /* Returns 0 on success, 1 on bad sizes, 2 if out of memory, 3 if a length exceeds its
@@ -200,9 +247,19 @@ int paged_decode_attention_f32(const float *query, int64_t q_seq_stride, int64_t
                                int64_t out_head_stride, int num_seqs, int q_heads, int kv_heads,
                                int head_dim, int block_size, float scale, int num_threads) {
     if (kv_heads <= 0 || q_heads % kv_heads != 0 || block_size <= 0 || head_dim <= 0) return 1;
+    if (num_seqs <= 0) return 0;
     const int group = q_heads / kv_heads;
-    const int64_t items = (int64_t)num_seqs * kv_heads;
-    const size_t acc_floats = (size_t)group * (size_t)head_dim;
+    int *starts = malloc(sizeof(int) * ((size_t)num_seqs + 1) + (size_t)num_seqs);
+    if (!starts) return 2;
+    char *bad = (char *)(starts + num_seqs + 1);
+    const int runs = find_runs(block_tables, table_stride, table_width, context_lens, num_seqs,
+                               block_size, num_blocks, starts, bad);
+    /* A run is cut into `pieces` when there are too few work items to keep every thread
+     * busy (one sequence verifying a proposal): each piece reads the K/V once. */
+    const int64_t target = 2 * (int64_t)(num_threads > 1 ? num_threads : 1);
+    int pieces = (int)((target + (int64_t)runs * kv_heads - 1) / ((int64_t)runs * kv_heads));
+    const int64_t items = (int64_t)runs * pieces * kv_heads;
+    const size_t acc_floats = (size_t)RUN_MAX * (size_t)group * (size_t)head_dim;
     int failed = 0;
 
 #pragma omp parallel num_threads(num_threads) if (num_threads > 1 && items > 1)
@@ -215,20 +272,20 @@ int paged_decode_attention_f32(const float *query, int64_t q_seq_stride, int64_t
 #pragma omp for schedule(dynamic, 1)
         for (int64_t i = 0; i < items; i++) {
             if (acc == NULL) continue;
-            const int b = (int)(i / kv_heads), h = (int)(i % kv_heads);
-            const int length = context_lens[b];
-            const int32_t *table = block_tables + (int64_t)b * table_stride;
-            /* Never read outside the cache: a bad length or block id fails the call. */
-            int bad = length < 0 || length > (int64_t)table_width * block_size;
-            for (int j = 0; !bad && (int64_t)j * block_size < length; j++)
-                bad = table[j] < 0 || table[j] >= num_blocks;
-            if (bad) {
+            const int run = (int)(i / ((int64_t)pieces * kv_heads));
+            const int piece = (int)(i / kv_heads % pieces), h = (int)(i % kv_heads);
+            const int size = starts[run + 1] - starts[run];
+            const int b = starts[run] + (int)((int64_t)size * piece / pieces);
+            const int rows = starts[run] + (int)((int64_t)size * (piece + 1) / pieces) - b;
+            if (rows <= 0) continue;
+            if (bad[b]) { /* never read outside the cache: a bad length or block id fails the call */
 #pragma omp atomic write
                 failed = 3;
                 continue;
             }
             const struct item it = {
                 .q = query + (int64_t)b * q_seq_stride + (int64_t)h * group * q_head_stride,
+                .q_seq_stride = q_seq_stride,
                 .q_head_stride = q_head_stride,
                 .k = k_cache + (int64_t)h * k_head_stride,
                 .v = v_cache + (int64_t)h * v_head_stride,
@@ -236,12 +293,14 @@ int paged_decode_attention_f32(const float *query, int64_t q_seq_stride, int64_t
                 .k_pos_stride = k_pos_stride,
                 .v_block_stride = v_block_stride,
                 .v_pos_stride = v_pos_stride,
-                .table = table,
-                .length = length,
+                .table = block_tables + (int64_t)(b + rows - 1) * table_stride,
+                .lengths = context_lens + b,
+                .rows = rows,
                 .block_size = block_size,
                 .group = group,
                 .scale = scale,
                 .out = out + (int64_t)b * out_seq_stride + (int64_t)h * group * out_head_stride,
+                .out_seq_stride = out_seq_stride,
                 .out_head_stride = out_head_stride,
                 .acc = acc,
             };
@@ -254,5 +313,6 @@ int paged_decode_attention_f32(const float *query, int64_t q_seq_stride, int64_t
         }
         free(acc);
     }
+    free(starts);
     return failed;
 }

@@ -33,6 +33,7 @@ GROUP_BYTES = {"q8": 64 + 32 * 16, "q8s": 64 + 16 * 16, "q4": 128 + 32 * 8}
 
 _SYMBOL = "quant_linear_f32"
 _ROWS_SYMBOL = "quant_rows_f32"
+_ROW_INDEPENDENT_SYMBOL = "quant_linear_row_independent_max"
 
 
 @dataclass
@@ -169,10 +170,18 @@ def _declare(lib: ctypes.CDLL) -> None:
     rows = getattr(lib, _ROWS_SYMBOL)
     rows.argtypes = [ptr, i32, i64, i64, ptr, i64, ptr]
     rows.restype = i32
+    getattr(lib, _ROW_INDEPENDENT_SYMBOL).restype = i64
 
 
 def available() -> bool:
     return cpu_build.load_library("quant_linear", _declare) is not None
+
+
+def row_independent_max() -> int:
+    """Up to this many rows, ``linear`` gives each row the bits it gets alone: a row's
+    result does not depend on the batch beside it (with AVX-512, any number of rows)."""
+    lib = cpu_build.require("quant_linear", _declare)
+    return int(getattr(lib, _ROW_INDEPENDENT_SYMBOL)())
 
 
 def check_packed(packed: PackedQuant, name: str = "packed") -> None:

@@ -25,11 +25,14 @@
  * 8-float vectors the fp32 micro-kernel (as in linear.c) multiplies.
  *
  * How:
- * - up to MR rows (decode-sized): one tile per panel de-quantizes each k step in
- *   registers and feeds all its rows; every block is read from memory once.
- * - more rows (batched decode, prefill): each panel is de-quantized once into a
- *   per-thread fp32 buffer (K x 16 floats, L2-sized) and the fp32 micro-kernel runs
- *   every row tile of the row block over it.
+ * - with AVX-512 (Zen 4/5, recent Xeons), any number of rows: tiles of up to MR_WIDE
+ *   rows de-quantize each k step of a panel in registers and feed all their rows; the
+ *   panel comes from memory once, for the first tile, and from L1 for the others.
+ *   Every row's sums run in the same order whatever the row count, so a row's output
+ *   does not depend on the rows beside it (a verified proposal matches plain decoding).
+ * - without: up to MR rows the same in 8-float tiles; more rows (batched decode,
+ *   prefill) de-quantize each panel once into a per-thread fp32 buffer (K x 16
+ *   floats, L2-sized) and the fp32 micro-kernel runs every row tile over it.
  * - silu_pairs: SwiGLU's gate and up rows interleaved 8 by 8 (each panel = 8 gate + 8
  *   up features); the tile writes silu(gate) * up to 8 outputs, so neither product goes
  *   to memory.
@@ -169,24 +172,17 @@ static inline __attribute__((always_inline)) void tile_quant(int mr, int fmt, co
 
 #if defined(__AVX512F__) && defined(__AVX512DQ__)
 /* The small-M tiles again with 16-float vectors, where the CPU has them: a register
- * holds two k steps of a Q4 panel (outputs 0-7 or 8-15 of steps k and k + 1, as the
- * 16 packed bytes widen) or one k step of a Q8 panel, so each instruction does twice
- * the work. Each weight is still de-quantized as scale * q (+ offset) before it is
- * multiplied; the row sums are split in two halves (even and odd k) that are added at
- * the end, a different order of the same fp32 additions. */
+ * holds one k step of a panel (all 16 outputs), and 32 registers leave room for
+ * MR_WIDE rows. Each weight is still de-quantized as scale * q (+ offset) before it is
+ * multiplied, and each x element is broadcast straight from memory into its FMA; the
+ * row sums are split in two halves (even and odd k) that are added at the end, a
+ * different order of the same fp32 additions, the same in every tile size. */
+#define MR_WIDE 12
 typedef float v16f __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 
 static inline v16f load16(const float *p) { return (v16f)_mm512_loadu_ps(p); }
 static inline v16f splat16(float x) { return (v16f)_mm512_set1_ps(x); }
-/* [p0..p7, p0..p7] */
-static inline v16f twice8(const float *p) { return (v16f)_mm512_broadcast_f32x8(_mm256_loadu_ps(p)); }
-/* [x0 x 8, x1 x 8] */
-static inline v16f pair_x(const float *x) {
-    const __m512i halves = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-    const __m128 two = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)x));
-    return (v16f)_mm512_permutexvar_ps(halves, _mm512_castps128_ps512(two));
-}
 static inline v8f low8(v16f v) { return (v8f)_mm512_castps512_ps256((__m512)v); }
 static inline v8f high8(v16f v) { return (v8f)_mm512_extractf32x8_ps((__m512)v, 1); }
 
@@ -195,27 +191,32 @@ static inline __attribute__((always_inline)) void tile_q4_wide(int mr, const flo
                                                                const float *bias16, float *y,
                                                                int64_t ys, int nr, int silu,
                                                                int64_t ahead) {
-    v16f lo[MR], hi[MR]; /* lanes 0-7: even k, 8-15: odd k */
-    for (int i = 0; i < mr; i++) lo[i] = hi[i] = splat16(0.0f);
+    v16f even[MR_WIDE], odd[MR_WIDE]; /* all 16 outputs, over even and odd k */
+    for (int i = 0; i < mr; i++) even[i] = odd[i] = splat16(0.0f);
     for (int64_t k0 = 0; k0 < K; k0 += 32) {
         const uint8_t *g = panel + (k0 / 32) * group_bytes(FMT_Q4);
         if (ahead) prefetch_group(g + ahead, group_bytes(FMT_Q4));
         const float *sc = (const float *)g;
-        const v16f s0 = twice8(sc), s1 = twice8(sc + 8), o0 = twice8(sc + 16), o1 = twice8(sc + 24);
+        const v16f s = load16(sc), o = load16(sc + 16);
         for (int k = 0; k < 32; k += 2) {
-            const v16i b = (v16i)_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(g + 128 + k * 8)));
-            const v16f wl = s0 * __builtin_convertvector(b & 15, v16f) + o0;
-            const v16f wh = s1 * __builtin_convertvector(b >> 4, v16f) + o1;
+            /* 16 bytes = steps k and k + 1; their low nibbles are outputs 0-7, high 8-15. */
+            const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(g + 128 + k * 8)));
+            const __m512i lo = (__m512i)((v16i)b & 15), hi = (__m512i)((v16i)b >> 4);
+            const v16i qe = (v16i)_mm512_shuffle_i32x4(lo, hi, 0x44); /* step k, outputs 0-15 */
+            const v16i qo = (v16i)_mm512_shuffle_i32x4(lo, hi, 0xEE); /* step k + 1 */
+            const v16f we = s * __builtin_convertvector(qe, v16f) + o;
+            const v16f wo = s * __builtin_convertvector(qo, v16f) + o;
             for (int i = 0; i < mr; i++) {
-                const v16f xv = pair_x(x + i * xs + k0 + k);
-                lo[i] += xv * wl;
-                hi[i] += xv * wh;
+                even[i] += splat16(x[i * xs + k0 + k]) * we;
+                odd[i] += splat16(x[i * xs + k0 + k + 1]) * wo;
             }
         }
     }
     const v8f b0 = load8(bias16), b1 = load8(bias16 + 8);
-    for (int i = 0; i < mr; i++)
-        store_row(y + i * ys, (low8(lo[i]) + high8(lo[i])) + b0, (low8(hi[i]) + high8(hi[i])) + b1, nr, silu);
+    for (int i = 0; i < mr; i++) {
+        const v16f sum = even[i] + odd[i];
+        store_row(y + i * ys, low8(sum) + b0, high8(sum) + b1, nr, silu);
+    }
 }
 
 static inline __attribute__((always_inline)) void tile_q8_wide(int mr, int fmt, const float *x,
@@ -225,7 +226,7 @@ static inline __attribute__((always_inline)) void tile_q8_wide(int mr, int fmt, 
                                                                int silu, int64_t ahead) {
     const int G = group_size(fmt);
     const int64_t gb = group_bytes(fmt);
-    v16f even[MR], odd[MR]; /* all 16 outputs, over even and odd k */
+    v16f even[MR_WIDE], odd[MR_WIDE]; /* all 16 outputs, over even and odd k */
     for (int i = 0; i < mr; i++) even[i] = odd[i] = splat16(0.0f);
     for (int64_t k0 = 0; k0 < K; k0 += G) {
         const uint8_t *g = panel + (k0 / G) * gb;
@@ -294,28 +295,63 @@ static void dequant_panel(int fmt, const uint8_t *panel, int64_t K, float *out) 
 #define QUANT_TILE(mr, xr, yr)                                                                 \
     (FMT == FMT_Q4 ? tile_q4_wide(mr, xr, xs, panel, K, bias16, yr, ys, nr, silu, ahead)      \
                    : tile_q8_wide(mr, FMT, xr, xs, panel, K, bias16, yr, ys, nr, silu, ahead))
+/* Every row count stays in registers here: the panel (a few KiB) is read from memory
+ * by the first row tile and from L1 by the others, which de-quantize it again, and
+ * their 16-float FMAs still beat the buffered path's 8-float ones (1.7-2x at 32-96
+ * rows on Zen 5, benchmarks/bench_cpu_linear.py shapes). */
+#define SMALL_M_MAX INT64_MAX
+/* TILE over `rows` rows in the fewest tiles of at most MR_WIDE rows, of near-equal
+ * heights; only the first tile prefetches the panels ahead. */
+#define FOR_ROW_TILES_WIDE(rows, x, xs, y, ys, TILE)                                       \
+    do {                                                                                   \
+        const int64_t tiles_ = ((rows) + MR_WIDE - 1) / MR_WIDE;                           \
+        int64_t m_ = 0;                                                                    \
+        for (int64_t t_ = 0; t_ < tiles_; t_++, ahead = 0) {                               \
+            const int h_ = (int)(((rows) - m_) / (tiles_ - t_));                           \
+            const float *x_ = (x) + m_ * (xs);                                             \
+            float *y_ = (y) + m_ * (ys);                                                   \
+            m_ += h_;                                                                      \
+            switch (h_) {                                                                  \
+            case 12: TILE(12, x_, y_); break;                                              \
+            case 11: TILE(11, x_, y_); break;                                              \
+            case 10: TILE(10, x_, y_); break;                                              \
+            case 9: TILE(9, x_, y_); break;                                                \
+            case 8: TILE(8, x_, y_); break;                                                \
+            case 7: TILE(7, x_, y_); break;                                                \
+            case 6: TILE(6, x_, y_); break;                                                \
+            case 5: TILE(5, x_, y_); break;                                                \
+            case 4: TILE(4, x_, y_); break;                                                \
+            case 3: TILE(3, x_, y_); break;                                                \
+            case 2: TILE(2, x_, y_); break;                                                \
+            default: TILE(1, x_, y_); break;                                               \
+            }                                                                              \
+        }                                                                                  \
+    } while (0)
+#define SMALL_M_TILES FOR_ROW_TILES_WIDE
 #else
 #define QUANT_TILE(mr, xr, yr) tile_quant(mr, FMT, xr, xs, panel, K, bias16, yr, ys, nr, silu, ahead)
+#define SMALL_M_MAX MR
+#define SMALL_M_TILES FOR_ROW_TILES
 #endif
 #define FMT FMT_Q8
 static void rows_q8(const float *x, int64_t xs, const uint8_t *panel, int64_t K,
                     const float *bias16, float *y, int64_t ys, int64_t rows, int nr, int silu,
                     int64_t ahead) {
-    FOR_ROW_TILES(rows, x, xs, y, ys, QUANT_TILE);
+    SMALL_M_TILES(rows, x, xs, y, ys, QUANT_TILE);
 }
 #undef FMT
 #define FMT FMT_Q8S
 static void rows_q8s(const float *x, int64_t xs, const uint8_t *panel, int64_t K,
                      const float *bias16, float *y, int64_t ys, int64_t rows, int nr, int silu,
                     int64_t ahead) {
-    FOR_ROW_TILES(rows, x, xs, y, ys, QUANT_TILE);
+    SMALL_M_TILES(rows, x, xs, y, ys, QUANT_TILE);
 }
 #undef FMT
 #define FMT FMT_Q4
 static void rows_q4(const float *x, int64_t xs, const uint8_t *panel, int64_t K,
                     const float *bias16, float *y, int64_t ys, int64_t rows, int nr, int silu,
                     int64_t ahead) {
-    FOR_ROW_TILES(rows, x, xs, y, ys, QUANT_TILE);
+    SMALL_M_TILES(rows, x, xs, y, ys, QUANT_TILE);
 }
 #undef FMT
 #undef QUANT_TILE
@@ -359,7 +395,7 @@ int quant_linear_f32(const float *x, int64_t xs, const uint8_t *wq, int fmt, con
     const int64_t panel_bytes = (K / G) * group_bytes(fmt);
     int64_t block = ROW_BLOCK_BYTES / (K * (int64_t)sizeof(float)) / MR * MR;
     if (block < MR) block = MR;
-    const int buffered = M > MR;
+    const int buffered = M > SMALL_M_MAX;
     int failed = 0;
 #pragma omp parallel num_threads(num_threads) reduction(| : failed)
     {
@@ -396,6 +432,10 @@ int quant_linear_f32(const float *x, int64_t xs, const uint8_t *wq, int fmt, con
     }
     return failed ? 2 : 0;
 }
+
+/* The most rows of one call whose every output row has the bits that row alone would
+ * get (the register tiles; the buffered path sums in another order). */
+int64_t quant_linear_row_independent_max(void) { return SMALL_M_MAX; }
 
 /* out [n_ids, K] = the de-quantized weight rows ids[i] (the embedding lookup: only the
  * rows asked for). Returns 0, 1 for a bad shape or format, 3 for an id out of range. */

@@ -27,9 +27,17 @@ class GreedyDraft:
         self.hf = hf
 
     def propose_batch(self, seqs: list[Sequence], limits: list[int]) -> list[list[int]]:
-        with torch.no_grad():
-            logits = self.hf(torch.tensor([s.token_ids for s in seqs])).logits[:, -1]
-        first = logits.argmax(-1).tolist()
+        # One batch per length: a step can hold a sequence whose cached prompt left only
+        # its last token to run (a decode-shaped row, one token shorter than the others).
+        by_length: dict[int, list[int]] = {}
+        for i, seq in enumerate(seqs):
+            by_length.setdefault(seq.num_tokens, []).append(i)
+        first = [0] * len(seqs)
+        for rows in by_length.values():
+            with torch.no_grad():
+                logits = self.hf(torch.tensor([seqs[i].token_ids for i in rows])).logits[:, -1]
+            for i, token in zip(rows, logits.argmax(-1).tolist(), strict=True):
+                first[i] = token
         return [[t][:limit] for t, limit in zip(first, limits, strict=True)]
 
     def verified(self, seq: Sequence, draft: list[int], accepted: int) -> None:

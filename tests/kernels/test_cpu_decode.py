@@ -106,6 +106,40 @@ def test_results_do_not_depend_on_the_thread_count() -> None:
     assert torch.equal(one, many)  # each (sequence, kv head) is computed whole by one thread
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_successive_positions_of_one_sequence_get_the_bits_each_gets_alone(threads: int) -> None:
+    # A verify step's rows: one block table, lengths p + 1 .. p + R, read as one run.
+    batch = cpu_batch([100], block_size=16, q_heads=9, kv_heads=3, head_dim=64, seed=5)
+    rows = 20  # more than one work item's rows
+    lengths = torch.arange(100 - rows + 1, 101, dtype=batch.context_lens.dtype)
+    query = torch.randn(rows, 9, 64, generator=torch.Generator().manual_seed(5))
+    tables = batch.block_tables[:1].expand(rows, -1).contiguous()
+    saved = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        together = cpu_decode.paged_decode_attention_cpu(
+            query, batch.k_cache, batch.v_cache, tables, lengths, batch.scale
+        )
+        alone = torch.cat(
+            [
+                cpu_decode.paged_decode_attention_cpu(
+                    query[r : r + 1],
+                    batch.k_cache,
+                    batch.v_cache,
+                    tables[:1],
+                    lengths[r : r + 1],
+                    batch.scale,
+                )
+                for r in range(rows)
+            ]
+        )
+    finally:
+        torch.set_num_threads(saved)
+    assert torch.equal(together, alone)
+    expected = reference(dataclasses.replace(batch, query=query[-1:]))
+    assert max_err(together[-1:], expected) <= ATOL
+
+
 def test_strided_query_is_accepted() -> None:
     batch = cpu_batch([3, 70, 18], block_size=16, q_heads=4, kv_heads=2, head_dim=64, seed=4)
     wide = torch.randn(3, 4, 2 * 64)

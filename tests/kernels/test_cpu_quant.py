@@ -86,10 +86,12 @@ def assert_fp32_close(out: torch.Tensor, ref: torch.Tensor, x: torch.Tensor, w: 
     assert ((out - ref).abs() <= bound).all(), (out - ref).abs().max()
 
 
-# Rows around the 6-row register tile and the buffered path; outputs not a multiple of 16.
+# Rows around the register tiles (6 rows; 12 with AVX-512, several tiles over a panel
+# above) and the buffered path; outputs not a multiple of 16.
 @pytest.mark.parametrize("type_name", TYPES)
 @pytest.mark.parametrize(
-    ("rows", "outputs", "inner"), [(1, 37, 256), (5, 40, 512), (7, 23, 768), (301, 50, 256)]
+    ("rows", "outputs", "inner"),
+    [(1, 37, 256), (5, 40, 512), (7, 23, 768), (12, 48, 256), (13, 20, 512), (25, 33, 256), (301, 50, 256)],
 )
 def test_quant_linear_matches_f_linear(type_name: str, rows: int, outputs: int, inner: int) -> None:
     raw = random_blocks(type_name, outputs, inner, seed=rows + outputs)
@@ -102,7 +104,20 @@ def test_quant_linear_matches_f_linear(type_name: str, rows: int, outputs: int, 
     assert_fp32_close(out, reference(x, w, bias), x, w)
 
 
-@pytest.mark.parametrize("rows", [1, 6, 13])
+@pytest.mark.parametrize("type_name", TYPES)
+def test_a_rows_output_does_not_depend_on_the_rows_beside_it(type_name: str) -> None:
+    # What keeps a verified speculative proposal's logits those of plain decoding.
+    packed = cpu_quant.pack(parse_gguf_blocks(type_name, random_blocks(type_name, 40, 512, 5), (40, 512)))
+    x = torch.randn(30, 512, generator=torch.Generator().manual_seed(5))
+    bias = torch.randn(40, generator=torch.Generator().manual_seed(6))
+    alone = torch.cat([cpu_quant.linear(x[i : i + 1], packed, bias) for i in range(len(x))])
+    limit = cpu_quant.row_independent_max()
+    assert limit >= 6
+    for rows in range(2, min(limit, len(x)) + 1):
+        assert torch.equal(cpu_quant.linear(x[:rows], packed, bias), alone[:rows]), rows
+
+
+@pytest.mark.parametrize("rows", [1, 6, 13, 30])
 def test_fused_gate_up_silu(rows: int) -> None:
     gate_raw, up_raw = random_blocks("Q4_1", 24, 256, 1), random_blocks("Q4_1", 24, 256, 2)
     gate = parse_gguf_blocks("Q4_1", gate_raw, (24, 256))
