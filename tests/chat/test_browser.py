@@ -1,4 +1,4 @@
-"""The whole chat flow in Debian's Chromium against a live Daphne server (tiny model).
+"""The whole chat flow in Debian's Chromium against a live Daphne server (tiny model, slowed).
 
 Screenshots of the desktop (1280 px) and phone (390 px) layouts go to test-artifacts/.
 """
@@ -25,9 +25,20 @@ PASSWORD = "correct-horse-battery-9"
 
 
 @pytest.fixture(scope="module")
-def site(live_site):
-    assert httpx.get(f"{live_site.url}/static/js/chat/main.js", timeout=10).status_code == 200
-    return live_site
+def site(django_db_setup, django_db_blocker, tiny_model_dir, tmp_path_factory):
+    """A site whose forward passes take at least 10 ms each: the tiny model alone finishes a
+    1,500-token answer before the walk reaches its Stop button."""
+    from tests.live_site import start_live_site, stop_live_site
+
+    live = start_live_site(
+        tiny_model_dir,
+        tmp_path_factory.mktemp("browser-site"),
+        ENGINE_LOADER="tests.support.slow_model.slow_tiny_model",
+        SLOW_MODEL_STEP_SECONDS="0.01",
+    )
+    assert httpx.get(f"{live.url}/static/js/chat/main.js", timeout=10).status_code == 200
+    yield live
+    stop_live_site(live)
 
 
 @pytest.fixture
