@@ -16,9 +16,7 @@ speculation forced on at every batch size, to show where it stops paying (the en
 ``--cpu-time`` times the decode by the process's CPU time instead of the wall clock: with
 ``--threads 1`` on a shared machine, time spent waiting for a core then does not count.
 
-llama.cpp's lookup decoding is not compared here: the llama.cpp peer of
-``bench_vs_llamacpp.py`` is optional and not installed on the machine these figures
-came from.
+llama.cpp's own prompt lookup on the same GGUF and prompts: ``bench_spec_llamacpp.py``.
 """
 
 from __future__ import annotations
