@@ -11,8 +11,9 @@ websocket (one conversation per stream), it reports:
   database thread pool, the channel layer, ...), read from /proc/<pid>/task/<tid>/stat;
 - tokens/s (wall clock, all streams);
 - p50 and p99 delay from a token's sampling (the model's ``compute_logits`` in its step) to
-  its arrival in the client, on the same monotonic clock: an upper bound for the delay to
-  its write on the socket, as it includes the client's own lag.
+  its write on the socket (Daphne handing the SSE body or the websocket frame to its
+  transport, recorded in the server) and to its arrival in the client, on the same
+  monotonic clock (the arrival also includes the client's own lag).
 
 The client runs in a process of its own (``benchmarks.serving_client``). On a shared machine
 the CPU time per token is robust, the wall-clock figures are not.
@@ -148,6 +149,18 @@ def token_delays(streams: list[dict[str, Any]], trace: dict[str, Any], key: str)
     return delays, violations
 
 
+def server_writes(streams: list[dict[str, Any]], trace: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    """This run's streams as the server wrote them: (time written, tokens) per stream."""
+    writes = trace.get("writes", {})
+    out = []
+    for stream in streams:
+        ident = stream.get(key)
+        found = writes.get(ident if key == "request_id" else f"ws:{ident}")
+        if found:
+            out.append({key: ident, "arrivals": found})
+    return out
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -189,6 +202,7 @@ def run_one(site, client: Client, job: dict[str, Any], trace_dir: Path, engine_t
     expected = job["streams"] * job["tokens"]
     key = "request_id" if job["transport"] == "sse" else "message_id"
     delays, violations = token_delays(streams, trace, key)
+    writes, _ = token_delays(server_writes(streams, trace, key), trace, key)
     us = 1e6 / max(tokens, 1)
     return {
         "transport": job["transport"],
@@ -201,6 +215,8 @@ def run_one(site, client: Client, job: dict[str, Any], trace_dir: Path, engine_t
         "us_per_token_other": other_s * us,
         "tokens_per_s": tokens / result["wall_s"],
         "wall_s": result["wall_s"],
+        "write_p50_ms": percentile(writes, 0.5) * 1000,
+        "write_p99_ms": percentile(writes, 0.99) * 1000,
         "delay_p50_ms": percentile(delays, 0.5) * 1000,
         "delay_p99_ms": percentile(delays, 0.99) * 1000,
         "delay_violations": violations,
@@ -213,7 +229,8 @@ def print_row(row: dict[str, Any]) -> None:
         f"  {row['transport']:>3} N={row['streams']:>5}: {row['us_per_token']:7.1f} µs/token "
         f"(loop {row['us_per_token_loop']:6.1f}, engine {row['us_per_token_engine']:6.1f}, "
         f"other {row['us_per_token_other']:5.1f}); {row['tokens_per_s']:8.0f} tok/s; "
-        f"sampling->client p50 {row['delay_p50_ms']:6.1f} ms, p99 {row['delay_p99_ms']:6.1f} ms; "
+        f"sampling->socket write p50 {row['write_p50_ms']:5.1f} ms, p99 {row['write_p99_ms']:6.1f} ms; "
+        f"->client p50 {row['delay_p50_ms']:6.1f} ms, p99 {row['delay_p99_ms']:6.1f} ms; "
         f"{row['tokens']}/{row['tokens_expected']} tokens in {row['events']} events"
         + (f"; {row['delay_violations']} untimed" if row["delay_violations"] else ""),
         flush=True,

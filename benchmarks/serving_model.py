@@ -10,8 +10,11 @@ bandwidth, not the serving path.
 Tracing, for the benchmark's latency figure (no change to the engine): the model records the
 engine thread's id and the time of every step's sampling (``compute_logits``); the wrapped
 ``EngineMetrics.observe_finished`` (once per request) records when each request's first token
-was sampled. ``BENCH_SERVING_TRACE`` names a directory; whenever the benchmark creates
-``dump-request`` there, a small thread writes ``trace.json`` (and removes the request).
+was sampled; the wrapped Daphne ``handle_reply`` of HTTP responses and websockets records,
+after each write of an SSE body or a chat delta to its transport, the time and the number of
+words in it, per request id (SSE) or message id (websocket): the server-side end of the
+token-to-socket delay. ``BENCH_SERVING_TRACE`` names a directory; whenever the benchmark
+creates ``dump-request`` there, a small thread writes ``trace.json`` (and removes the request).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import threading
 import time
 from pathlib import Path
@@ -32,6 +36,9 @@ LOGITS_WIDTH = 512  # the word's id (260) lies inside
 _steps: list[float] = []  # monotonic time of each step's sampling
 _first_tokens: dict[str, float] = {}  # request id -> monotonic time its first token was sampled
 _threads: dict[str, int] = {}
+_writes: dict[str, list[tuple[float, int]]] = {}  # stream key -> (time written, words)
+SSE_ID = re.compile(rb'"id":\s*"([^"]+)"')
+DELTA_ID = re.compile(r'"type":\s*"delta".*?"message_id":\s*(\d+)|"message_id":\s*(\d+).*?"type":\s*"delta"')
 
 
 def repeat_word_model() -> tuple[Any, Any, Any]:
@@ -59,6 +66,7 @@ def repeat_word_model() -> tuple[Any, Any, Any]:
 
     model = RepeatWordModel(config, {}, tokenizer.eos_token_ids[0])
     _trace_first_tokens()
+    _trace_writes()
     trace_dir = os.environ.get("BENCH_SERVING_TRACE")
     if trace_dir:
         threading.Thread(target=_dump_on_request, args=(Path(trace_dir),), daemon=True).start()
@@ -78,6 +86,34 @@ def _trace_first_tokens() -> None:
     EngineMetrics.observe_finished = observe_finished  # type: ignore[method-assign]
 
 
+def _trace_writes() -> None:
+    from daphne.http_protocol import WebRequest
+    from daphne.ws_protocol import WebSocketProtocol
+
+    http_reply, ws_reply = WebRequest.handle_reply, WebSocketProtocol.handle_reply
+    word_bytes = WORD.encode()
+
+    def http_handle_reply(self: Any, message: dict) -> None:
+        http_reply(self, message)
+        body = message.get("body") if message.get("type") == "http.response.body" else None
+        count = body.count(word_bytes) if body else 0
+        if count:
+            found = SSE_ID.search(body)
+            if found:
+                _writes.setdefault(found.group(1).decode(), []).append((time.monotonic(), count))
+
+    def ws_handle_reply(self: Any, message: dict) -> None:
+        ws_reply(self, message)
+        text = message.get("text") if message.get("type") == "websocket.send" else None
+        found = DELTA_ID.search(text) if text and '"delta"' in text else None
+        if found:
+            key = f"ws:{found.group(1) or found.group(2)}"
+            _writes.setdefault(key, []).append((time.monotonic(), text.count(WORD)))
+
+    WebRequest.handle_reply = http_handle_reply  # type: ignore[method-assign]
+    WebSocketProtocol.handle_reply = ws_handle_reply  # type: ignore[method-assign]
+
+
 def _dump_on_request(trace_dir: Path) -> None:
     request = trace_dir / "dump-request"
     while True:
@@ -85,6 +121,7 @@ def _dump_on_request(trace_dir: Path) -> None:
         if not request.exists():
             continue
         body = {"threads": dict(_threads), "steps": list(_steps), "first_tokens": dict(_first_tokens)}
+        body["writes"] = {key: list(writes) for key, writes in list(_writes.items())}
         body["names"] = {t.native_id: t.name for t in threading.enumerate()}
         tmp = trace_dir / "trace.json.tmp"
         tmp.write_text(json.dumps(body))
