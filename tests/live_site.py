@@ -86,6 +86,17 @@ def start_live_site(model_dir: Path, log_dir: Path, **extra_env: str) -> LiveSit
     return wait_until_ready(launch_live_site(model_dir, log_dir, **extra_env))
 
 
+def start_slow_live_site(model_dir: Path, log_dir: Path, step_seconds: float = 0.01) -> LiveSite:
+    """A live site whose every forward pass takes at least ``step_seconds``: the tiny model
+    alone finishes long answers before a test can act on them mid-way."""
+    return start_live_site(
+        model_dir,
+        log_dir,
+        ENGINE_LOADER="tests.support.slow_model.slow_tiny_model",
+        SLOW_MODEL_STEP_SECONDS=str(step_seconds),
+    )
+
+
 def health_details(url: str, timeout: float = 10) -> dict:
     """/healthz's details (the engine's state and stats, the process) for a live site."""
     return httpx.get(f"{url}/healthz", headers=METRICS_AUTH, timeout=timeout).json()["details"]

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from tests.api.conftest import chat, wait_for_rows, wait_for_stats, wait_until_idle
-from tests.live_site import health_details, start_live_site, stop_live_site
+from tests.live_site import health_details, start_slow_live_site, stop_live_site
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -22,12 +22,7 @@ IDLE_WITHIN_S = 3.0
 def live_site(django_db_setup, django_db_blocker, tiny_model_dir, tmp_path_factory):
     """A site whose every forward pass takes at least 10 ms: the tiny model alone can finish
     LONG tokens before the client gives up."""
-    site = start_live_site(
-        tiny_model_dir,
-        tmp_path_factory.mktemp("slow-site"),
-        ENGINE_LOADER="tests.support.slow_model.slow_tiny_model",
-        SLOW_MODEL_STEP_SECONDS="0.01",
-    )
+    site = start_slow_live_site(tiny_model_dir, tmp_path_factory.mktemp("slow-site"))
     yield site
     stop_live_site(site)
 

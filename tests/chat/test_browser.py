@@ -28,14 +28,9 @@ PASSWORD = "correct-horse-battery-9"
 def site(django_db_setup, django_db_blocker, tiny_model_dir, tmp_path_factory):
     """A site whose forward passes take at least 10 ms each: the tiny model alone finishes a
     1,500-token answer before the walk reaches its Stop button."""
-    from tests.live_site import start_live_site, stop_live_site
+    from tests.live_site import start_slow_live_site, stop_live_site
 
-    live = start_live_site(
-        tiny_model_dir,
-        tmp_path_factory.mktemp("browser-site"),
-        ENGINE_LOADER="tests.support.slow_model.slow_tiny_model",
-        SLOW_MODEL_STEP_SECONDS="0.01",
-    )
+    live = start_slow_live_site(tiny_model_dir, tmp_path_factory.mktemp("browser-site"))
     assert httpx.get(f"{live.url}/static/js/chat/main.js", timeout=10).status_code == 200
     yield live
     stop_live_site(live)
