@@ -55,8 +55,9 @@ from conversations.chat.answer_tasks import (
 )
 from conversations.chat.groups import broadcast, conversation_group
 from conversations.chat.prompt_history import answer_prompt
-from conversations.chat.prompts import engine_options
+from conversations.chat.prompts import cache_salt_options, engine_options
 from conversations.chat.reasoning import Reasoning
+from conversations.chat.retention import get_retention
 from conversations.cluster import registry as cluster
 from conversations.models import Message
 from conversations.ops.engine_handle import aget_engine
@@ -87,6 +88,10 @@ class Generation:
     cached_tokens: int = 0
     dropped: int = 0
     fingerprint: str = ""  # the tokenizer's, stored with the answer's ids
+    # The prompt's ids where the next turn's prompt starts with them and then the answer's
+    # (see ``_next_turn_prefix``), with its cache options: for KV retention.
+    prompt_ids: list[int] | None = None
+    cache_options: dict[str, Any] = field(default_factory=dict)
     task: asyncio.Task | None = None
     grace_handle: asyncio.TimerHandle | None = None
     engine: Any = None
@@ -324,6 +329,9 @@ class GenerationManager:
             separate_reasoning=True,
         )
         gen.prompt_tokens, gen.dropped = len(plan.token_ids), plan.dropped
+        if plan.exact and not plan.dropped:
+            gen.prompt_ids = plan.token_ids
+        gen.cache_options = cache_salt_options(gen.owner_id, plan.shared_prefix_tokens)
         if plan.user_segment and history:
             await store_user_segment(history[-1]["id"], plan.user_segment, gen.fingerprint)
         owned = await update_message(
@@ -425,6 +433,9 @@ class GenerationManager:
             await relay_piece(gen)
         message = {"id": gen.message_id, "prompt_tokens": gen.prompt_tokens, "context_dropped": gen.dropped}
         message.update(fields)
+        prefix = _next_turn_prefix(gen, status)
+        if prefix:  # before the watchers hear of it: their retention then reads nothing
+            get_retention().answered(gen.conversation_id, gen.message_id, prefix, gen.cache_options)
         self._emit(
             gen.conversation_id,
             {"type": "finished", "conversation_id": gen.conversation_id, "message": message},
@@ -444,6 +455,19 @@ class GenerationManager:
                 gen.conversation_id,
                 {"type": "finished", "conversation_id": gen.conversation_id, "message": stored},
             )
+
+
+def _next_turn_prefix(gen: Generation, status: str) -> list[int]:
+    """The ids the conversation's next prompt starts with, known without rendering it: this
+    answer's prompt and its generated ids (the template renders a stored answer as the
+    generation prompt, the ids and its end of turn). Empty where that does not hold or is
+    not known: no exact prompt, a failed answer, reasoning (left out of later prompts),
+    tools (rendered in the tools' format)."""
+    if gen.prompt_ids is None or not gen.token_ids or status == Message.Status.ERROR:
+        return []
+    if gen.reasoning.text or gen.tools is not None or gen.tool_calls:
+        return []
+    return gen.prompt_ids + gen.token_ids
 
 
 __all__ = ["RELAY_HZ", "STREAM_HEARTBEAT_SECONDS", "Generation", "GenerationManager"]

@@ -106,6 +106,8 @@ class ConversationRetention:
         self.tabs: dict[int, int] = defaultdict(int)
         self.placed: dict[int, str] = {}  # conversation id -> process holding its mark
         self.remote: dict[str, set[int]] = defaultdict(set)  # origin -> conversations marked here
+        # conversation id -> the answer whose own ids made its mark (``answered``)
+        self.marked_by_answer: dict[int, int] = {}
         self._tasks: set[asyncio.Task] = set()
         # One message to an owner at a time, in order: a release sent while its retain is
         # still on the way must not overtake it (that mark would never be released).
@@ -131,12 +133,33 @@ class ConversationRetention:
         self.tabs[conversation_id] -= 1
         if not self.tabs[conversation_id]:
             del self.tabs[conversation_id]
+            self.marked_by_answer.pop(conversation_id, None)
             self._release_at(conversation_id, self.placed.pop(conversation_id, PROCESS_ID))
 
     def on_event(self, conversation_id: int | None, event: dict) -> None:
         """An answer finished in an open conversation: retain the longer history."""
-        if event.get("type") == "finished" and conversation_id in self.tabs:
+        if event.get("type") != "finished" or conversation_id not in self.tabs:
+            return
+        if self.marked_by_answer.get(conversation_id) != event["message"].get("id"):
             self._spawn(self.refresh(conversation_id))
+
+    def answered(self, conversation_id: int, message_id: int, token_ids: list[int], options: dict) -> bool:
+        """An answer generated here finished in a conversation a tab here shows: mark its
+        prompt and answer ids, whose KV this engine has just computed, without reading and
+        rendering the history again (the caller passes them only where they are how the
+        next turn's prompt starts: the template keeps earlier turns, nothing was cut, no
+        reasoning or tool calls to render apart). ``on_event`` then leaves that answer be.
+        False where the mark belongs elsewhere (another process holds the conversation's KV);
+        the history is read for it as before."""
+        if conversation_id not in self.tabs or self.placed.get(conversation_id, PROCESS_ID) != PROCESS_ID:
+            return False
+        engine = _engine()
+        if engine is None:
+            return False
+        engine.retain(retention_key(conversation_id), token_ids, **options)
+        self.placed[conversation_id] = PROCESS_ID
+        self.marked_by_answer[conversation_id] = message_id
+        return True
 
     async def refresh(self, conversation_id: int) -> None:
         """Mark the conversation's history where its KV is (moving the mark if an answer

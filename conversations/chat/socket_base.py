@@ -10,8 +10,10 @@ call, so the hop per event does nothing here but cost both threads.
 
 from __future__ import annotations
 
+import json
 import logging
 
+import orjson
 from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
@@ -22,6 +24,15 @@ log = logging.getLogger(__name__)
 
 
 class JsonSocketConsumer(AsyncJsonWebsocketConsumer):
+    @classmethod
+    async def encode_json(cls, content: dict) -> str:
+        """orjson, several times faster than ``json`` on every streamed delta; its UTF-8
+        output suits a text frame. Anything orjson refuses goes through ``json``."""
+        try:
+            return orjson.dumps(content, option=orjson.OPT_NON_STR_KEYS).decode()
+        except TypeError:
+            return json.dumps(content)
+
     async def dispatch(self, message: dict) -> None:
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:

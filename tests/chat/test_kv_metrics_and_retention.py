@@ -107,7 +107,19 @@ def test_the_live_figures_need_staff(client, make_user):
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("tiny_engine")
-async def test_an_open_conversation_is_retained_until_its_last_tab_closes(make_user, make_conversation):
+async def test_an_open_conversation_is_retained_until_its_last_tab_closes(
+    make_user, make_conversation, monkeypatch
+):
+    from conversations.chat import retention
+
+    reads = []
+    read_history = retention.history_token_ids
+
+    async def counted(conversation_id, engine):
+        reads.append(conversation_id)
+        return await read_history(conversation_id, engine)
+
+    monkeypatch.setattr(retention, "history_token_ids", counted)
     alice = await sync_to_async(make_user)("alice")
     conversation = await sync_to_async(make_conversation)(alice, temperature=0.0, max_tokens=12)
     engine = await aget_engine()
@@ -128,8 +140,12 @@ async def test_an_open_conversation_is_retained_until_its_last_tab_closes(make_u
         type="send", conversation_id=conversation.pk, content="Tell me about lighthouses, please."
     )
     thread, _ = await first.until("thread")
+    await until(lambda: reads)  # the open's own read
+    opened_reads = len(reads)
     await first.finished(thread["messages"][-1]["id"])
     await until(lambda: key in bm._retained_keys)
+    # The answer was generated here: its prompt and answer ids made the mark, no history read.
+    assert len(reads) == opened_reads
     second = await Socket.open(alice)
     await second.send(type="open", conversation_id=conversation.pk)
     await second.until("thread")

@@ -185,12 +185,21 @@ async def test_prompts_are_built_off_the_shared_database_thread(make_user, make_
     await socket.send(type="send", conversation_id=conversation.pk, content="Tell me about fog horns.")
     thread, _ = await socket.until("thread")
     answer, _ = await socket.finished(thread["messages"][-1]["id"])
+    await socket.close()
     key = retention_key(conversation.pk)
-    for _ in range(200):  # the finished answer refreshes the open tab's retention mark
-        if key in engine.engine.block_manager._retained_keys:
+    retained = engine.engine.block_manager._retained_keys
+    for _ in range(200):  # the last tab left: the mark goes
+        if key not in retained:
             break
         await asyncio.sleep(0.05)
-    await socket.close()
+    reopened = await Socket.open(user)  # a tab showing the history renders it for retention
+    await reopened.send(type="open", conversation_id=conversation.pk)
+    await reopened.until("thread")
+    for _ in range(200):
+        if key in retained:
+            break
+        await asyncio.sleep(0.05)
+    await reopened.close()
     assert answer["status"] == "complete"
     assert len(threads) >= 2  # the answer's prompt and the retained history
     assert database_thread not in threads
