@@ -16,7 +16,7 @@ retention's look at the thread.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,10 @@ def first_reach(max_model_len: int) -> int:
 class HistoryRead:
     messages: list[dict]  # oldest first: id, role, content, reasoning, token_ids, TOOL_FIELDS
     earlier: int  # older messages of the path left unread
+    # Of the whole path: answers with tool calls since its last user message, and whether
+    # any message on it has calls (the tool loop's round limit and whether to render tools).
+    tool_rounds: int = 0
+    has_tool_calls: bool = False
 
 
 @dataclass
@@ -77,13 +81,16 @@ def read_history(
     ``fingerprint`` are left out."""
     # An answer that only called tools has no text but is part of the prompt.
     blank = ExpressionWrapper(Q(content="", tool_calls__isnull=True), output_field=BooleanField())
+    calls = ExpressionWrapper(Q(tool_calls__isnull=False), output_field=BooleanField())
+    rows = path_rows(conversation_id, leaf_id, "role", "status", blank, calls)
     path = [
         (pk, role)
-        for pk, role, status, empty in path_rows(conversation_id, leaf_id, "role", "status", blank)
+        for pk, role, status, empty, _ in rows
         if status != Message.Status.ERROR
         and not (empty and role == Message.Role.ASSISTANT)
         and (streaming or status != Message.Status.STREAMING)
     ]
+    rounds, has_calls = tool_rounds((role, called) for _, role, _, _, called in rows)
     messages: list[dict] = []
     tokens, begin = 0, len(path)
     # The stored start, if on the path: a history that fitted takes fewer messages than this.
@@ -99,7 +106,20 @@ def read_history(
         page = [_item(rows[pk], fingerprint) for pk in ids if pk in rows]
         tokens += sum(estimated_tokens(item) for item in page)
         messages[:0] = page
-    return HistoryRead(messages=messages, earlier=begin)
+    return HistoryRead(messages=messages, earlier=begin, tool_rounds=rounds, has_tool_calls=has_calls)
+
+
+def tool_rounds(path: Iterable[tuple[str, bool]]) -> tuple[int, bool]:
+    """``(role, has tool calls)`` of a path, oldest first: the answers with calls since its
+    last user message, and whether any message has calls."""
+    rounds, seen = 0, False
+    for role, called in path:
+        seen = seen or bool(called)
+        if role == Message.Role.USER:
+            rounds = 0
+        elif called:
+            rounds += 1
+    return rounds, seen
 
 
 def _rows(ids: list[int]) -> dict[int, dict]:
@@ -242,13 +262,13 @@ async def answer_prompt(
     message_id: int, engine: Any, tools_for: Callable[..., Awaitable[ToolPrompt | None]] | None = None
 ) -> PlannedPrompt | None:
     """The prompt for the answer ``message_id`` (its history ends with its parent), or
-    None if the answer is gone. ``tools_for(conversation, parent_id, engine)``: the tools
+    None if the answer is gone. ``tools_for(conversation, history, engine)``: the tools
     to render, if any."""
     inputs = await _answer_inputs(message_id, engine.max_model_len, await _fingerprint(engine))
     if inputs is None:
         return None
     conversation, parent_id, first = inputs
-    tools = await tools_for(conversation, parent_id, engine) if tools_for is not None else None
+    tools = await tools_for(conversation, first.history, engine) if tools_for is not None else None
     return await plan_prompt(conversation, parent_id, engine, keep_start=True, tools=tools, first=first)
 
 

@@ -30,8 +30,9 @@ from django.conf import settings
 
 from conversations.chat.answer_rows import HEARTBEAT_SECONDS, stored_message, update_message
 from conversations.chat.groups import broadcast, conversation_group
+from conversations.chat.prompt_history import HistoryRead
 from conversations.chat.prompts import ToolPrompt
-from conversations.chat.tree import add_tool_step, path_rows
+from conversations.chat.tree import add_tool_step
 from conversations.cluster.registry import PROCESS_ID
 from conversations.models import Message
 from conversations.tools import registry
@@ -73,9 +74,9 @@ def prompt_tools(gen: Any):
     """``answer_prompt``'s ``tools_for`` for the answer ``gen``: the tools to render, if the
     conversation has tools on or calls in its history; notes on ``gen`` what was offered."""
 
-    async def tools_for(conversation, parent_id: int | None, engine: Any) -> ToolPrompt | None:
-        rounds, history_has_tools = await _rounds(conversation.pk, parent_id)
-        if not conversation.tools_enabled and not history_has_tools:
+    async def tools_for(conversation, history: HistoryRead, engine: Any) -> ToolPrompt | None:
+        rounds = history.tool_rounds
+        if not conversation.tools_enabled and not history.has_tool_calls:
             return None
         from inference.tools.formats import tool_format_for
 
@@ -87,19 +88,6 @@ def prompt_tools(gen: Any):
         return ToolPrompt(fmt, offered)
 
     return tools_for
-
-
-@database_sync_to_async
-def _rounds(conversation_id: int, leaf_id: int | None) -> tuple[int, bool]:
-    """Answers with calls since the thread's last user message, and whether any call is on it."""
-    rounds, seen = 0, False
-    for _, role, calls in path_rows(conversation_id, leaf_id, "role", "tool_calls"):
-        seen = seen or bool(calls)
-        if role == Message.Role.USER:
-            rounds = 0
-        elif calls:
-            rounds += 1
-    return rounds, seen
 
 
 def split_calls(gen: Any) -> None:

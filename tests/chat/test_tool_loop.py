@@ -232,3 +232,12 @@ async def test_no_tools_past_the_round_cap_or_without_an_allowed_server(
     assert '"calculator"' not in engine.tokenizer.decode(prompts[0])
     assert [m.role for m in await thread_rows(conversation.pk)] == ["user", "assistant"]
     await socket.close()
+
+
+def test_tool_rounds_count_answers_with_calls_since_the_last_question():
+    from conversations.chat.prompt_history import tool_rounds
+
+    path = [("user", False), ("assistant", True), ("tool", False), ("assistant", True), ("tool", False)]
+    assert tool_rounds(path) == (2, True)
+    assert tool_rounds([*path, ("assistant", False), ("user", False)]) == (0, True)
+    assert tool_rounds([("user", False), ("assistant", False)]) == (0, False)
