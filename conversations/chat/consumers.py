@@ -220,7 +220,7 @@ class ChatConsumer(JsonSocketConsumer):
         except Exception:
             log.warning("cannot register the watcher", exc_info=True)
         if send_thread:
-            await self._send_thread()
+            await self._send_thread(fresh=True)
 
     async def _unwatch(self, conversation_id: int) -> None:
         manager = get_manager()
@@ -232,21 +232,22 @@ class ChatConsumer(JsonSocketConsumer):
             except Exception:
                 log.warning("cannot unregister the watcher", exc_info=True)
 
-    async def _send_thread(self, created: tuple | None = None) -> None:
+    async def _send_thread(self, created: tuple | None = None, fresh: bool = False) -> None:
         """The visible thread; live answers carry their text so far. Deltas queued before
         this event are contained in it, and those queued after follow it. ``created``: the
         tree and thread an answer's creation just read (``create_answer``), with the
         processes and liveness it used, so as not to read them again, and the new answer
-        (streaming, and not started yet)."""
+        (streaming, and not started yet). ``fresh``: ``self.conversation`` was just read."""
         if self.conversation is None:
             return
         manager = get_manager()
         live = {g.message_id for g in manager.live_in(self.conversation.pk)}
         loaded, processes, liveness, new = created or (None, await live_processes(), None, None)
         liveness = liveness or await liveness_of(processes)
-        for _ in range(3):
+        for attempt in range(3):
             try:
-                tree, data = loaded or await load_thread(self.conversation, live, liveness)
+                refresh = attempt > 0 or not fresh
+                tree, data = loaded or await load_thread(self.conversation, live, liveness, refresh)
             except Conversation.DoesNotExist:
                 self.push({"type": "deleted", "conversation_id": self.conversation.pk})
                 return

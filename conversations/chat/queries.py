@@ -25,9 +25,12 @@ def get_conversation(user, conversation_id) -> Conversation:
 
 @database_sync_to_async
 def load_thread(
-    conversation: Conversation, live_ids: set[int], liveness: cluster.Liveness
+    conversation: Conversation, live_ids: set[int], liveness: cluster.Liveness, refresh: bool = True
 ) -> tuple[tree_ops.Tree, dict]:
-    conversation.refresh_from_db()
+    """The tree and the visible thread; ``refresh``: read the conversation's row again first
+    (False where the caller has just read it)."""
+    if refresh:
+        conversation.refresh_from_db()
     tree = tree_ops.Tree.load(conversation)
     mark_orphans_interrupted(list(tree.by_id.values()), live_ids, liveness)
     return tree, tree_ops.thread_dict(tree)
