@@ -82,15 +82,15 @@ def read_history(
     # An answer that only called tools has no text but is part of the prompt.
     blank = ExpressionWrapper(Q(content="", tool_calls__isnull=True), output_field=BooleanField())
     calls = ExpressionWrapper(Q(tool_calls__isnull=False), output_field=BooleanField())
-    rows = path_rows(conversation_id, leaf_id, "role", "status", blank, calls)
+    on_path = path_rows(conversation_id, leaf_id, "role", "status", blank, calls)
     path = [
         (pk, role)
-        for pk, role, status, empty, _ in rows
+        for pk, role, status, empty, _ in on_path
         if status != Message.Status.ERROR
         and not (empty and role == Message.Role.ASSISTANT)
         and (streaming or status != Message.Status.STREAMING)
     ]
-    rounds, has_calls = tool_rounds((role, called) for _, role, _, _, called in rows)
+    rounds, has_calls = tool_rounds((role, called) for _, role, _, _, called in on_path)
     messages: list[dict] = []
     tokens, begin = 0, len(path)
     # The stored start, if on the path: a history that fitted takes fewer messages than this.
