@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from conversations.chat.prompt_history import answer_prompt
 from conversations.chat.prompts import cache_salt_options
 from conversations.chat.retention import retention_key
+from conversations.models import Message
 from conversations.ops.engine_handle import aget_engine
 from inference.kv.block_manager import prefix_hashes, salt_hash
 from tests.chat.conftest import Socket
@@ -240,3 +241,26 @@ async def test_the_mark_goes_to_the_live_owner_else_stays_in_this_process(
     assert (await kv_holder(conversation.pk)).pid == "process-a"
     monkeypatch.setattr(cluster, "enabled", lambda: False)
     assert await kv_holder(conversation.pk) is None  # one process: always this one
+
+
+def test_an_answers_own_ids_stand_for_the_next_prompt_only_where_the_render_keeps_them():
+    from conversations.chat.answers import Generation, _next_turn_prefix
+
+    def answer(**fields) -> Generation:
+        gen = Generation(message_id=1, conversation_id=2, owner_id=3, request_id="r")
+        gen.prompt_ids, gen.token_ids = [10, 11, 12], [20, 21]
+        for name, value in fields.items():
+            setattr(gen, name, value)
+        return gen
+
+    complete, interrupted = Message.Status.COMPLETE, Message.Status.INTERRUPTED
+    assert _next_turn_prefix(answer(), complete) == [10, 11, 12, 20, 21]
+    assert _next_turn_prefix(answer(), interrupted) == [10, 11, 12, 20, 21]
+    assert _next_turn_prefix(answer(), Message.Status.ERROR) == []
+    assert _next_turn_prefix(answer(prompt_ids=None), complete) == []  # not exact, or history cut
+    assert _next_turn_prefix(answer(token_ids=[]), complete) == []
+    assert _next_turn_prefix(answer(tools=object()), complete) == []
+    assert _next_turn_prefix(answer(tool_calls=[{"id": "c"}]), complete) == []
+    thinking = answer()
+    thinking.reasoning.text = "first, ..."
+    assert _next_turn_prefix(thinking, complete) == []
