@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
@@ -9,6 +11,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 ORIGIN = (b"origin", b"http://127.0.0.1")
+FLUSH_ATTEMPTS = 3
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -17,6 +20,32 @@ def _no_cluster_loop_in_the_test_runner():
     it to real server processes (a test's event loop dies with each test), nor fail over
     their answers. Daphne processes started by tests read the environment and do."""
     settings.CLUSTER_ADVERTISE = False
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _flush_again_after_a_deadlock():
+    """Site processes that a test module starts keep working on the database between its
+    tests (each sweeps stale answers every few seconds), and the flush that empties the
+    database after a transactional test can deadlock with one of their transactions.
+    PostgreSQL then cancels one of the two; when it cancels the flush, flushing again empties
+    the database."""
+    from django.core.management.base import CommandError
+    from django.test.testcases import TransactionTestCase
+
+    original = TransactionTestCase._fixture_teardown
+
+    def teardown(self) -> None:
+        for attempt in range(FLUSH_ATTEMPTS):
+            try:
+                return original(self)
+            except CommandError as exc:
+                if attempt + 1 == FLUSH_ATTEMPTS or "deadlock detected" not in str(exc.__cause__):
+                    raise
+                time.sleep(0.2)
+
+    TransactionTestCase._fixture_teardown = teardown
+    yield
+    TransactionTestCase._fixture_teardown = original
 
 
 @pytest.fixture(scope="session")
