@@ -143,6 +143,7 @@ def partial_fields(gen: Generation, count: int) -> dict[str, Any]:
         "token_ids": gen.token_ids[:count] or None,
         "token_fingerprint": gen.fingerprint,
         "completion_tokens": count,
+        **gen.start_fields,
     }
 
 

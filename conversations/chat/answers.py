@@ -105,6 +105,9 @@ class Generation:
     tool: Any = None
     tools: Any = None
     tool_calls: list[dict] | None = None
+    # Its prompt's first read, made where the answer was created (``answer_inputs_from_tree``).
+    inputs: Any = None
+    start_fields: dict[str, Any] = field(default_factory=dict)  # the prompt's counts, the model
 
 
 class GenerationManager:
@@ -187,9 +190,12 @@ class GenerationManager:
         return gen.text if gen is not None else None
 
     # Control -----------------------------------------------------------------------
-    def start(self, *, conversation_id: int, owner_id: int, message_id: int, tool: Any = None) -> Generation:
+    def start(
+        self, *, conversation_id: int, owner_id: int, message_id: int, tool: Any = None, inputs: Any = None
+    ) -> Generation:
         """Generate the answer ``message_id`` (a ``streaming`` row already in the tree), or
-        with ``tool`` (a ``tool_loop.ToolStep``) work on the ``tool`` node ``message_id``."""
+        with ``tool`` (a ``tool_loop.ToolStep``) work on the ``tool`` node ``message_id``.
+        ``inputs``: the prompt's first read, if its creation made it."""
         if message_id in self.generations:
             return self.generations[message_id]
         gen = Generation(
@@ -198,6 +204,7 @@ class GenerationManager:
             owner_id=owner_id,
             request_id=f"chat-{message_id}-{uuid.uuid4().hex[:8]}",
             tool=tool,
+            inputs=inputs,
         )
         self.generations[message_id] = gen
         self._by_conversation[conversation_id][message_id] = gen
@@ -315,7 +322,8 @@ class GenerationManager:
 
         engine = gen.engine = await aget_engine()
         # Built off the database thread, with the tools if the conversation has them on.
-        prompt = await answer_prompt(gen.message_id, engine, tool_loop.prompt_tools(gen))
+        prompt = await answer_prompt(gen.message_id, engine, tool_loop.prompt_tools(gen), gen.inputs)
+        gen.inputs = None
         if prompt is None:
             gen.stop_reason = gen.stop_reason or "deleted"
             return
@@ -334,14 +342,13 @@ class GenerationManager:
         gen.cache_options = cache_salt_options(gen.owner_id, plan.shared_prefix_tokens)
         if plan.user_segment and history:
             await store_user_segment(history[-1]["id"], plan.user_segment, gen.fingerprint)
-        owned = await update_message(
-            gen.message_id,
-            prompt_tokens=gen.prompt_tokens,
-            context_dropped=plan.dropped,
-            model_name=engine.model_name[:200],
-        )
-        if not owned:
-            gen.stop_reason = gen.stop_reason or "fenced"
+        # Written with every save of the row (no write of their own): a row this process no
+        # longer owns stops the answer at its first partial save.
+        gen.start_fields = {
+            "prompt_tokens": gen.prompt_tokens,
+            "context_dropped": plan.dropped,
+            "model_name": engine.model_name[:200],
+        }
         if gen.stop_reason:
             return
         started = {
@@ -417,7 +424,7 @@ class GenerationManager:
         try:
             if gen.stop_reason != "deleted":
                 ids = {"token_ids": gen.token_ids or None, "token_fingerprint": gen.fingerprint}
-                written = await update_message(gen.message_id, **ids, **fields)
+                written = await update_message(gen.message_id, **gen.start_fields, **ids, **fields)
         except Exception:
             log.exception("final save of message %s failed", gen.message_id)
         finally:

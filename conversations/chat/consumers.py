@@ -51,7 +51,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from channels.db import database_sync_to_async
 from django.db import DatabaseError
@@ -60,6 +60,7 @@ from conversations.chat import tree as tree_ops
 from conversations.chat.groups import broadcast, conversation_group, user_group
 from conversations.chat.manager import get_manager
 from conversations.chat.queries import (
+    CreatedAnswer,
     NotFound,
     create_answer,
     get_conversation,
@@ -75,6 +76,7 @@ from conversations.cluster import registry as cluster
 from conversations.cluster.registry import PROCESS_ID
 from conversations.cluster.relay import Shown, behind, take
 from conversations.models import Conversation, Message
+from conversations.ops.engine_handle import current_engine
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,16 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 MAX_MESSAGE_CHARS = 100_000
 SNAPSHOT_RETRY_SECONDS = 1.0
+
+
+@dataclass
+class Created:
+    """An answer just created, with what its creation read and chose."""
+
+    row: CreatedAnswer
+    owner: str  # the process that generates it
+    processes: dict[str, cluster.ProcessInfo]
+    liveness: cluster.Liveness
 
 
 class ChatConsumer(JsonSocketConsumer):
@@ -211,7 +223,10 @@ class ChatConsumer(JsonSocketConsumer):
         if self.conversation is not None and self.conversation.pk != conversation.pk:
             await self._unwatch(self.conversation.pk)
             await self._leave(conversation_group(self.conversation.pk))
-        get_retention().switch(getattr(self.conversation, "pk", None), conversation.pk)
+        # An empty thread has no history to keep warm (its first answer marks it): with the
+        # thread read here, the mark waits for it.
+        retention = get_retention()
+        first = retention.switch(getattr(self.conversation, "pk", None), conversation.pk, mark=not send_thread)
         self.conversation = conversation
         get_manager().watch(conversation.pk, self)
         await self._join(conversation_group(conversation.pk))
@@ -220,7 +235,9 @@ class ChatConsumer(JsonSocketConsumer):
         except Exception:
             log.warning("cannot register the watcher", exc_info=True)
         if send_thread:
-            await self._send_thread(fresh=True)
+            thread = await self._send_thread(fresh=True)
+            if first and (thread is None or thread["messages"]):
+                retention.mark_soon(conversation.pk)
 
     async def _unwatch(self, conversation_id: int) -> None:
         manager = get_manager()
@@ -232,17 +249,20 @@ class ChatConsumer(JsonSocketConsumer):
             except Exception:
                 log.warning("cannot unregister the watcher", exc_info=True)
 
-    async def _send_thread(self, created: tuple | None = None, fresh: bool = False) -> None:
-        """The visible thread; live answers carry their text so far. Deltas queued before
-        this event are contained in it, and those queued after follow it. ``created``: the
-        tree and thread an answer's creation just read (``create_answer``), with the
-        processes and liveness it used, so as not to read them again, and the new answer
-        (streaming, and not started yet). ``fresh``: ``self.conversation`` was just read."""
+    async def _send_thread(self, created: Created | None = None, fresh: bool = False) -> dict | None:
+        """The visible thread, also returned; live answers carry their text so far. Deltas
+        queued before this event are contained in it, and those queued after follow it.
+        ``created``: what an answer's creation just read, so as not to read it again (its
+        answer is streaming and not started yet). ``fresh``: ``self.conversation`` was just read."""
         if self.conversation is None:
-            return
+            return None
         manager = get_manager()
         live = {g.message_id for g in manager.live_in(self.conversation.pk)}
-        loaded, processes, liveness, new = created or (None, await live_processes(), None, None)
+        if created is not None:
+            loaded, processes, liveness = (created.row.tree, created.row.thread), created.processes, created.liveness
+            new = created.row.answer.pk
+        else:
+            loaded, processes, liveness, new = None, await live_processes(), None, None
         liveness = liveness or await liveness_of(processes)
         for attempt in range(3):
             try:
@@ -275,6 +295,7 @@ class ChatConsumer(JsonSocketConsumer):
                 owner = tree.by_id[message["id"]].owner_process
                 await self._ask_snapshot(message["id"], owner, processes)
         self.push({"type": "thread", **data})
+        return data
 
     async def _tree_changed(self) -> None:
         await self._send_thread()
@@ -288,13 +309,14 @@ class ChatConsumer(JsonSocketConsumer):
             return PROCESS_ID, processes
         return cluster.choose_owner(await last_owner(conversation.pk), processes), processes
 
-    async def _create_answer(self, operation, *args) -> tuple[Message, str, dict, tuple]:
+    async def _create_answer(self, operation, *args) -> Created:
         """Run a tree operation that adds an answer, with its owner chosen and the limits
-        checked site-wide under row locks; also the thread after it, for ``_send_thread``."""
+        checked site-wide under row locks; also the thread after it, for ``_send_thread``,
+        and where it is generated here, its prompt's first read."""
         owner, processes = await self._route(self.conversation)
         liveness = await liveness_of(processes)
         live = {g.message_id for g in get_manager().live_in(self.conversation.pk)}
-        answer, loaded = await create_answer(
+        row = await create_answer(
             operation,
             self.conversation,
             *args,
@@ -302,22 +324,24 @@ class ChatConsumer(JsonSocketConsumer):
             live_processes=set(processes) | {PROCESS_ID},
             live_ids=live,
             liveness=liveness,
+            engine=current_engine() if owner == PROCESS_ID else None,
         )
-        return answer, owner, processes, (loaded, processes, liveness, answer.pk)
+        return Created(row, owner, processes, liveness)
 
-    async def _start(self, answer: Message, owner: str, processes: dict) -> None:
+    async def _start(self, created: Created) -> None:
         """Generate the answer here, or forward it to its owner, which must claim it in time
         or this process takes it back (``conversations.cluster.handoff``)."""
+        answer = created.row.answer
         request = handoff.Handoff(self.conversation.pk, self.user.pk, answer.pk)
-        if owner == PROCESS_ID:
-            get_manager().start(**asdict(request))
-        elif await handoff.forward(get_manager(), owner, processes, request, self.push):
+        if created.owner == PROCESS_ID:
+            get_manager().start(**asdict(request), inputs=created.row.inputs)
+        elif await handoff.forward(get_manager(), created.owner, created.processes, request, self.push):
             self.relayed[answer.pk] = Shown()
 
     async def _answer(self, operation, *args) -> None:
-        answer, owner, processes, created = await self._create_answer(operation, *args)
+        created = await self._create_answer(operation, *args)
         await self._send_thread(created)
-        await self._start(answer, owner, processes)
+        await self._start(created)
         await broadcast(conversation_group(self.conversation.pk), "tree", origin=self.channel_name)
 
     async def _on_open(self, content: dict) -> None:

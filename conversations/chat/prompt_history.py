@@ -73,16 +73,19 @@ def read_history(
     reach: int,
     streaming: bool = True,
     start_id: int | None = None,
+    on_path: list[tuple] | None = None,
 ) -> HistoryRead:
     """Synchronous: the prompt-worthy messages on the path to ``leaf_id`` (no failed
     answers, no empty ones; no streaming ones unless ``streaming``), newest first until
     about ``reach`` tokens and a user message, the oldest read, and back to ``start_id``
     if it is on the path not far before that. Stored ids under another fingerprint than
-    ``fingerprint`` are left out."""
-    # An answer that only called tools has no text but is part of the prompt.
-    blank = ExpressionWrapper(Q(content="", tool_calls__isnull=True), output_field=BooleanField())
-    calls = ExpressionWrapper(Q(tool_calls__isnull=False), output_field=BooleanField())
-    on_path = path_rows(conversation_id, leaf_id, "role", "status", blank, calls)
+    ``fingerprint`` are left out. ``on_path``: the path as ``tree_path`` gives it, where
+    the caller holds the tree (else it is read)."""
+    if on_path is None:
+        # An answer that only called tools has no text but is part of the prompt.
+        blank = ExpressionWrapper(Q(content="", tool_calls__isnull=True), output_field=BooleanField())
+        calls = ExpressionWrapper(Q(tool_calls__isnull=False), output_field=BooleanField())
+        on_path = path_rows(conversation_id, leaf_id, "role", "status", blank, calls)
     path = [
         (pk, role)
         for pk, role, status, empty, _ in on_path
@@ -107,6 +110,18 @@ def read_history(
         tokens += sum(estimated_tokens(item) for item in page)
         messages[:0] = page
     return HistoryRead(messages=messages, earlier=begin, tool_rounds=rounds, has_tool_calls=has_calls)
+
+
+def tree_path(tree: Tree, leaf_id: int | None) -> list[tuple]:
+    """The path to ``leaf_id`` in a loaded tree, as ``read_history`` reads it from the
+    database: ``(id, role, status, blank, has tool calls)`` from the root down."""
+    leaf = tree.by_id.get(leaf_id) if leaf_id is not None else None
+    if leaf is None:
+        return []
+    return [
+        (m.pk, m.role, m.status, m.content == "" and m.tool_calls is None, m.tool_calls is not None)
+        for m in tree.path_to(leaf)
+    ]
 
 
 def tool_rounds(path: Iterable[tuple[str, bool]]) -> tuple[int, bool]:
@@ -155,7 +170,12 @@ class FirstRead:
 
 
 def _first_read(
-    conversation: Conversation, leaf_id: int | None, max_model_len: int, fingerprint: str, streaming: bool
+    conversation: Conversation,
+    leaf_id: int | None,
+    max_model_len: int,
+    fingerprint: str,
+    streaming: bool,
+    on_path: list[tuple] | None = None,
 ) -> FirstRead:
     """Synchronous: the documents and the first page of history of a prompt."""
     reach = first_reach(max_model_len)
@@ -167,8 +187,40 @@ def _first_read(
         reach=reach,
         streaming=streaming,
         start_id=conversation.context_start_id,
+        on_path=on_path,
     )
     return FirstRead(docs, history, reach)
+
+
+@dataclass
+class AnswerInputs:
+    """What an answer's prompt reads before it is built: its conversation, its parent (the
+    history's leaf) and the first read, for one engine's context and tokenizer."""
+
+    conversation: Conversation
+    parent_id: int | None
+    first: FirstRead
+    max_model_len: int
+    fingerprint: str
+
+    def suits(self, max_model_len: int, fingerprint: str) -> bool:
+        return (self.max_model_len, self.fingerprint) == (max_model_len, fingerprint)
+
+
+def answer_inputs_from_tree(tree: Tree, answer_id: int, engine: Any) -> AnswerInputs | None:
+    """Synchronous, in the database call that created the answer ``answer_id``: its inputs
+    from the tree that call loaded and changed under its locks, so the generation need not
+    read the message, the conversation and the path again. None until the engine is
+    loaded and its fingerprint known (the generation reads them then)."""
+    fingerprint = cached_fingerprint(engine.model_name, engine.tokenizer) if engine is not None else None
+    answer = tree.by_id.get(answer_id)
+    if not fingerprint or answer is None:
+        return None
+    conversation, parent_id = tree.conversation, answer.parent_id
+    first = _first_read(
+        conversation, parent_id, engine.max_model_len, fingerprint, True, tree_path(tree, parent_id)
+    )
+    return AnswerInputs(conversation, parent_id, first, engine.max_model_len, fingerprint)
 
 
 async def _fingerprint(engine: Any) -> str:
@@ -246,28 +298,33 @@ def _save_start(conversation: Conversation, start_id: int | None) -> None:
 
 
 @database_sync_to_async
-def _answer_inputs(
-    message_id: int, max_model_len: int, fingerprint: str
-) -> tuple[Conversation, int | None, FirstRead] | None:
+def _answer_inputs(message_id: int, max_model_len: int, fingerprint: str) -> AnswerInputs | None:
     row = one(Message.objects.filter(pk=message_id).values_list("conversation_id", "parent_id"))
     if row is None:
         return None
     conversation = one(Conversation.all_objects.filter(pk=row[0]))
     if conversation is None:
         return None
-    return conversation, row[1], _first_read(conversation, row[1], max_model_len, fingerprint, True)
+    first = _first_read(conversation, row[1], max_model_len, fingerprint, True)
+    return AnswerInputs(conversation, row[1], first, max_model_len, fingerprint)
 
 
 async def answer_prompt(
-    message_id: int, engine: Any, tools_for: Callable[..., Awaitable[ToolPrompt | None]] | None = None
+    message_id: int,
+    engine: Any,
+    tools_for: Callable[..., Awaitable[ToolPrompt | None]] | None = None,
+    inputs: AnswerInputs | None = None,
 ) -> PlannedPrompt | None:
     """The prompt for the answer ``message_id`` (its history ends with its parent), or
     None if the answer is gone. ``tools_for(conversation, history, engine)``: the tools
-    to render, if any."""
-    inputs = await _answer_inputs(message_id, engine.max_model_len, await _fingerprint(engine))
+    to render, if any; ``inputs``: read already (``answer_inputs_from_tree``), used if
+    made for this engine."""
+    fingerprint = await _fingerprint(engine)
+    if inputs is None or not inputs.suits(engine.max_model_len, fingerprint):
+        inputs = await _answer_inputs(message_id, engine.max_model_len, fingerprint)
     if inputs is None:
         return None
-    conversation, parent_id, first = inputs
+    conversation, parent_id, first = inputs.conversation, inputs.parent_id, inputs.first
     tools = await tools_for(conversation, first.history, engine) if tools_for is not None else None
     return await plan_prompt(conversation, parent_id, engine, keep_start=True, tools=tools, first=first)
 

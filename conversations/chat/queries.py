@@ -3,10 +3,14 @@ loop (``database_sync_to_async``), and the merging of queued deltas for a slow s
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from channels.db import database_sync_to_async
 
 from conversations.chat import tree as tree_ops
 from conversations.chat.answer_rows import mark_orphans_interrupted
+from conversations.chat.prompt_history import AnswerInputs, answer_inputs_from_tree
 from conversations.cluster import registry as cluster
 from conversations.models import Conversation, Message
 
@@ -36,16 +40,33 @@ def load_thread(
     return tree, tree_ops.thread_dict(tree)
 
 
+@dataclass
+class CreatedAnswer:
+    answer: Message
+    tree: tree_ops.Tree
+    thread: dict  # as ``load_thread`` reads it
+    inputs: AnswerInputs | None  # its prompt's first read, where it is generated here
+
+
 @database_sync_to_async
 def create_answer(
-    operation, conversation: Conversation, *args, live_ids: set[int], liveness: cluster.Liveness, **kwargs
-) -> tuple[Message, tuple[tree_ops.Tree, dict]]:
+    operation,
+    conversation: Conversation,
+    *args,
+    live_ids: set[int],
+    liveness: cluster.Liveness,
+    engine: Any = None,
+    **kwargs,
+) -> CreatedAnswer:
     """Run a tree operation that adds an answer (``send_message``, ``edit_message``,
-    ``regenerate``): its answer, and the thread after it as ``load_thread`` reads it, from
-    the tree the operation loaded and changed under its locks (no second read)."""
+    ``regenerate``): its answer and the thread after it, from the tree the operation loaded
+    and changed under its locks (no second read); with ``engine`` (the loaded engine that
+    generates it), also the first read of its prompt, in this same call."""
     tree, answer = operation(conversation, *args, **kwargs)
     mark_orphans_interrupted(list(tree.by_id.values()), live_ids, liveness)
-    return answer, (tree, tree_ops.thread_dict(tree))
+    thread = tree_ops.thread_dict(tree)
+    inputs = answer_inputs_from_tree(tree, answer.pk, engine) if engine is not None else None
+    return CreatedAnswer(answer, tree, thread, inputs)
 
 
 def merge_deltas(first: dict, second: dict) -> dict:

@@ -113,18 +113,26 @@ class ConversationRetention:
         # still on the way must not overtake it (that mark would never be released).
         self._sending = asyncio.Lock()
 
-    def switch(self, previous: int | None, current: int | None) -> None:
-        """A tab moved from ``previous`` to ``current`` (either may be None)."""
+    def switch(self, previous: int | None, current: int | None, mark: bool = True) -> bool:
+        """A tab moved from ``previous`` to ``current`` (either may be None). True if it is
+        the first tab here to show ``current``: its mark is made now, or with ``mark`` False
+        when the caller calls ``mark_soon`` (having seen that the thread is not empty)."""
         if previous == current:
-            return
+            return False
         if previous is not None:
             self.unwatch(previous)
-        if current is not None:
-            self.watch(current)
+        return self.watch(current, mark) if current is not None else False
 
-    def watch(self, conversation_id: int) -> None:
+    def watch(self, conversation_id: int, mark: bool = True) -> bool:
         self.tabs[conversation_id] += 1
-        if self.tabs[conversation_id] == 1:
+        first = self.tabs[conversation_id] == 1
+        if first and mark:
+            self.mark_soon(conversation_id)
+        return first
+
+    def mark_soon(self, conversation_id: int) -> None:
+        """Mark the history of a conversation a tab here shows, in a task."""
+        if conversation_id in self.tabs:
             self._spawn(self.refresh(conversation_id))
 
     def unwatch(self, conversation_id: int) -> None:

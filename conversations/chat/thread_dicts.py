@@ -77,7 +77,10 @@ def tool_dict(message: Message) -> dict:
 
 def thread_dict(tree: Any) -> dict:
     thread = tree.thread()
-    rated = ratings_for([m.pk for m in thread if m.role == Message.Role.ASSISTANT])
+    # Only a finished answer can be rated: a thread ending in a new one asks nothing.
+    rated = ratings_for(
+        [m.pk for m in thread if m.role == Message.Role.ASSISTANT and m.status != Message.Status.STREAMING]
+    )
     return {
         "conversation": conversation_dict(tree.conversation),
         "messages": [message_dict(m, tree) | {"rating": rated.get(m.pk)} for m in thread],

@@ -192,7 +192,10 @@ def select_leaf(tree: Tree, leaf: Message | None, **also) -> None:
     if leaf is not None:
         path = tree.path_to(leaf)
         for parent, child in zip(path, path[1:], strict=False):
-            if parent.active_child_id != child.pk:
+            # No pointer under a parent of one child means that child (``descend``), so a
+            # new message's first answer costs no update; a second child sets it.
+            implied = parent.active_child_id is None and len(tree.children.get(parent.pk, ())) == 1
+            if parent.active_child_id != child.pk and not implied:
                 parent.active_child_id = child.pk
                 changed.append(parent)
         root_id = path[0].pk

@@ -85,6 +85,8 @@ class Rating(models.Model):
 
 def ratings_for(message_ids: list[int]) -> dict[int, dict]:
     """``{message id: {"value", "reason"}}`` for the rated ones among ``message_ids``."""
+    if not message_ids:
+        return {}
     rows = Rating.objects.filter(message_id__in=message_ids).values_list("message_id", "value", "reason")
     return {mid: {"value": value, "reason": reason} for mid, value, reason in rows}
 
