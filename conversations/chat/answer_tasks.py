@@ -1,6 +1,6 @@
-"""The tasks that run beside each live answer's generation (``conversations.chat.answers``):
-the relay of its text to other processes' tabs (with the heartbeat of the watchdog contract),
-and the partial saves of all of them together."""
+"""The tasks that run beside the live answers' generations (``conversations.chat.answers``),
+one of each kind for all of them: the relay of their text to other processes' tabs (with
+the heartbeat of the watchdog contract), and their partial saves."""
 
 from __future__ import annotations
 
@@ -27,40 +27,83 @@ STREAM_HEARTBEAT_SECONDS = 5.0
 RELAY_HZ = 20.0
 
 
-async def relay(manager: GenerationManager, gen: Generation) -> None:
-    """New text and reasoning to the tabs of other processes, coalesced to at most
-    RELAY_HZ group messages a second; a heartbeat to every tab when nothing was sent
-    for a while."""
-    last_signal = time.monotonic()
-    try:
-        while not gen.done.is_set():
-            quiet = time.monotonic() - last_signal
+# How often the relay looks for quiet answers (the heartbeat's precision).
+RELAY_TICK_SECONDS = 1.0
+
+
+class Relays:
+    """One task for every live answer of a manager: new text and reasoning to the tabs of
+    other processes (``relay_piece``), sent as soon as the first new piece comes and then
+    at most RELAY_HZ times a second; and a heartbeat to every tab for an answer that sent
+    nothing for STREAM_HEARTBEAT_SECONDS. With one process nothing is relayed, so a delta
+    wakes nothing and the task only looks for quiet answers once a second."""
+
+    def __init__(self, manager: GenerationManager) -> None:
+        self.manager = manager
+        self.live: dict[int, Generation] = {}
+        self.signalled: dict[int, float] = {}  # message id -> monotonic time of its last piece or heartbeat
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task | None = None
+
+    def add(self, gen: Generation) -> None:
+        self.live[gen.message_id] = gen
+        self.signalled[gen.message_id] = time.monotonic()
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self._run(), name="relays")
+
+    def discard(self, gen: Generation) -> None:
+        if self.live.get(gen.message_id) is gen:
+            del self.live[gen.message_id]
+            self.signalled.pop(gen.message_id, None)
+
+    def poke(self) -> None:
+        """New text of some answer: relay it soon (nothing to do with one process)."""
+        if cluster.enabled():
+            self.wake.set()
+
+    async def _run(self) -> None:
+        while self.live:
             try:
-                await asyncio.wait_for(gen.wake.wait(), timeout=max(0.0, STREAM_HEARTBEAT_SECONDS - quiet))
+                async with asyncio.timeout(RELAY_TICK_SECONDS):
+                    await self.wake.wait()
             except TimeoutError:
                 pass
-            gen.wake.clear()
+            self.wake.clear()
+            try:
+                if await self.tick():
+                    await asyncio.sleep(1 / RELAY_HZ)
+            except Exception:
+                log.warning("relay failed", exc_info=True)
+
+    async def tick(self) -> bool:
+        """Relay what is new and send the heartbeats due; True if a piece went out."""
+        now, sent, relaying = time.monotonic(), False, cluster.enabled()
+        for gen in list(self.live.values()):
+            if gen.done.is_set() or gen.message_id not in self.live:
+                continue
             if unrelayed(gen):
-                if cluster.enabled():
+                if relaying:
                     await relay_piece(gen)
+                    sent = True
                 else:
                     gen.relayed, gen.relayed_reasoning = len(gen.text), len(gen.reasoning.text)
-                last_signal = time.monotonic()
-                await asyncio.sleep(1 / RELAY_HZ)
-            elif time.monotonic() - last_signal >= STREAM_HEARTBEAT_SECONDS:
-                last_signal = time.monotonic()
-                event = {"type": "heartbeat", "conversation_id": gen.conversation_id}
-                manager._emit(gen.conversation_id, {**event, "message_id": gen.message_id})
-                if cluster.enabled():
-                    await broadcast(
-                        conversation_group(gen.conversation_id),
-                        "heartbeat",
-                        message_id=gen.message_id,
-                        length=gen.relayed,
-                        reasoning_length=gen.relayed_reasoning,
-                    )
-    except asyncio.CancelledError:
-        pass
+                self.signalled[gen.message_id] = now
+            elif now - self.signalled.get(gen.message_id, now) >= STREAM_HEARTBEAT_SECONDS:
+                self.signalled[gen.message_id] = now
+                await self._heartbeat(gen, relaying)
+        return sent
+
+    async def _heartbeat(self, gen: Generation, relaying: bool) -> None:
+        event = {"type": "heartbeat", "conversation_id": gen.conversation_id, "message_id": gen.message_id}
+        self.manager._emit(gen.conversation_id, event)
+        if relaying:
+            await broadcast(
+                conversation_group(gen.conversation_id),
+                "heartbeat",
+                message_id=gen.message_id,
+                length=gen.relayed,
+                reasoning_length=gen.relayed_reasoning,
+            )
 
 
 async def relay_piece(gen: Generation) -> None:

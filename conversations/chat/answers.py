@@ -50,7 +50,7 @@ from conversations.chat.answer_tasks import (
     RELAY_HZ,
     STREAM_HEARTBEAT_SECONDS,
     PartialSaves,
-    relay,
+    Relays,
     relay_piece,
 )
 from conversations.chat.groups import broadcast, conversation_group
@@ -95,10 +95,8 @@ class Generation:
     task: asyncio.Task | None = None
     grace_handle: asyncio.TimerHandle | None = None
     engine: Any = None
-    relay: asyncio.Task | None = None
     relayed: int = 0  # characters of text sent to the group so far
     relayed_reasoning: int = 0  # ... of reasoning
-    wake: asyncio.Event = field(default_factory=asyncio.Event)  # new text for the relay
     done: asyncio.Event = field(default_factory=asyncio.Event)
     # The tool loop (conversations.chat.tool_loop): a ``tool`` node's step; an answer's
     # tool format and offer, and the calls it ended with.
@@ -120,6 +118,7 @@ class GenerationManager:
         self.background: set[asyncio.Task] = set()
         self.process_tasks: list[asyncio.Task] = []  # conversations.cluster.process_loop, if started
         self.partials = PartialSaves(self)
+        self.relays = Relays(self)
 
     # Watchers ----------------------------------------------------------------------
     def watch(self, conversation_id: int, watcher: Watcher) -> None:
@@ -209,7 +208,7 @@ class GenerationManager:
         self.generations[message_id] = gen
         self._by_conversation[conversation_id][message_id] = gen
         gen.task = self.loop.create_task(self._run(gen), name=gen.request_id)
-        gen.relay = self.loop.create_task(relay(self, gen), name=f"{gen.request_id}-relay")
+        self.relays.add(gen)
         if not self.watcher_count(conversation_id):
             self.check_grace(gen)
         return gen
@@ -243,8 +242,7 @@ class GenerationManager:
         gen.done.set()
         self._drop(gen)
         self._cancel_grace(gen)
-        if gen.relay is not None:
-            gen.relay.cancel()
+        self.relays.discard(gen)
 
     def _drop(self, gen: Generation) -> None:
         if self.generations.get(gen.message_id) is gen:
@@ -373,7 +371,7 @@ class GenerationManager:
                 reasoning = gen.reasoning.add(delta)
                 if delta.text or reasoning:
                     gen.text += delta.text
-                    gen.wake.set()
+                    self.relays.poke()
                     self._emit(
                         gen.conversation_id,
                         {
@@ -430,8 +428,7 @@ class GenerationManager:
         finally:
             self._drop(gen)
             self._cancel_grace(gen)
-            if gen.relay is not None:
-                gen.relay.cancel()
+            self.relays.discard(gen)
         if written == 0:
             await self._fenced(gen)
             return

@@ -226,7 +226,9 @@ class ChatConsumer(JsonSocketConsumer):
         # An empty thread has no history to keep warm (its first answer marks it): with the
         # thread read here, the mark waits for it.
         retention = get_retention()
-        first = retention.switch(getattr(self.conversation, "pk", None), conversation.pk, mark=not send_thread)
+        first = retention.switch(
+            getattr(self.conversation, "pk", None), conversation.pk, mark=not send_thread
+        )
         self.conversation = conversation
         get_manager().watch(conversation.pk, self)
         await self._join(conversation_group(conversation.pk))
@@ -259,7 +261,11 @@ class ChatConsumer(JsonSocketConsumer):
         manager = get_manager()
         live = {g.message_id for g in manager.live_in(self.conversation.pk)}
         if created is not None:
-            loaded, processes, liveness = (created.row.tree, created.row.thread), created.processes, created.liveness
+            loaded, processes, liveness = (
+                (created.row.tree, created.row.thread),
+                created.processes,
+                created.liveness,
+            )
             new = created.row.answer.pk
         else:
             loaded, processes, liveness, new = None, await live_processes(), None, None
