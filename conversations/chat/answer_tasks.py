@@ -44,8 +44,10 @@ class Relays:
         self.signalled: dict[int, float] = {}  # message id -> monotonic time of its last piece or heartbeat
         self.wake = asyncio.Event()
         self.task: asyncio.Task | None = None
+        self.relaying = False  # several processes (read as each answer starts)
 
     def add(self, gen: Generation) -> None:
+        self.relaying = cluster.enabled()
         self.live[gen.message_id] = gen
         self.signalled[gen.message_id] = time.monotonic()
         if self.task is None or self.task.done():
@@ -58,7 +60,7 @@ class Relays:
 
     def poke(self) -> None:
         """New text of some answer: relay it soon (nothing to do with one process)."""
-        if cluster.enabled():
+        if self.relaying:
             self.wake.set()
 
     async def _run(self) -> None:

@@ -359,9 +359,8 @@ class GenerationManager:
         )
         await broadcast(conversation_group(gen.conversation_id), "started", **started)
         self.partials.add(gen)
-        stream = engine.stream(
-            plan.token_ids, params, request_id=gen.request_id, **engine_options(gen.owner_id, plan)
-        )
+        options = engine_options(gen.owner_id, plan, gen.cache_options)
+        stream = engine.stream(plan.token_ids, params, request_id=gen.request_id, **options)
         try:
             async for delta in stream:
                 if "first_token" not in timing and (delta.token_ids or delta.text):

@@ -257,11 +257,14 @@ def _fits_from(encoding, offset: int, skip: int, budget: int) -> bool:
     return len(encoding.token_ids) - _dropped(encoding, offset, skip) <= budget
 
 
-def engine_options(owner_id: int, plan: PromptPlan) -> dict[str, Any]:
+def engine_options(owner_id: int, plan: PromptPlan, cache: dict[str, Any] | None = None) -> dict[str, Any]:
     """The engine's fair-share owner and prefix-cache salt for one user's answer: blocks
     after the shared system prompt are salted with the user (unless PREFIX_CACHE_SALT is
-    off), so another user's time to first token cannot reveal this user's text."""
-    return {"owner": f"user:{owner_id}", **cache_salt_options(owner_id, plan.shared_prefix_tokens)}
+    off), so another user's time to first token cannot reveal this user's text. ``cache``:
+    ``cache_salt_options`` for this plan, where the caller has them already."""
+    if cache is None:
+        cache = cache_salt_options(owner_id, plan.shared_prefix_tokens)
+    return {"owner": f"user:{owner_id}", **cache}
 
 
 def cache_salt_options(owner_id: int, shared_prefix_tokens: int) -> dict[str, Any]:

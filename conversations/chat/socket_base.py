@@ -15,6 +15,7 @@ import logging
 
 import orjson
 from channels.consumer import get_handler_name
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from conversations.cluster import registry as cluster
@@ -38,6 +39,13 @@ class JsonSocketConsumer(AsyncJsonWebsocketConsumer):
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
         await handler(message)
+
+    async def websocket_disconnect(self, message: dict) -> None:
+        """As Channels', without its database hop after ``disconnect`` (see above)."""
+        for group in self.groups:
+            await self.channel_layer.group_discard(group, self.channel_name)
+        await self.disconnect(message["code"])
+        raise StopConsumer()
 
 
 async def live_processes() -> dict[str, cluster.ProcessInfo]:
