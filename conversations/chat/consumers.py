@@ -41,8 +41,8 @@ limit is reached), ``not_found`` (a message that is not in this user's open conv
 answer in the conversation. A conversation id that is not the user's closes the socket
 with code 4404.
 
-The cross-process pieces live in ``conversations.cluster.registry`` and
-``conversations.cluster.process_loop``, the database calls in ``conversations.chat.queries``,
+The cross-process pieces live in ``conversations.cluster.registry``,
+``conversations.cluster.process_loop`` and ``conversations.chat.remote_answers``, the database calls in ``conversations.chat.queries``,
 the tree logic in ``conversations.chat.tree``.
 """
 
@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import asdict, dataclass
 
 from channels.db import database_sync_to_async
@@ -69,12 +68,13 @@ from conversations.chat.queries import (
     message_in,
     streaming_owners,
 )
+from conversations.chat.remote_answers import RemoteAnswers
 from conversations.chat.retention import get_retention, last_owner
 from conversations.chat.socket_base import JsonSocketConsumer, live_processes, liveness_of
 from conversations.cluster import handoff
 from conversations.cluster import registry as cluster
 from conversations.cluster.registry import PROCESS_ID
-from conversations.cluster.relay import Shown, behind, take
+from conversations.cluster.relay import Shown
 from conversations.models import Conversation, Message
 from conversations.ops.engine_handle import current_engine
 
@@ -83,7 +83,6 @@ log = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 MAX_MESSAGE_CHARS = 100_000
-SNAPSHOT_RETRY_SECONDS = 1.0
 
 
 @dataclass
@@ -96,7 +95,7 @@ class Created:
     liveness: cluster.Liveness
 
 
-class ChatConsumer(JsonSocketConsumer):
+class ChatConsumer(RemoteAnswers, JsonSocketConsumer):
     async def connect(self) -> None:
         self.user = self.scope.get("user")
         self.conversation: Conversation | None = None
@@ -441,42 +440,6 @@ class ChatConsumer(JsonSocketConsumer):
 
             await fail_over(await cluster.liveness(), [message_id])
 
-    # Answers generated in other processes ----------------------------------------------
-    async def _ask_snapshot(self, message_id: int, owner: str | None, processes: dict | None = None) -> None:
-        """Ask the owner for the text so far (this tab missed some of it)."""
-        now = time.monotonic()
-        if (
-            not owner
-            or owner == PROCESS_ID
-            or now - self.snapshot_asked.get(message_id, 0) < SNAPSHOT_RETRY_SECONDS
-        ):
-            return
-        self.snapshot_asked[message_id] = now
-        processes = processes if processes is not None else await live_processes()
-        if owner in processes:
-            await cluster.send_to_process(
-                processes[owner],
-                {"type": "chat.snapshot", "message_id": message_id, "reply": self.channel_name},
-            )
-
-    async def _relay_text(self, event: dict) -> None:
-        """A piece of an answer generated elsewhere (text and reasoning): show what this
-        tab has not seen yet, or ask for a snapshot if it missed some."""
-        message_id = event.get("message_id")
-        if message_id not in self.relayed:
-            if event.get("event") == "snapshot":
-                return
-            await self._send_thread()  # a new answer this tab does not know yet
-            if message_id not in self.relayed:
-                return
-        fresh = take(self.relayed[message_id], event)
-        if fresh is None:
-            await self._ask_snapshot(message_id, event.get("process"))
-        elif fresh["text"] or fresh.get("reasoning"):
-            self.push(
-                {"type": "delta", "conversation_id": self.conversation.pk, "message_id": message_id, **fresh}
-            )
-
     # Events from the channel layer ---------------------------------------------------
     async def chat_event(self, event: dict) -> None:
         kind = event.get("event")
@@ -505,24 +468,5 @@ class ChatConsumer(JsonSocketConsumer):
             await self._send_thread()
         elif kind == "settings":
             await self._send_thread()
-        elif not elsewhere:
-            return  # this process's tabs get its answers' events from the manager directly
-        elif kind in ("delta", "snapshot"):
-            await self._relay_text(event)
-        elif kind == "heartbeat":
-            message_id = event.get("message_id")
-            self.push(
-                {"type": "heartbeat", "conversation_id": self.conversation.pk, "message_id": message_id}
-            )
-            if behind(self.relayed.get(message_id, Shown()), event):
-                await self._ask_snapshot(message_id, event.get("process"))
-        elif kind == "finished" and event.get("message"):
-            message = event["message"]
-            self.relayed.pop(message.get("id"), None)
-            self.push({"type": "finished", "conversation_id": self.conversation.pk, "message": message})
-        elif kind in ("started", "progress", "finished"):
-            # Generated in another process: show the saved text (and follow its deltas).
-            await self._send_thread()
-            if kind == "started":  # as a tab of the owner's process hears it
-                fields = {k: event.get(k, 0) for k in ("message_id", "context_dropped", "prompt_tokens")}
-                self.push({"type": "started", "conversation_id": self.conversation.pk, **fields})
+        elif elsewhere:  # this process's tabs get its answers' events from the manager directly
+            await self._remote_event(kind, event)
