@@ -279,3 +279,36 @@ async def test_a_branch_away_from_the_stored_start_gets_a_new_cut_and_keeps_it(
     fresh = (await plan_prompt(conversation, branch.parent_id, engine)).plan
     assert plan.start_id != stored and plan.token_ids == fresh.token_ids
     assert (await Conversation.objects.aget(pk=conversation.pk)).context_start_id == plan.start_id
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_answers_inputs_read_where_it_was_created_make_the_same_prompt_as_a_fresh_read(
+    make_user, make_conversation, tokenizer, monkeypatch
+):
+    from conversations.chat import tree as tree_ops
+
+    user = await sync_to_async(make_user)()
+    conversation = await sync_to_async(make_conversation)(user, system_prompt="Be brief.", max_tokens=64)
+    fingerprint = token_fingerprint("tiny", tokenizer)
+    await sync_to_async(make_thread)(conversation, 40, tokenizer, fingerprint)
+    engine = engine_like(tokenizer, 1024)
+
+    def create():
+        tree, answer = tree_ops.send_message(conversation, "And in fog?")
+        return answer, prompt_history.answer_inputs_from_tree(tree, answer.pk, engine)
+
+    answer, inputs = await sync_to_async(create)()
+    assert inputs is not None and inputs.first.history.messages[-1]["content"] == "And in fog?"
+    read = (await answer_prompt(answer.pk, engine)).plan
+
+    async def no_second_read(*args):
+        raise AssertionError("the answer's inputs were read again")
+
+    monkeypatch.setattr(prompt_history, "_answer_inputs", no_second_read)
+    prefetched = (await answer_prompt(answer.pk, engine, inputs=inputs)).plan
+    assert prefetched.token_ids == read.token_ids and prefetched.start_id == read.start_id
+    assert prefetched.dropped == read.dropped > 0  # 40 turns do not fit: the cut is the same too
+    # Made for another engine (another context length), they are read again.
+    other = engine_like(tokenizer, 2048)
+    with pytest.raises(AssertionError, match="read again"):
+        await answer_prompt(answer.pk, other, inputs=inputs)

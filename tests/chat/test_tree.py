@@ -109,6 +109,20 @@ def test_switching_branch_returns_to_the_leaf_last_selected_in_it(conversation):
     assert [c for _, c in thread_of(conversation)] == ["Q1 edited", "A1 edited"]
 
 
+def test_an_only_child_needs_no_pointer_and_a_second_child_sets_one(conversation):
+    first = answer(tree_ops.send_message(conversation, "Hello"), "one")
+    question = Message.objects.get(pk=first.parent_id)
+    assert question.active_child_id is None  # its only answer: no update was written
+    _, second = tree_ops.regenerate(conversation, first.pk)
+    question.refresh_from_db()
+    assert question.active_child_id == second.pk
+    tree = tree_ops.switch_branch(conversation, first.pk)
+    question.refresh_from_db()
+    assert question.active_child_id == first.pk and tree.thread()[-1].pk == first.pk
+    tree_ops.delete_subtree(conversation, first.pk)
+    assert [c for _, c in thread_of(conversation)] == ["Hello", ""]  # the other answer, still streaming
+
+
 def test_switching_between_answers_keeps_each_answers_follow_up(conversation):
     a1 = answer(tree_ops.send_message(conversation, "Q1"), "A1")
     answer(tree_ops.send_message(conversation, "Q2 after A1"), "A2")
