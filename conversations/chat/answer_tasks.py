@@ -78,22 +78,26 @@ class Relays:
                 log.warning("relay failed", exc_info=True)
 
     async def tick(self) -> bool:
-        """Relay what is new and send the heartbeats due; True if a piece went out."""
-        now, sent, relaying = time.monotonic(), False, cluster.enabled()
+        """Relay what is new and send the heartbeats due; True if a piece went out. The
+        group messages of all answers go out together (one round trip, not one each)."""
+        now, relaying = time.monotonic(), cluster.enabled()
+        sends = []
         for gen in list(self.live.values()):
-            if gen.done.is_set() or gen.message_id not in self.live:
+            if gen.done.is_set():
                 continue
             if unrelayed(gen):
                 if relaying:
-                    await relay_piece(gen)
-                    sent = True
+                    sends.append(relay_piece(gen))
                 else:
                     gen.relayed, gen.relayed_reasoning = len(gen.text), len(gen.reasoning.text)
                 self.signalled[gen.message_id] = now
             elif now - self.signalled.get(gen.message_id, now) >= STREAM_HEARTBEAT_SECONDS:
                 self.signalled[gen.message_id] = now
-                await self._heartbeat(gen, relaying)
-        return sent
+                sends.append(self._heartbeat(gen, relaying))
+        for failure in await asyncio.gather(*sends, return_exceptions=True):
+            if isinstance(failure, Exception):
+                log.warning("relay failed", exc_info=failure)
+        return relaying and bool(sends)
 
     async def _heartbeat(self, gen: Generation, relaying: bool) -> None:
         event = {"type": "heartbeat", "conversation_id": gen.conversation_id, "message_id": gen.message_id}
