@@ -78,7 +78,7 @@ class Relays:
                 log.warning("relay failed", exc_info=True)
 
     async def tick(self) -> bool:
-        """Relay what is new and send the heartbeats due; True if a piece went out. The
+        """Relay what is new and send the heartbeats due; True if any went to the group. The
         group messages of all answers go out together (one round trip, not one each)."""
         now, relaying = time.monotonic(), cluster.enabled()
         sends = []
