@@ -42,8 +42,8 @@ answer in the conversation. A conversation id that is not the user's closes the 
 with code 4404.
 
 The cross-process pieces live in ``conversations.cluster.registry``,
-``conversations.cluster.process_loop`` and ``conversations.chat.remote_answers``, the database calls in ``conversations.chat.queries``,
-the tree logic in ``conversations.chat.tree``.
+``conversations.cluster.process_loop`` and ``conversations.chat.remote_answers``, the
+database calls in ``conversations.chat.queries``, the tree logic in ``conversations.chat.tree``.
 """
 
 from __future__ import annotations
