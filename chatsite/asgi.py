@@ -19,10 +19,12 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 from chatsite.autobahn_logs import install as defer_websocket_debug_logs  # noqa: E402
 from chatsite.body_limit import install as limit_request_bodies  # noqa: E402
+from chatsite.eager_writes import install as send_writes_at_once  # noqa: E402
 
 # Daphne receives a whole body before calling the app: this refuses oversized ones first.
 limit_request_bodies(settings.REQUEST_MAX_BODY_BYTES)
 defer_websocket_debug_logs()
+send_writes_at_once()
 
 django_asgi_app = get_asgi_application()
 

@@ -74,13 +74,15 @@ def read_history(
     streaming: bool = True,
     start_id: int | None = None,
     on_path: list[tuple] | None = None,
+    in_hand: dict[int, dict] | None = None,
 ) -> HistoryRead:
     """Synchronous: the prompt-worthy messages on the path to ``leaf_id`` (no failed
     answers, no empty ones; no streaming ones unless ``streaming``), newest first until
     about ``reach`` tokens and a user message, the oldest read, and back to ``start_id``
     if it is on the path not far before that. Stored ids under another fingerprint than
     ``fingerprint`` are left out. ``on_path``: the path as ``tree_path`` gives it, where
-    the caller holds the tree (else it is read)."""
+    the caller holds the tree (else it is read); ``in_hand``: rows as ``_rows`` reads them
+    that the caller holds already (not read again)."""
     if on_path is None:
         # An answer that only called tools has no text but is part of the prompt.
         blank = ExpressionWrapper(Q(content="", tool_calls__isnull=True), output_field=BooleanField())
@@ -105,7 +107,9 @@ def read_history(
         while begin > 0 and path[begin][1] != Message.Role.USER:
             begin -= 1  # whole turns: a page starts with a question
         ids = [pk for pk, _ in path[begin:end]]
-        rows = _rows(ids)
+        held = {pk: in_hand[pk] for pk in ids if pk in in_hand} if in_hand else {}
+        missing = [pk for pk in ids if pk not in held]
+        rows = {**(_rows(missing) if missing else {}), **held}
         page = [_item(rows[pk], fingerprint) for pk in ids if pk in rows]
         tokens += sum(estimated_tokens(item) for item in page)
         messages[:0] = page
@@ -137,9 +141,12 @@ def tool_rounds(path: Iterable[tuple[str, bool]]) -> tuple[int, bool]:
     return rounds, seen
 
 
+ROW_FIELDS = ("id", "role", "content", "reasoning", "token_ids", "token_fingerprint", *TOOL_FIELDS)
+
+
 def _rows(ids: list[int]) -> dict[int, dict]:
     """The prompt's fields of messages ``ids`` (a turn may stretch a page: query in pages)."""
-    fields = ("id", "role", "content", "reasoning", "token_ids", "token_fingerprint", *TOOL_FIELDS)
+    fields = ROW_FIELDS
     rows: dict[int, dict] = {}
     for first in range(0, len(ids), PAGE):
         chunk = ids[first : first + PAGE]
@@ -176,6 +183,7 @@ def _first_read(
     fingerprint: str,
     streaming: bool,
     on_path: list[tuple] | None = None,
+    in_hand: dict[int, dict] | None = None,
 ) -> FirstRead:
     """Synchronous: the documents and the first page of history of a prompt."""
     reach = first_reach(max_model_len)
@@ -188,6 +196,7 @@ def _first_read(
         streaming=streaming,
         start_id=conversation.context_start_id,
         on_path=on_path,
+        in_hand=in_hand,
     )
     return FirstRead(docs, history, reach)
 
@@ -210,17 +219,37 @@ class AnswerInputs:
 def answer_inputs_from_tree(tree: Tree, answer_id: int, engine: Any) -> AnswerInputs | None:
     """Synchronous, in the database call that created the answer ``answer_id``: its inputs
     from the tree that call loaded and changed under its locks, so the generation need not
-    read the message, the conversation and the path again. None until the engine is
-    loaded and its fingerprint known (the generation reads them then)."""
+    read the message, the conversation and the path again; messages that call wrote (the
+    question) are not read back either. None until the engine is loaded and its
+    fingerprint known (the generation reads them then)."""
     fingerprint = cached_fingerprint(engine.model_name, engine.tokenizer) if engine is not None else None
     answer = tree.by_id.get(answer_id)
     if not fingerprint or answer is None:
         return None
     conversation, parent_id = tree.conversation, answer.parent_id
     first = _first_read(
-        conversation, parent_id, engine.max_model_len, fingerprint, True, tree_path(tree, parent_id)
+        conversation,
+        parent_id,
+        engine.max_model_len,
+        fingerprint,
+        True,
+        tree_path(tree, parent_id),
+        rows_in_tree(tree, parent_id),
     )
     return AnswerInputs(conversation, parent_id, first, engine.max_model_len, fingerprint)
+
+
+def rows_in_tree(tree: Tree, leaf_id: int | None) -> dict[int, dict]:
+    """The rows ``_rows`` would read of the path to ``leaf_id`` whose every field the tree
+    holds: the messages written in this call (``Tree.load`` leaves the token ids out)."""
+    leaf = tree.by_id.get(leaf_id) if leaf_id is not None else None
+    if leaf is None:
+        return {}
+    return {
+        m.pk: {name: getattr(m, name) for name in ROW_FIELDS}
+        for m in tree.path_to(leaf)
+        if "token_ids" not in m.get_deferred_fields()
+    }
 
 
 async def _fingerprint(engine: Any) -> str:

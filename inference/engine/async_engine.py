@@ -10,7 +10,10 @@
   worked through the previous hand-over (``LLMEngine.step(emit)``), besides each
   request's first and last: a stream gets one delta per interval with all its new
   tokens, not one per token, and a loop that falls behind gets larger deltas, not more
-  of them (at most ``MAX_HOLD_INTERVALS`` intervals apart).
+  of them (at most ``MAX_HOLD_INTERVALS`` intervals apart). While a hand-over waits, the
+  engine thread gives up the GIL before each step: with a model that costs the CPU little
+  (a GPU's), the loops would otherwise get the GIL only every switch interval, and the
+  tokens they have yet to write would wait behind tokens nobody can deliver yet.
 - ``stream()`` aborts its request when the consumer stops early: ``break``,
   ``aclose()``, task cancellation or garbage collection of the generator all run
   its ``finally``.
@@ -261,6 +264,10 @@ class AsyncEngine:
                 )
                 if emit:
                     self._last_emit = now
+                elif self._caught_up != self._handed:
+                    # The loops have not taken the last hand-over yet: give up the GIL
+                    # before stepping, so that they deliver tokens before more are made.
+                    time.sleep(0)
                 try:
                     deltas = engine.step(emit)
                 except Exception as exc:  # a model bug must not hang every client

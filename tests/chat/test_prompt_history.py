@@ -312,3 +312,38 @@ async def test_an_answers_inputs_read_where_it_was_created_make_the_same_prompt_
     other = engine_like(tokenizer, 2048)
     with pytest.raises(AssertionError, match="read again"):
         await answer_prompt(answer.pk, other, inputs=inputs)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_question_written_where_its_answer_was_created_is_not_read_back(
+    make_user, make_conversation, tokenizer, monkeypatch
+):
+    from conversations.chat import tree as tree_ops
+
+    user = await sync_to_async(make_user)()
+    conversation = await sync_to_async(make_conversation)(user, max_tokens=64)
+    engine = engine_like(tokenizer, 1024)
+    token_fingerprint("tiny", tokenizer)  # known: the inputs are read at creation
+    read_ids: list[list[int]] = []
+    real_rows = prompt_history._rows
+    monkeypatch.setattr(prompt_history, "_rows", lambda ids: read_ids.append(ids) or real_rows(ids))
+
+    def create(text: str):
+        tree, answer = tree_ops.send_message(conversation, text)
+        return answer, prompt_history.answer_inputs_from_tree(tree, answer.pk, engine)
+
+    answer, inputs = await sync_to_async(create)("How do lighthouses work?")
+    assert read_ids == []  # the question was written by this call: nothing to read
+    fresh = await database_sync_to_async(read_history)(
+        conversation.pk, answer.parent_id, fingerprint=inputs.fingerprint, reach=inputs.first.reach
+    )
+    assert inputs.first.history == fresh
+    # The next question's history holds the earlier turn: that one is read, the new one is not.
+    await sync_to_async(Message.objects.filter(pk=answer.pk).update)(content="A lamp.", status="complete")
+    read_ids.clear()
+    second, inputs = await sync_to_async(create)("And in fog?")
+    assert read_ids == [[answer.parent_id, answer.pk]]
+    fresh = await database_sync_to_async(read_history)(
+        conversation.pk, second.parent_id, fingerprint=inputs.fingerprint, reach=inputs.first.reach
+    )
+    assert inputs.first.history == fresh
