@@ -244,7 +244,20 @@ def profiler(directory: str, pid: int, name: str) -> subprocess.Popen | None:
     Path(directory).mkdir(parents=True, exist_ok=True)
     spy = Path(sys.executable).with_name("py-spy")
     out = Path(directory) / f"{name}.txt"
-    argv = [str(spy), "record", "-p", str(pid), "-r", "250", "-f", "raw", "--threads", "--gil", "-o", str(out)]
+    argv = [
+        str(spy),
+        "record",
+        "-p",
+        str(pid),
+        "-r",
+        "250",
+        "-f",
+        "raw",
+        "--threads",
+        "--gil",
+        "-o",
+        str(out),
+    ]
     process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # attached before the run starts
     return process
