@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,13 +94,22 @@ class Client:
         if self.process.stdout.readline().strip() != "ready":
             raise RuntimeError("the client process did not start")
 
-    def run(self, job: dict[str, Any]) -> dict[str, Any]:
+    def run(self, job: dict[str, Any], on_open: Callable[[], None] | None = None) -> dict[str, Any]:
+        """The job's result; with ``open_first``, ``on_open`` runs once every tab shows its
+        thread, before any asks."""
         self.process.stdin.write(json.dumps(job) + "\n")
         self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError("the client process failed (see its stderr above)")
-        return json.loads(line)
+        while True:
+            line = self.process.stdout.readline()
+            if not line:
+                raise RuntimeError("the client process failed (see its stderr above)")
+            result = json.loads(line)
+            if result.get("phase") != "open":
+                return result
+            if on_open is not None:
+                on_open()
+            self.process.stdin.write("go\n")
+            self.process.stdin.flush()
 
     def close(self) -> None:
         self.process.kill()
@@ -187,10 +197,17 @@ def make_conversations(count: int, tokens: int, temperature: float) -> list[tupl
 
 
 def run_one(site, client: Client, job: dict[str, Any], trace_dir: Path, engine_tid: int | None) -> dict:
+    """One job's figures. Websocket tabs connect and show their threads first (``open_first``):
+    the CPU per token counts from when every tab is open, as a chat's questions come to open
+    tabs; the connects' CPU is reported apart, per tab, and in ``us_per_token_with_connect``."""
     pid = site.process.pid
+    connected: dict[int, float] = {}
     before = thread_cpu_s(pid)
-    result = client.run(job)
+    result = client.run(job, on_open=lambda: connected.update(thread_cpu_s(pid)))
     after = thread_cpu_s(pid)
+    opened = connected or before
+    connect_s = sum(opened.values()) - sum(before.get(tid, 0.0) for tid in opened)
+    before = opened
     trace = read_trace(trace_dir)
     engine_tid = engine_tid or trace["threads"].get("engine")
     spent = {tid: t - before.get(tid, 0.0) for tid, t in after.items()}
@@ -213,6 +230,8 @@ def run_one(site, client: Client, job: dict[str, Any], trace_dir: Path, engine_t
         "us_per_token_loop": loop_s * us,
         "us_per_token_engine": engine_s * us,
         "us_per_token_other": other_s * us,
+        "connect_ms_per_tab": connect_s * 1000 / job["streams"] if connected else None,
+        "us_per_token_with_connect": (loop_s + engine_s + other_s + connect_s) * us,
         "tokens_per_s": tokens / result["wall_s"],
         "wall_s": result["wall_s"],
         "write_p50_ms": percentile(writes, 0.5) * 1000,
@@ -232,7 +251,13 @@ def print_row(row: dict[str, Any]) -> None:
         f"sampling->socket write p50 {row['write_p50_ms']:5.1f} ms, p99 {row['write_p99_ms']:6.1f} ms; "
         f"->client p50 {row['delay_p50_ms']:6.1f} ms, p99 {row['delay_p99_ms']:6.1f} ms; "
         f"{row['tokens']}/{row['tokens_expected']} tokens in {row['events']} events"
-        + (f"; {row['delay_violations']} untimed" if row["delay_violations"] else ""),
+        + (f"; {row['delay_violations']} untimed" if row["delay_violations"] else "")
+        + (
+            f"; connects {row['connect_ms_per_tab']:.2f} ms per tab "
+            f"({row['us_per_token_with_connect']:.1f} µs/token with them)"
+            if row["connect_ms_per_tab"] is not None
+            else ""
+        ),
         flush=True,
     )
 
@@ -275,6 +300,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
         default=0.0,
         help="default greedy: drawing a row's sampling noise on the CPU is model work (one kernel on a GPU)",
     )
+    parser.add_argument(
+        "--connect-while-asking",
+        action="store_true",
+        help="websocket tabs ask as soon as each is open (their connects then count in the per-token CPU)",
+    )
     parser.add_argument("--json", default="", help="write the rows here")
     parser.add_argument("--profile", default="", help="py-spy each run into this directory (slows it)")
     args = parser.parse_args(argv)
@@ -309,6 +339,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     make_conversations(n, args.tokens, args.temperature) if transport == "ws" else []
                 )
                 job = {**base, "transport": transport, "streams": n, "tokens": args.tokens}
+                job["open_first"] = transport == "ws" and not args.connect_while_asking
                 spy = profiler(args.profile, site.process.pid, f"{transport}-{n}")
                 row = run_one(site, client, {**job, "conversations": conversations}, trace_dir, None)
                 if spy is not None:

@@ -13,6 +13,7 @@ import asyncio
 import json
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 WORD = " the"
@@ -73,8 +74,24 @@ async def sse_stream(job: dict[str, Any], connect: asyncio.Semaphore) -> dict[st
     return {"request_id": request_id, "arrivals": arrivals, "usage": usage}
 
 
+@dataclass
+class Tabs:
+    """Where the tabs of a job are: how many have their thread shown, and the signal to ask
+    (set at once unless the job opens every tab before any asks: ``open_first``)."""
+
+    count: int
+    opened: int = 0
+    all_open: asyncio.Event = field(default_factory=asyncio.Event)
+    go: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def open(self) -> None:
+        self.opened += 1
+        if self.opened == self.count:
+            self.all_open.set()
+
+
 async def ws_stream(
-    job: dict[str, Any], conversation_id: int, cookie: str, connect: asyncio.Semaphore
+    job: dict[str, Any], conversation_id: int, cookie: str, connect: asyncio.Semaphore, tabs: Tabs
 ) -> dict[str, Any]:
     import websockets
 
@@ -89,6 +106,8 @@ async def ws_stream(
     try:
         while json.loads(await ws.recv())["type"] != "thread":
             pass
+        tabs.open()
+        await tabs.go.wait()
         await ws.send(json.dumps({"type": "send", "content": "Say the word."}))
         while finished is None:
             raw = await ws.recv()
@@ -110,12 +129,28 @@ async def ws_stream(
 
 
 async def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    """The job's streams. With ``open_first`` (websocket), every tab connects and shows its
+    thread first; then this prints ``{"phase": "open"}`` and waits for a line on stdin before
+    every tab asks its question at once (the benchmark reads the server's CPU in between)."""
     connect = asyncio.Semaphore(CONNECT_AT_ONCE)
     start = time.monotonic()
     if job["transport"] == "sse":
-        streams = [sse_stream(job, connect) for _ in range(job["streams"])]
+        streams = [asyncio.ensure_future(sse_stream(job, connect)) for _ in range(job["streams"])]
     else:
-        streams = [ws_stream(job, cid, cookie, connect) for cid, cookie in job["conversations"]]
+        tabs = Tabs(len(job["conversations"]))
+        streams = [
+            asyncio.ensure_future(ws_stream(job, cid, cookie, connect, tabs))
+            for cid, cookie in job["conversations"]
+        ]
+        if job.get("open_first"):
+            opening = asyncio.ensure_future(tabs.all_open.wait())
+            await asyncio.wait([opening, *streams], return_when=asyncio.FIRST_COMPLETED)
+            for failed in [s for s in streams if s.done()]:
+                failed.result()  # a tab that ended before asking: its error
+            print(json.dumps({"phase": "open", "open_s": time.monotonic() - start}), flush=True)
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+            start = time.monotonic()
+        tabs.go.set()
     results = await asyncio.gather(*streams)
     return {"streams": results, "wall_s": time.monotonic() - start, "client_cpu_s": time.process_time()}
 
