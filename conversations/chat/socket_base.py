@@ -24,15 +24,26 @@ from conversations.cluster.registry import PROCESS_ID
 log = logging.getLogger(__name__)
 
 
+def json_text(content: dict) -> str:
+    """orjson, several times faster than ``json`` on every streamed delta; its UTF-8
+    output suits a text frame. Anything orjson refuses goes through ``json``."""
+    try:
+        return orjson.dumps(content, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        return json.dumps(content)
+
+
 class JsonSocketConsumer(AsyncJsonWebsocketConsumer):
     @classmethod
     async def encode_json(cls, content: dict) -> str:
-        """orjson, several times faster than ``json`` on every streamed delta; its UTF-8
-        output suits a text frame. Anything orjson refuses goes through ``json``."""
-        try:
-            return orjson.dumps(content, option=orjson.OPT_NON_STR_KEYS).decode()
-        except TypeError:
-            return json.dumps(content)
+        return json_text(content)
+
+    async def send_json(self, content: dict, close: bool = False) -> None:
+        """Channels' ``send_json`` without its three coroutine layers (an awaited encoder,
+        the text send, the base send) on every streamed delta: one frame to the server."""
+        await self.base_send({"type": "websocket.send", "text": json_text(content)})
+        if close:
+            await self.close()
 
     async def dispatch(self, message: dict) -> None:
         handler = getattr(self, get_handler_name(message), None)

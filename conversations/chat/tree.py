@@ -30,7 +30,6 @@ from datetime import timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
-from django.db.models import Count, Q
 from django.utils import timezone
 
 # What the browser receives, importable from here where callers look for it.
@@ -224,14 +223,20 @@ def lock_conversation(conversation: Conversation) -> Conversation:
     return conversation
 
 
-def live_answers(live_processes: set[str]):
-    """Streaming answers that still count as live: owned by a live process, or without a
-    recorded owner and touched recently."""
+def live_answer_conversations(owner_id: int, live_processes: set[str]) -> list[int]:
+    """The conversation of each of the user's streaming answers that still counts as live:
+    owned by a live process, or without a recorded owner and touched recently. (The user's
+    streaming rows are few: they are read and judged here, a query that costs less to
+    build than its counting in SQL.)"""
     cutoff = timezone.now() - timedelta(seconds=LEGACY_STALE_SECONDS)
-    owned = Q(owner_process__in=live_processes)
-    return Message.objects.filter(status=Message.Status.STREAMING).filter(
-        owned | Q(owner_process="", updated_at__gte=cutoff)
-    )
+    rows = Message.objects.filter(
+        status=Message.Status.STREAMING, conversation__owner_id=owner_id
+    ).values_list("conversation_id", "owner_process", "updated_at")
+    return [
+        conversation_id
+        for conversation_id, owner, touched in rows
+        if owner in live_processes or (owner == "" and touched >= cutoff)
+    ]
 
 
 def lock_for_answer(conversation: Conversation, live_processes: set[str] | None) -> Conversation:
@@ -247,11 +252,10 @@ def lock_for_answer(conversation: Conversation, live_processes: set[str] | None)
     if live_processes is None:  # not going to be generated (fixtures, imports): no limits
         return conversation
     # The user's live answers, and those of this conversation (all the user's), in one query.
-    live = live_answers(live_processes).filter(conversation__owner_id=conversation.owner_id)
-    counts = live.aggregate(mine=Count("pk"), here=Count("pk", filter=Q(conversation_id=conversation.pk)))
-    if counts["here"]:
+    live = live_answer_conversations(conversation.owner_id, live_processes)
+    if conversation.pk in live:
         raise Busy("An answer is still being written here: wait for it or stop it first.")
-    if counts["mine"] >= settings.MAX_LIVE_PER_USER:
+    if len(live) >= settings.MAX_LIVE_PER_USER:
         raise Busy("You have too many answers being written at once; wait for one to finish.")
     return conversation
 

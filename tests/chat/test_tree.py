@@ -217,3 +217,45 @@ def test_operations_on_a_200_message_conversation_take_bounded_queries(
     with django_assert_max_num_queries(20):
         _, deleted = tree_ops.delete_subtree(conversation, first_answer.pk)
     assert len(deleted) == 1 + 99 * 2 + 9 + 2  # a0, the pairs below it, 9 alternatives, "one more"
+
+
+def test_the_live_answer_limits_count_only_answers_that_are_still_live(
+    make_user, make_conversation, settings
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    settings.MAX_LIVE_PER_USER = 2
+    user = make_user("bob")
+    here, *others = [make_conversation(user) for _ in range(4)]
+    stale = timezone.now() - timedelta(seconds=tree_ops.LEGACY_STALE_SECONDS + 5)
+    live = {"alive"}
+
+    def streaming(conversation, owner: str, touched=None) -> Message:
+        message = Message.objects.create(
+            conversation=conversation, role="assistant", status=Message.Status.STREAMING, owner_process=owner
+        )
+        if touched is not None:
+            Message.objects.filter(pk=message.pk).update(updated_at=touched)
+        return message
+
+    # A dead process's answer and an ownerless stale one count for nothing.
+    streaming(others[0], "dead")
+    streaming(others[1], "", touched=stale)
+    tree_ops.lock_for_answer(here, live)
+    # A live process's answer elsewhere counts towards the user's limit; so does a recent
+    # ownerless one: two of two.
+    streaming(others[2], "alive")
+    tree_ops.lock_for_answer(here, live)
+    streaming(others[1], "")
+    with pytest.raises(tree_ops.Busy, match="too many answers"):
+        tree_ops.lock_for_answer(here, live)
+    # One live answer in this conversation is refused as such, whatever the limit.
+    settings.MAX_LIVE_PER_USER = 10
+    streaming(here, "alive")
+    with pytest.raises(tree_ops.Busy, match="still being written"):
+        tree_ops.lock_for_answer(here, live)
+    # Another user's live answers are not this user's.
+    carol = make_user("carol")
+    assert tree_ops.lock_for_answer(make_conversation(carol), live)
