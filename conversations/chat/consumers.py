@@ -64,13 +64,12 @@ from conversations.chat.queries import (
     create_answer,
     get_conversation,
     load_thread,
-    merge_deltas,
     message_in,
     streaming_owners,
 )
 from conversations.chat.remote_answers import RemoteAnswers
 from conversations.chat.retention import get_retention, last_owner
-from conversations.chat.socket_base import JsonSocketConsumer, live_processes, liveness_of
+from conversations.chat.socket_base import JsonSocketConsumer, Outbox, live_processes, liveness_of
 from conversations.cluster import handoff
 from conversations.cluster import registry as cluster
 from conversations.cluster.registry import PROCESS_ID
@@ -99,7 +98,7 @@ class ChatConsumer(RemoteAnswers, JsonSocketConsumer):
     async def connect(self) -> None:
         self.user = self.scope.get("user")
         self.conversation: Conversation | None = None
-        self.outbox: asyncio.Queue = asyncio.Queue()
+        self.outbox = Outbox()
         self.sender: asyncio.Task | None = None
         self.groups_joined: list[str] = []
         # Answers generated in other processes: message id -> what this tab shows of each.
@@ -136,7 +135,7 @@ class ChatConsumer(RemoteAnswers, JsonSocketConsumer):
     # Outgoing ------------------------------------------------------------------------
     def push(self, event: dict) -> None:
         """Called by the generation manager (and by this consumer) without awaiting."""
-        self.outbox.put_nowait(event)
+        self.outbox.put(event)
         if event["type"] == "finished":  # the retention's only interest
             get_retention().on_event(getattr(self.conversation, "pk", None), event)
 
@@ -144,24 +143,14 @@ class ChatConsumer(RemoteAnswers, JsonSocketConsumer):
         self.push({"type": "error", "detail": detail, "code": code, **extra})
 
     async def _send_loop(self) -> None:
-        """Sends queued events in order, merging runs of deltas to a slow socket."""
-        pending: dict | None = None
+        """Sends queued events in order (runs of deltas to a slow socket merged: ``Outbox``)."""
         while True:
-            event = pending or await self.outbox.get()
-            pending = None
-            if event.get("type") == "delta":
-                while not self.outbox.empty():
-                    following = self.outbox.get_nowait()
-                    if following.get("type") == "delta" and following["message_id"] == event["message_id"]:
-                        event = merge_deltas(event, following)
-                    else:
-                        pending = following
-                        break
-            try:
-                await self.send_json(event)
-            except Exception:
-                log.debug("send failed; the socket is closing", exc_info=True)
-                return
+            for event in await self.outbox.take():
+                try:
+                    await self.send_json(event)
+                except Exception:
+                    log.debug("send failed; the socket is closing", exc_info=True)
+                    return
 
     async def _join(self, group: str) -> None:
         if group not in self.groups_joined:

@@ -1,5 +1,5 @@
 """The websocket consumer's reads and writes of the database, each one call off the event
-loop (``database_sync_to_async``), and the merging of queued deltas for a slow socket."""
+loop (``database_sync_to_async``)."""
 
 from __future__ import annotations
 
@@ -67,15 +67,6 @@ def create_answer(
     thread = tree_ops.thread_dict(tree)
     inputs = answer_inputs_from_tree(tree, answer.pk, engine) if engine is not None else None
     return CreatedAnswer(answer, tree, thread, inputs)
-
-
-def merge_deltas(first: dict, second: dict) -> dict:
-    """One ``delta`` event saying what two consecutive ones of the same answer said."""
-    merged = {**first, "text": first["text"] + second["text"]}
-    reasoning = first.get("reasoning", "") + second.get("reasoning", "")
-    if reasoning:
-        merged["reasoning"] = reasoning
-    return merged
 
 
 @database_sync_to_async

@@ -10,13 +10,16 @@ call, so the hop per event does nothing here but cost both threads.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+from collections import deque
 
 import orjson
 from channels.consumer import get_handler_name
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from channels.sessions import InstanceSessionWrapper
 
 from conversations.cluster import registry as cluster
 from conversations.cluster.registry import PROCESS_ID
@@ -41,9 +44,72 @@ class JsonSocketConsumer(AsyncJsonWebsocketConsumer):
     async def send_json(self, content: dict, close: bool = False) -> None:
         """Channels' ``send_json`` without its three coroutine layers (an awaited encoder,
         the text send, the base send) on every streamed delta: one frame to the server."""
-        await self.base_send({"type": "websocket.send", "text": json_text(content)})
+        await self._frame_sender()({"type": "websocket.send", "text": json_text(content)})
         if close:
             await self.close()
+
+    def _frame_sender(self):
+        """The server's send. Channels' session wrapper around it acts on an HTTP
+        response's start alone: for a websocket frame it only reads the session (twice,
+        through its lazy proxy), so frames skip it."""
+        sender = getattr(self, "_frames", None)
+        if sender is None:
+            wrapper = getattr(self.base_send, "__self__", None)
+            sender = wrapper.real_send if isinstance(wrapper, InstanceSessionWrapper) else self.base_send
+            self._frames = sender
+        return sender
+
+
+class Outbox:
+    """One socket's events, in order. ``take`` waits for some and returns all there are,
+    with each run of one answer's deltas merged into one: a socket that falls behind gets
+    fewer, larger frames. Used on the event loop's thread only."""
+
+    def __init__(self) -> None:
+        self._events: deque[dict] = deque()
+        self._waiter: asyncio.Future | None = None
+
+    def put(self, event: dict) -> None:
+        self._events.append(event)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def take(self) -> list[dict]:
+        while not self._events:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        events = list(self._events)
+        self._events.clear()
+        return merge_delta_runs(events)
+
+
+def merge_delta_runs(events: list[dict]) -> list[dict]:
+    """``events`` with each run of consecutive deltas of one answer as one delta."""
+    out: list[dict] = []
+    for event in events:
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and event.get("type") == "delta" == last.get("type")
+            and event["message_id"] == last["message_id"]
+        ):
+            out[-1] = merge_deltas(last, event)
+        else:
+            out.append(event)
+    return out
+
+
+def merge_deltas(first: dict, second: dict) -> dict:
+    """One ``delta`` event saying what two consecutive ones of the same answer said."""
+    merged = {**first, "text": first["text"] + second["text"]}
+    reasoning = first.get("reasoning", "") + second.get("reasoning", "")
+    if reasoning:
+        merged["reasoning"] = reasoning
+    return merged
 
     async def dispatch(self, message: dict) -> None:
         handler = getattr(self, get_handler_name(message), None)

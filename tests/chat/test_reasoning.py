@@ -80,7 +80,7 @@ async def test_reasoning_streams_apart_is_saved_and_stays_out_of_the_next_prompt
 
 
 def test_deltas_merged_for_a_slow_socket_keep_their_reasoning():
-    from conversations.chat.queries import merge_deltas
+    from conversations.chat.socket_base import merge_deltas
 
     first = {"type": "delta", "message_id": 1, "text": "", "reasoning": "Count sheep"}
     second = {"type": "delta", "message_id": 1, "text": "", "reasoning": " quickly."}
