@@ -243,12 +243,12 @@ def rows_in_tree(tree: Tree, leaf_id: int | None) -> dict[int, dict]:
     """The rows ``_rows`` would read of the path to ``leaf_id`` whose every field the tree
     holds: the messages written in this call (``Tree.load`` leaves the token ids out)."""
     leaf = tree.by_id.get(leaf_id) if leaf_id is not None else None
-    if leaf is None:
+    if leaf is None or not tree.written:
         return {}
     return {
         m.pk: {name: getattr(m, name) for name in ROW_FIELDS}
         for m in tree.path_to(leaf)
-        if "token_ids" not in m.get_deferred_fields()
+        if m.pk in tree.written
     }
 
 

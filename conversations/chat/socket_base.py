@@ -14,6 +14,8 @@ import asyncio
 import json
 import logging
 from collections import deque
+from collections.abc import Awaitable, Callable
+from functools import cached_property
 
 import orjson
 from channels.consumer import get_handler_name
@@ -44,20 +46,17 @@ class JsonSocketConsumer(AsyncJsonWebsocketConsumer):
     async def send_json(self, content: dict, close: bool = False) -> None:
         """Channels' ``send_json`` without its three coroutine layers (an awaited encoder,
         the text send, the base send) on every streamed delta: one frame to the server."""
-        await self._frame_sender()({"type": "websocket.send", "text": json_text(content)})
+        await self.send_frame({"type": "websocket.send", "text": json_text(content)})
         if close:
             await self.close()
 
-    def _frame_sender(self):
+    @cached_property
+    def send_frame(self) -> Callable[[dict], Awaitable[None]]:
         """The server's send. Channels' session wrapper around it acts on an HTTP
         response's start alone: for a websocket frame it only reads the session (twice,
         through its lazy proxy), so frames skip it."""
-        sender = getattr(self, "_frames", None)
-        if sender is None:
-            wrapper = getattr(self.base_send, "__self__", None)
-            sender = wrapper.real_send if isinstance(wrapper, InstanceSessionWrapper) else self.base_send
-            self._frames = sender
-        return sender
+        wrapper = getattr(self.base_send, "__self__", None)
+        return wrapper.real_send if isinstance(wrapper, InstanceSessionWrapper) else self.base_send
 
 
 class Outbox:

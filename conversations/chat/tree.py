@@ -73,6 +73,8 @@ class Tree:
     by_id: dict[int, Message] = field(default_factory=dict)
     # parent id (None for the roots) -> children, oldest first
     children: dict[int | None, list[Message]] = field(default_factory=lambda: defaultdict(list))
+    # Ids of the messages written since the load (``add``): every field of theirs is in hand.
+    written: set[int] = field(default_factory=set)
 
     @classmethod
     def load(cls, conversation: Conversation) -> Tree:
@@ -152,6 +154,8 @@ class Tree:
         return ids
 
     def add(self, message: Message) -> None:
+        """A message just written (created with all its fields)."""
+        self.written.add(message.pk)
         self.by_id[message.pk] = message
         self.children[message.parent_id].append(message)
 
