@@ -31,32 +31,60 @@ RELAY_HZ = 20.0
 RELAY_TICK_SECONDS = 1.0
 
 
-class Relays:
-    """One task for every live answer of a manager: new text and reasoning to the tabs of
-    other processes (``relay_piece``), sent as soon as the first new piece comes and then
-    at most RELAY_HZ times a second; and a heartbeat to every tab for an answer that sent
-    nothing for STREAM_HEARTBEAT_SECONDS. With one process nothing is relayed, so a delta
-    wakes nothing and the task only looks for quiet answers once a second."""
+class AnswersTask:
+    """One task that works for every live answer of a manager it was given: it starts with
+    the first, and ends when none is left (``_run`` loops while ``live``)."""
+
+    name = ""
 
     def __init__(self, manager: GenerationManager) -> None:
         self.manager = manager
         self.live: dict[int, Generation] = {}
-        self.signalled: dict[int, float] = {}  # message id -> monotonic time of its last piece or heartbeat
-        self.wake = asyncio.Event()
         self.task: asyncio.Task | None = None
-        self.relaying = False  # several processes (read as each answer starts)
 
     def add(self, gen: Generation) -> None:
-        self.relaying = cluster.enabled()
         self.live[gen.message_id] = gen
-        self.signalled[gen.message_id] = time.monotonic()
+        self.track(gen)
         if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self._run(), name="relays")
+            self.task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
 
     def discard(self, gen: Generation) -> None:
+        """``gen`` is done: nothing more for it."""
         if self.live.get(gen.message_id) is gen:
             del self.live[gen.message_id]
-            self.signalled.pop(gen.message_id, None)
+            self.untrack(gen.message_id)
+
+    def track(self, gen: Generation) -> None:
+        """This task's own record of a new answer."""
+
+    def untrack(self, message_id: int) -> None:
+        """Drop that record."""
+
+    async def _run(self) -> None:
+        raise NotImplementedError
+
+
+class Relays(AnswersTask):
+    """New text and reasoning of every live answer to the tabs of other processes
+    (``relay_piece``), sent as soon as the first new piece comes and then at most RELAY_HZ
+    times a second; and a heartbeat to every tab for an answer that sent nothing for
+    STREAM_HEARTBEAT_SECONDS. With one process nothing is relayed, so a delta wakes nothing
+    and the task only looks for quiet answers once a second."""
+
+    name = "relays"
+
+    def __init__(self, manager: GenerationManager) -> None:
+        super().__init__(manager)
+        self.signalled: dict[int, float] = {}  # message id -> monotonic time of its last piece or heartbeat
+        self.wake = asyncio.Event()
+        self.relaying = False  # several processes (read as each answer starts)
+
+    def track(self, gen: Generation) -> None:
+        self.relaying = cluster.enabled()
+        self.signalled[gen.message_id] = time.monotonic()
+
+    def untrack(self, message_id: int) -> None:
+        self.signalled.pop(message_id, None)
 
     def poke(self) -> None:
         """New text of some answer: relay it soon (nothing to do with one process)."""
@@ -131,30 +159,25 @@ async def relay_piece(gen: Generation) -> None:
     )
 
 
-class PartialSaves:
-    """The partial saves of every live answer of a manager: one task writes, every
-    PARTIAL_SAVE_SECONDS, the text so far of each answer that grew (or was not touched for
-    HEARTBEAT_SECONDS), all in one database call and transaction, instead of a task and a
-    write per answer. An answer whose row is no longer this process's is stopped (fenced)."""
+class PartialSaves(AnswersTask):
+    """The partial saves of every live answer: every PARTIAL_SAVE_SECONDS, the text so far
+    of each answer that grew (or was not touched for HEARTBEAT_SECONDS), all in one
+    database call and transaction, instead of a task and a write per answer (a finished
+    answer's final save follows its discard). An answer whose row is no longer this
+    process's is stopped (fenced)."""
+
+    name = "partial-saves"
 
     def __init__(self, manager: GenerationManager) -> None:
-        self.manager = manager
-        self.live: dict[int, Generation] = {}
+        super().__init__(manager)
         # message id -> (tokens saved, monotonic time of the last save)
         self.saved: dict[int, tuple[int, float]] = {}
-        self.task: asyncio.Task | None = None
 
-    def add(self, gen: Generation) -> None:
-        self.live[gen.message_id] = gen
+    def track(self, gen: Generation) -> None:
         self.saved[gen.message_id] = (0, time.monotonic())
-        if self.task is None or self.task.done():
-            self.task = asyncio.get_running_loop().create_task(self._run(), name="partial-saves")
 
-    def discard(self, gen: Generation) -> None:
-        """``gen`` is done: no more partial saves of it (the final save follows)."""
-        if self.live.get(gen.message_id) is gen:
-            del self.live[gen.message_id]
-            self.saved.pop(gen.message_id, None)
+    def untrack(self, message_id: int) -> None:
+        self.saved.pop(message_id, None)
 
     async def _run(self) -> None:
         while self.live:
