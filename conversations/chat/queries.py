@@ -13,18 +13,27 @@ from conversations.chat.answer_rows import mark_orphans_interrupted
 from conversations.chat.prompt_history import AnswerInputs, answer_inputs_from_tree
 from conversations.cluster import registry as cluster
 from conversations.models import Conversation, Message
+from conversations.prepared_reads import PreparedRead
 
 
 class NotFound(Exception):
     pass
 
 
+_users_conversation = PreparedRead(
+    lambda pk, owner_id: Conversation.objects.filter(pk=pk, owner_id=owner_id).order_by()[:1]
+)
+
+
 @database_sync_to_async
 def get_conversation(user, conversation_id) -> Conversation:
     try:
-        return Conversation.objects.get(pk=int(conversation_id), owner=user)
-    except (Conversation.DoesNotExist, TypeError, ValueError):
+        found = _users_conversation(int(conversation_id), user.pk)
+    except (TypeError, ValueError):
         raise NotFound from None
+    if not found:
+        raise NotFound
+    return found[0]
 
 
 @database_sync_to_async

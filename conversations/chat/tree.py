@@ -41,8 +41,29 @@ from conversations.chat.thread_dicts import (  # noqa: F401
 )
 from conversations.models import Conversation, Message
 from conversations.models.chat import DEFAULT_TITLE
+from conversations.prepared_reads import PreparedRead
 
 TITLE_LENGTH = 60
+
+# The reads of every answer's creation, their SQL built once (``PreparedRead``).
+_messages_of = PreparedRead(
+    lambda conversation_id: (
+        Message.objects.filter(conversation_id=conversation_id)
+        .defer("token_ids")
+        .order_by("created_at", "id")
+    )
+)
+_locked_conversation = PreparedRead(
+    lambda pk: Conversation.objects.select_for_update().filter(pk=pk).order_by()[:1]
+)
+_locked_user = PreparedRead(
+    lambda pk: get_user_model().objects.select_for_update().filter(pk=pk).values_list("pk").order_by()[:1]
+)
+_streaming_rows_of_user = PreparedRead(
+    lambda owner_id: Message.objects.filter(
+        status=Message.Status.STREAMING, conversation__owner_id=owner_id
+    ).values_list("conversation_id", "owner_process", "updated_at")
+)
 
 
 class TreeError(ValueError):
@@ -80,9 +101,7 @@ class Tree:
     def load(cls, conversation: Conversation) -> Tree:
         """All of ``conversation``'s messages in one query (token ids deferred)."""
         tree = cls(conversation)
-        for message in (
-            Message.objects.filter(conversation=conversation).defer("token_ids").order_by("created_at", "id")
-        ):
+        for message in _messages_of(conversation.pk):
             tree.by_id[message.pk] = message
             tree.children[message.parent_id].append(message)
         return tree
@@ -219,7 +238,7 @@ def select_leaf(tree: Tree, leaf: Message | None, **also) -> None:
 def lock_conversation(conversation: Conversation) -> Conversation:
     """Lock the conversation's row for this transaction and refresh ``conversation`` from it
     (another process or tab may have moved its current leaf or changed its settings)."""
-    fresh = one(Conversation.objects.select_for_update().filter(pk=conversation.pk))
+    fresh = next(iter(_locked_conversation(conversation.pk)), None)
     if fresh is None:
         raise NotInConversation("this conversation no longer exists")
     for column in Conversation._meta.concrete_fields:
@@ -233,9 +252,7 @@ def live_answer_conversations(owner_id: int, live_processes: set[str]) -> list[i
     streaming rows are few: they are read and judged here, a query that costs less to
     build than its counting in SQL.)"""
     cutoff = timezone.now() - timedelta(seconds=LEGACY_STALE_SECONDS)
-    rows = Message.objects.filter(
-        status=Message.Status.STREAMING, conversation__owner_id=owner_id
-    ).values_list("conversation_id", "owner_process", "updated_at")
+    rows = _streaming_rows_of_user(owner_id)
     return [
         conversation_id
         for conversation_id, owner, touched in rows
@@ -251,7 +268,7 @@ def lock_for_answer(conversation: Conversation, live_processes: set[str] | None)
     the count cannot race; on SQLite the IMMEDIATE transaction already serialises writers
     (and row locks do not exist), so the user's row is not read there."""
     if connection.features.has_select_for_update:
-        get_user_model().objects.select_for_update().filter(pk=conversation.owner_id).first()
+        _locked_user(conversation.owner_id)
     lock_conversation(conversation)
     if live_processes is None:  # not going to be generated (fixtures, imports): no limits
         return conversation

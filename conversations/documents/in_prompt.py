@@ -25,6 +25,7 @@ from channels.db import database_sync_to_async
 from conversations.documents.rendering import documents_system_prompt, with_passages
 from conversations.documents.retrieval import Passage, load_chunks, rank
 from conversations.models import ConversationDocument, DocumentChunk, MessageSources
+from conversations.prepared_reads import PreparedRead
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +50,20 @@ class AttachedDocuments:
         return documents_system_prompt([(name, text) for _id, name, text in self.whole], own)
 
 
-def attached(conversation_id: int, owner_id: int, max_model_len: int) -> AttachedDocuments:
-    """Synchronous: the conversation's ready documents, whole or searched."""
-    rows = (
+_ready_documents = PreparedRead(
+    lambda conversation_id, owner_id: (
         ConversationDocument.objects.filter(
             conversation_id=conversation_id, document__owner_id=owner_id, document__status="ready"
         )
         .order_by("document_id")
         .values_list("document_id", "document__filename", "document__num_tokens")
     )
+)
+
+
+def attached(conversation_id: int, owner_id: int, max_model_len: int) -> AttachedDocuments:
+    """Synchronous: the conversation's ready documents, whole or searched."""
+    rows = _ready_documents(conversation_id, owner_id)
     docs = AttachedDocuments()
     room = int(max_model_len * WHOLE_SHARE)
     for doc_id, filename, num_tokens in rows:

@@ -1,0 +1,135 @@
+"""Prepared reads: the ORM's SQL built once, the same rows as the queryset's on every call."""
+
+from __future__ import annotations
+
+import pytest
+from django.utils import timezone
+
+from conversations.models import Conversation, Message
+from conversations.prepared_reads import PreparedRead
+
+pytestmark = pytest.mark.django_db
+
+messages_of = PreparedRead(
+    lambda conversation_id: (
+        Message.objects.filter(conversation_id=conversation_id)
+        .defer("token_ids")
+        .order_by("created_at", "id")
+    )
+)
+owned = PreparedRead(
+    lambda pk, owner_id: Conversation.objects.filter(pk=pk, owner_id=owner_id).order_by()[:1]
+)
+streaming_of_user = PreparedRead(
+    lambda owner_id, status: (
+        Message.objects.filter(status=status, conversation__owner_id=owner_id)
+        .order_by("id")
+        .values_list("conversation_id", "owner_process", "updated_at")
+    )
+)
+ids_of = PreparedRead(
+    lambda conversation_id: (
+        Message.objects.filter(conversation_id=conversation_id).order_by("id").values_list("id", flat=True)
+    )
+)
+
+
+def fields_of(message: Message) -> dict:
+    return {name: value for name, value in vars(message).items() if not name.startswith("_")}
+
+
+@pytest.fixture
+def two_users_messages(make_user):
+    alice, bob = make_user("alice"), make_user("bob")
+    chats = {}
+    for user in (alice, bob):
+        conversation = Conversation.objects.create(owner=user, title=f"{user.username}'s")
+        question = Message.objects.create(
+            conversation=conversation, role=Message.Role.USER, content="Hi", token_ids=[1, 2, 3]
+        )
+        Message.objects.create(
+            conversation=conversation,
+            parent=question,
+            role=Message.Role.ASSISTANT,
+            status=Message.Status.STREAMING,
+            owner_process=f"process-{user.username}",
+            tool_calls=[{"name": "search", "arguments": {"q": "é"}}],
+            reasoning_seconds=1.5,
+        )
+        chats[user.username] = (user, conversation)
+    return chats
+
+
+def test_model_rows_equal_the_querysets_field_for_field(two_users_messages):
+    for _, conversation in two_users_messages.values():
+        expected = list(
+            Message.objects.filter(conversation_id=conversation.pk)
+            .defer("token_ids")
+            .order_by("created_at", "id")
+        )
+        got = messages_of(conversation.pk)
+        assert [fields_of(m) for m in got] == [fields_of(m) for m in expected]
+        assert all(m.get_deferred_fields() == {"token_ids"} for m in got)
+        assert timezone.is_aware(got[0].created_at)
+        assert got[1].tool_calls == [{"name": "search", "arguments": {"q": "é"}}]
+        assert got[0].token_ids == [1, 2, 3]  # a deferred field still loads on access
+
+
+def test_each_call_takes_its_own_values_and_the_managers_filter_stays(two_users_messages):
+    alice, alices = two_users_messages["alice"]
+    bob, bobs = two_users_messages["bob"]
+    assert [c.pk for c in owned(alices.pk, alice.pk)] == [alices.pk]
+    assert [c.pk for c in owned(bobs.pk, bob.pk)] == [bobs.pk]
+    assert owned(bobs.pk, alice.pk) == []  # another user's conversation is not found
+    Conversation.objects.filter(pk=alices.pk).update(deleted_at=timezone.now())
+    assert owned(alices.pk, alice.pk) == []  # ``Conversation.objects`` leaves deleted ones out
+
+
+def test_values_list_rows_through_a_join_equal_the_querysets(two_users_messages):
+    for user, _ in two_users_messages.values():
+        expected = list(
+            Message.objects.filter(status="streaming", conversation__owner_id=user.pk)
+            .order_by("id")
+            .values_list("conversation_id", "owner_process", "updated_at")
+        )
+        assert streaming_of_user(user.pk, "streaming") == expected
+        assert len(expected) == 1 and timezone.is_aware(expected[0][2])
+    alice = two_users_messages["alice"][0]
+    questions = streaming_of_user(alice.pk, "complete")
+    assert [(row[0], row[1]) for row in questions] == [(two_users_messages["alice"][1].pk, "")]
+    assert streaming_of_user(alice.pk, "error") == []
+
+
+def test_flat_values_and_one_query_per_call(two_users_messages, django_assert_num_queries):
+    _, conversation = two_users_messages["alice"]
+    expected = list(
+        Message.objects.filter(conversation_id=conversation.pk).order_by("id").values_list("id", flat=True)
+    )
+    ids_of(conversation.pk)  # built here, outside the count
+    with django_assert_num_queries(1):
+        assert ids_of(conversation.pk) == expected
+
+
+def test_values_are_coerced_as_the_first_call_had_them(two_users_messages):
+    alice, conversation = two_users_messages["alice"]
+    owned(conversation.pk, alice.pk)
+    assert [c.pk for c in owned(str(conversation.pk), str(alice.pk))] == [conversation.pk]
+    with pytest.raises(ValueError):
+        owned("not a number", alice.pk)
+    with pytest.raises(TypeError):
+        PreparedRead(lambda flag: Conversation.objects.filter(pinned=flag))(True)
+
+
+def test_reads_it_cannot_keep_are_refused_when_built(two_users_messages):
+    alice, conversation = two_users_messages["alice"]
+    unused = PreparedRead(lambda pk, other: Conversation.objects.filter(pk=pk))
+    with pytest.raises(ValueError, match="lookup"):
+        unused(conversation.pk, 5)
+    related = PreparedRead(
+        lambda pk: Message.objects.filter(conversation_id=pk).select_related("conversation")
+    )
+    with pytest.raises(ValueError, match="plain model rows"):
+        related(conversation.pk)
+    as_dicts = PreparedRead(lambda pk: Message.objects.filter(conversation_id=pk).values("id"))
+    with pytest.raises(ValueError, match="cannot yield"):
+        as_dicts(conversation.pk)
