@@ -58,6 +58,19 @@ class JsonSocketConsumer(AsyncJsonWebsocketConsumer):
         wrapper = getattr(self.base_send, "__self__", None)
         return wrapper.real_send if isinstance(wrapper, InstanceSessionWrapper) else self.base_send
 
+    async def dispatch(self, message: dict) -> None:
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
+
+    async def websocket_disconnect(self, message: dict) -> None:
+        """As Channels', without its database hop after ``disconnect`` (see above)."""
+        for group in self.groups:
+            await self.channel_layer.group_discard(group, self.channel_name)
+        await self.disconnect(message["code"])
+        raise StopConsumer()
+
 
 class Outbox:
     """One socket's events, in order. ``take`` waits for some and returns all there are,
@@ -109,19 +122,6 @@ def merge_deltas(first: dict, second: dict) -> dict:
     if reasoning:
         merged["reasoning"] = reasoning
     return merged
-
-    async def dispatch(self, message: dict) -> None:
-        handler = getattr(self, get_handler_name(message), None)
-        if handler is None:
-            raise ValueError(f"No handler for message type {message['type']}")
-        await handler(message)
-
-    async def websocket_disconnect(self, message: dict) -> None:
-        """As Channels', without its database hop after ``disconnect`` (see above)."""
-        for group in self.groups:
-            await self.channel_layer.group_discard(group, self.channel_name)
-        await self.disconnect(message["code"])
-        raise StopConsumer()
 
 
 async def live_processes() -> dict[str, cluster.ProcessInfo]:
