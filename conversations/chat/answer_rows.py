@@ -24,6 +24,7 @@ from django.utils import timezone
 from conversations.cluster import registry as cluster
 from conversations.cluster.registry import PROCESS_ID
 from conversations.models import Message
+from conversations.prepared_queries import PreparedUpdate
 
 # A streaming row is touched at least this often even without new text.
 HEARTBEAT_SECONDS = 10.0
@@ -34,8 +35,11 @@ def stale_after() -> float:
     return max(60.0, 10 * settings.PARTIAL_SAVE_SECONDS, 2 * HEARTBEAT_SECONDS)
 
 
-def _owned(message_id: int, owner: str = PROCESS_ID):
-    return Message.objects.filter(pk=message_id, owner_process=owner, status=Message.Status.STREAMING)
+_owned = PreparedUpdate(
+    lambda message_id, owner: Message.objects.filter(
+        pk=message_id, owner_process=owner, status=Message.Status.STREAMING
+    )
+)
 
 
 @database_sync_to_async
@@ -43,7 +47,7 @@ def update_message(message_id: int, **fields: Any) -> int:
     """Write a live answer's row if this process still owns it (the fence); 0 if not (it
     was failed over, taken back, finished or deleted)."""
     fields.setdefault("updated_at", timezone.now())
-    return _owned(message_id).update(**fields)
+    return _owned(message_id, PROCESS_ID, **fields)
 
 
 @database_sync_to_async
@@ -54,7 +58,7 @@ def save_partials(rows: list[tuple[int, dict[str, Any]]]) -> set[int]:
     lost = set()
     with transaction.atomic():
         for message_id, fields in rows:
-            if not _owned(message_id).update(updated_at=now, **fields):
+            if not _owned(message_id, PROCESS_ID, updated_at=now, **fields):
                 lost.add(message_id)
     return lost
 
@@ -72,9 +76,7 @@ def owned_answers(message_ids: list[int]) -> set[int]:
 @database_sync_to_async
 def take_over(message_id: int, previous_owner: str) -> bool:
     """Make this process the owner of a live answer, if ``previous_owner`` still owns it."""
-    return bool(
-        _owned(message_id, previous_owner).update(owner_process=PROCESS_ID, updated_at=timezone.now())
-    )
+    return bool(_owned(message_id, previous_owner, owner_process=PROCESS_ID, updated_at=timezone.now()))
 
 
 @database_sync_to_async

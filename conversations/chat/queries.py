@@ -13,7 +13,7 @@ from conversations.chat.answer_rows import mark_orphans_interrupted
 from conversations.chat.prompt_history import AnswerInputs, answer_inputs_from_tree
 from conversations.cluster import registry as cluster
 from conversations.models import Conversation, Message
-from conversations.prepared_reads import PreparedRead
+from conversations.prepared_queries import PreparedRead
 
 
 class NotFound(Exception):

@@ -41,11 +41,11 @@ from conversations.chat.thread_dicts import (  # noqa: F401
 )
 from conversations.models import Conversation, Message
 from conversations.models.chat import DEFAULT_TITLE
-from conversations.prepared_reads import PreparedRead
+from conversations.prepared_queries import PreparedRead, PreparedUpdate
 
 TITLE_LENGTH = 60
 
-# The reads of every answer's creation, their SQL built once (``PreparedRead``).
+# The statements of every answer's creation, their SQL built once (``PreparedRead``).
 _messages_of = PreparedRead(
     lambda conversation_id: (
         Message.objects.filter(conversation_id=conversation_id)
@@ -59,6 +59,7 @@ _locked_conversation = PreparedRead(
 _locked_user = PreparedRead(
     lambda pk: get_user_model().objects.select_for_update().filter(pk=pk).values_list("pk").order_by()[:1]
 )
+_conversation_row = PreparedUpdate(lambda pk: Conversation.objects.filter(pk=pk))
 _streaming_rows_of_user = PreparedRead(
     lambda owner_id: Message.objects.filter(
         status=Message.Status.STREAMING, conversation__owner_id=owner_id
@@ -230,8 +231,8 @@ def select_leaf(tree: Tree, leaf: Message | None, **also) -> None:
     conversation.active_root_id = root_id
     for name, value in also.items():
         setattr(conversation, name, value)
-    Conversation.objects.filter(pk=conversation.pk).update(
-        current_leaf_id=conversation.current_leaf_id, active_root_id=root_id, **also
+    _conversation_row(
+        conversation.pk, current_leaf_id=conversation.current_leaf_id, active_root_id=root_id, **also
     )
 
 
@@ -283,7 +284,7 @@ def lock_for_answer(conversation: Conversation, live_processes: set[str] | None)
 
 def _touch(conversation: Conversation) -> None:
     conversation.updated_at = timezone.now()
-    Conversation.objects.filter(pk=conversation.pk).update(updated_at=conversation.updated_at)
+    _conversation_row(conversation.pk, updated_at=conversation.updated_at)
 
 
 def make_title(text: str) -> str:

@@ -25,7 +25,7 @@ from channels.db import database_sync_to_async
 from conversations.documents.rendering import documents_system_prompt, with_passages
 from conversations.documents.retrieval import Passage, load_chunks, rank
 from conversations.models import ConversationDocument, DocumentChunk, MessageSources
-from conversations.prepared_reads import PreparedRead
+from conversations.prepared_queries import PreparedRead
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""Prepared reads: the ORM's SQL built once, the same rows as the queryset's on every call."""
+"""Prepared queries: the ORM's SQL built once; the same rows as the queryset's, the same
+writes as its ``update``, on every call."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from conversations.models import Conversation, Message
-from conversations.prepared_reads import PreparedRead
+from conversations.prepared_queries import PreparedRead, PreparedUpdate
 
 pytestmark = pytest.mark.django_db
 
@@ -31,6 +32,10 @@ ids_of = PreparedRead(
     lambda conversation_id: (
         Message.objects.filter(conversation_id=conversation_id).order_by("id").values_list("id", flat=True)
     )
+)
+
+streaming_row = PreparedUpdate(
+    lambda pk, owner: Message.objects.filter(pk=pk, owner_process=owner, status=Message.Status.STREAMING)
 )
 
 
@@ -133,3 +138,44 @@ def test_reads_it_cannot_keep_are_refused_when_built(two_users_messages):
     as_dicts = PreparedRead(lambda pk: Message.objects.filter(conversation_id=pk).values("id"))
     with pytest.raises(ValueError, match="cannot yield"):
         as_dicts(conversation.pk)
+
+
+def test_an_update_writes_what_the_querysets_update_writes_and_counts_the_rows(two_users_messages):
+    _, conversation = two_users_messages["alice"]
+    answer = Message.objects.get(conversation=conversation, role=Message.Role.ASSISTANT)
+    twin = Message.objects.get(conversation=two_users_messages["bob"][1], role=Message.Role.ASSISTANT)
+    now = timezone.now()
+    values = {
+        "content": "Hello é",
+        "token_ids": [5, 6],
+        "tool_calls": None,
+        "reasoning_seconds": None,
+        "prompt_tokens": 7,
+        "updated_at": now,
+    }
+    assert streaming_row(answer.pk, "process-alice", **values) == 1
+    assert streaming_row(twin.pk, "process-alice", **values) == 0  # bob's: another owner
+    Message.objects.filter(pk=twin.pk).update(**values)  # the ORM's own write, to compare
+    answer.refresh_from_db()
+    twin.refresh_from_db()
+    for name, value in values.items():
+        assert getattr(answer, name) == getattr(twin, name) == value
+    assert answer.tool_calls is None  # SQL NULL, as the ORM's ``update`` stores None
+
+
+def test_an_update_keeps_one_statement_per_set_of_columns(two_users_messages, django_assert_num_queries):
+    _, conversation = two_users_messages["alice"]
+    answer = Message.objects.get(conversation=conversation, role=Message.Role.ASSISTANT)
+    streaming_row(answer.pk, "process-alice", content="a")
+    streaming_row(answer.pk, "process-alice", status="complete", content="ab")
+    with django_assert_num_queries(2):
+        assert streaming_row(answer.pk, "process-alice", content="abc") == 0  # complete now
+        assert streaming_row(answer.pk, "process-alice", content="abc", status="complete") == 0
+    answer.refresh_from_db()
+    assert (answer.content, answer.status) == ("ab", "complete")
+
+
+def test_an_update_refuses_a_column_that_is_not_its_tables(two_users_messages):
+    _, conversation = two_users_messages["alice"]
+    with pytest.raises(Exception, match="no_such_column"):
+        streaming_row(conversation.pk, "x", no_such_column=1)
