@@ -1,4 +1,4 @@
-"""Reads and updates whose SQL the ORM builds once per database connection.
+"""Reads, updates and inserts whose SQL the ORM builds once per database connection.
 
 For the short statements of an answer's life (a conversation's row, its messages, the
 user's live answers, its documents, the answer's saves), building the queryset and
@@ -10,7 +10,9 @@ the placeholders' places:
 - :class:`PreparedRead` returns what the queryset would have: model instances
   (``Model.from_db``, as the ORM makes them, with its row converters) or ``values_list`` rows;
 - :class:`PreparedUpdate` is ``queryset.update(**values)``: its SQL is kept per set of
-  column names, and each value is prepared by its field as the ORM prepares it.
+  column names, and each value is prepared by its field as the ORM prepares it;
+- :class:`PreparedInsert` is ``Model.objects.create(**values)`` for a model of one table
+  with an automatic primary key: the same instance, signals and returned columns.
 
 What they take: a function from the varying values (ints or strings, each used as a
 lookup's value) to a queryset; a read's yields plain model rows (no ``select_related``, no
@@ -28,9 +30,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import Expression, QuerySet
+from django.db.models import Expression, Model, QuerySet, signals
 from django.db.models.query import FlatValuesListIterable, ModelIterable, ValuesListIterable
-from django.db.models.sql import UpdateQuery
+from django.db.models.sql import InsertQuery, UpdateQuery
 
 # Values no real lookup uses: their places among the compiled parameters are the slots.
 # (Negative, as no id is, and within a 32-bit integer column's range: the ORM finds a
@@ -81,9 +83,15 @@ def _argument_slots(params: list[Any] | tuple[Any, ...], marks: list[Any]) -> di
 
 
 def _execute(connection: Any, sql: str, params: list[Any]) -> Any:
-    with transaction.mark_for_rollback_on_error(using=connection.alias):
-        cursor = connection.cursor()
-        cursor.execute(sql, params)
+    """An open cursor past the statement (as the ORM runs one: a failure inside a
+    transaction marks it for rollback)."""
+    cursor = connection.cursor()
+    try:
+        with transaction.mark_for_rollback_on_error(using=connection.alias):
+            cursor.execute(sql, params)
+    except BaseException:
+        cursor.close()
+        raise
     return cursor
 
 
@@ -200,8 +208,92 @@ class PreparedUpdate(_Prepared):
         sql, params = query.get_compiler(connection=connection).as_sql()
         meta = queryset.model._meta
         by_mark = {mark: meta.get_field(name) for name, mark in value_marks.items()}
-        fields = tuple((p, by_mark[value]) for p, value in enumerate(params) if value in by_mark)
+        fields = tuple(
+            (p, by_mark[value])
+            for p, value in enumerate(params)
+            if isinstance(value, str) and value in by_mark
+        )
         if [field for _, field in fields] != [by_mark[value_marks[name]] for name in names]:
             raise ValueError("a prepared update sets each value once, in order")
         slots = tuple(_argument_slots(params, marks).items())
         return _CompiledUpdate(sql, tuple(params), slots, kinds, fields)
+
+
+@dataclass(frozen=True)
+class _CompiledInsert:
+    sql: str
+    fields: tuple[Any, ...]  # the inserted fields, in the order of their parameters
+    returning: tuple[Any, ...]  # the columns the database returns (the primary key)
+    returning_params: Any
+    converters: tuple[tuple[int, tuple[Callable, ...], Any], ...]
+
+
+class PreparedInsert:
+    def __init__(self, model: type[Model]) -> None:
+        meta = model._meta
+        if meta.parents or meta.order_with_respect_to or meta.auto_field is None:
+            raise ValueError("a prepared insert writes one table with an automatic primary key")
+        self.model = model
+        self._compiled: weakref.WeakKeyDictionary[Any, _CompiledInsert] = weakref.WeakKeyDictionary()
+
+    def __call__(self, **values: Any) -> Model:
+        """``Model.objects.create(**values)``: the saved instance."""
+        obj = self.model(**values)
+        if obj._is_pk_set():
+            raise ValueError("a prepared insert takes no primary key")
+        obj._prepare_related_fields_for_save(operation_name="save")
+        connection = connections["default"]
+        compiled = self._compiled.get(connection)
+        if compiled is None:
+            compiled = self._compiled[connection] = self._compile(connection, obj)
+        origin, alias = self.model, connection.alias
+        if signals.pre_save.has_listeners(origin):
+            signals.pre_save.send(sender=origin, instance=obj, raw=False, using=alias, update_fields=None)
+        params = [
+            field.get_db_prep_save(field.pre_save(obj, True), connection=connection)
+            for field in compiled.fields
+        ]
+        with _execute(connection, compiled.sql, params) as cursor:
+            if compiled.returning_params is not None:
+                row = list(connection.ops.fetch_returned_insert_columns(cursor, compiled.returning_params))
+            else:
+                row = [
+                    connection.ops.last_insert_id(
+                        cursor, self.model._meta.db_table, compiled.returning[0].column
+                    )
+                ]
+        for position, convs, expression in compiled.converters:
+            for converter in convs:
+                row[position] = converter(row[position], expression, connection)
+        for value, field in zip(row, compiled.returning, strict=True):
+            setattr(obj, field.attname, value)
+        obj._state.db, obj._state.adding = alias, False
+        if signals.post_save.has_listeners(origin):
+            signals.post_save.send(
+                sender=origin, instance=obj, created=True, update_fields=None, raw=False, using=alias
+            )
+        return obj
+
+    def _compile(self, connection: Any, obj: Model) -> _CompiledInsert:
+        meta = self.model._meta
+        fields = tuple(f for f in meta.local_concrete_fields if not f.generated and f is not meta.auto_field)
+        if any(hasattr(f, "get_placeholder") for f in fields):
+            raise ValueError("a prepared insert's fields take plain parameters")
+        query = InsertQuery(self.model)
+        query.insert_values(fields, [obj])
+        compiler = query.get_compiler(connection=connection)
+        returning = tuple(meta.db_returning_fields)
+        if connection.features.can_return_columns_from_insert:
+            compiler.returning_fields = list(returning)
+        elif returning != (meta.auto_field,):
+            raise ValueError("this database returns no columns from an insert but the primary key")
+        [(sql, params)] = compiler.as_sql()
+        if len(params) != len(fields):
+            raise ValueError("a prepared insert's values are one parameter each")
+        returning_params = getattr(compiler, "returning_params", None) if compiler.returning_fields else None
+        cols = [field.get_col(meta.db_table) for field in returning]
+        converters = tuple(
+            (position, tuple(convs), expression)
+            for position, (convs, expression) in compiler.get_converters(cols).items()
+        )
+        return _CompiledInsert(sql, fields, returning, returning_params, converters)

@@ -41,11 +41,11 @@ from conversations.chat.thread_dicts import (  # noqa: F401
 )
 from conversations.models import Conversation, Message
 from conversations.models.chat import DEFAULT_TITLE
-from conversations.prepared_queries import PreparedRead, PreparedUpdate
+from conversations.prepared_queries import PreparedInsert, PreparedRead, PreparedUpdate
 
 TITLE_LENGTH = 60
 
-# The statements of every answer's creation, their SQL built once (``PreparedRead``).
+# The statements of every answer's creation, their SQL built once (``conversations.prepared_queries``).
 _messages_of = PreparedRead(
     lambda conversation_id: (
         Message.objects.filter(conversation_id=conversation_id)
@@ -60,6 +60,7 @@ _locked_user = PreparedRead(
     lambda pk: get_user_model().objects.select_for_update().filter(pk=pk).values_list("pk").order_by()[:1]
 )
 _conversation_row = PreparedUpdate(lambda pk: Conversation.objects.filter(pk=pk))
+_insert_message = PreparedInsert(Message)
 _streaming_rows_of_user = PreparedRead(
     lambda owner_id: Message.objects.filter(
         status=Message.Status.STREAMING, conversation__owner_id=owner_id
@@ -301,7 +302,7 @@ def make_title(text: str) -> str:
 
 
 def _new_message(tree: Tree, parent: Message | None, role: str, content: str = "", **fields) -> Message:
-    message = Message.objects.create(
+    message = _insert_message(
         conversation=tree.conversation,
         parent=parent,
         role=role,

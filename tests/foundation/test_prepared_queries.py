@@ -1,13 +1,14 @@
 """Prepared queries: the ORM's SQL built once; the same rows as the queryset's, the same
-writes as its ``update``, on every call."""
+writes as its ``update`` and as ``create``, on every call."""
 
 from __future__ import annotations
 
 import pytest
+from django.db.models import signals
 from django.utils import timezone
 
 from conversations.models import Conversation, Message
-from conversations.prepared_queries import PreparedRead, PreparedUpdate
+from conversations.prepared_queries import PreparedInsert, PreparedRead, PreparedUpdate
 
 pytestmark = pytest.mark.django_db
 
@@ -37,6 +38,8 @@ ids_of = PreparedRead(
 streaming_row = PreparedUpdate(
     lambda pk, owner: Message.objects.filter(pk=pk, owner_process=owner, status=Message.Status.STREAMING)
 )
+
+insert_message = PreparedInsert(Message)
 
 
 def fields_of(message: Message) -> dict:
@@ -179,3 +182,52 @@ def test_an_update_refuses_a_column_that_is_not_its_tables(two_users_messages):
     _, conversation = two_users_messages["alice"]
     with pytest.raises(Exception, match="no_such_column"):
         streaming_row(conversation.pk, "x", no_such_column=1)
+
+
+def test_an_insert_stores_and_returns_what_create_does(two_users_messages):
+    alice, conversation = two_users_messages["alice"]
+    question = Message.objects.filter(conversation=conversation, role=Message.Role.USER).get()
+    values = {
+        "conversation": conversation,
+        "parent": question,
+        "role": Message.Role.ASSISTANT,
+        "content": "é",
+        "status": Message.Status.STREAMING,
+        "owner_process": "p",
+        "tool_calls": [{"name": "x"}],
+    }
+    made = insert_message(**values)
+    twin = Message.objects.create(**values)
+    assert made.pk is not None and made.pk != twin.pk
+    assert not made._state.adding and made._state.db == "default"
+    assert made.created_at is not None and made.updated_at is not None
+    stored, stored_twin = Message.objects.get(pk=made.pk), Message.objects.get(pk=twin.pk)
+    ignored = {"id", "created_at", "updated_at"}
+    assert {k: v for k, v in fields_of(stored).items() if k not in ignored} == {
+        k: v for k, v in fields_of(stored_twin).items() if k not in ignored
+    }
+    assert stored.created_at == made.created_at and stored.tool_calls == [{"name": "x"}]
+    assert insert_message(conversation=conversation, role=Message.Role.USER, content="again").pk > twin.pk
+
+
+def test_an_insert_sends_the_save_signals_and_checks_related_rows(two_users_messages):
+    _, conversation = two_users_messages["alice"]
+    seen: list[tuple[str, bool]] = []
+
+    def before(sender, instance, **kwargs):
+        seen.append(("pre", instance.pk is None))
+
+    def after(sender, instance, created, **kwargs):
+        seen.append(("post", created and instance.pk is not None))
+
+    signals.pre_save.connect(before, sender=Message)
+    signals.post_save.connect(after, sender=Message)
+    try:
+        insert_message(conversation=conversation, role=Message.Role.USER, content="hi")
+    finally:
+        signals.pre_save.disconnect(before, sender=Message)
+        signals.post_save.disconnect(after, sender=Message)
+    assert seen == [("pre", True), ("post", True)]
+    unsaved = Message(conversation=conversation, role=Message.Role.USER)
+    with pytest.raises(ValueError, match="unsaved"):
+        insert_message(conversation=conversation, parent=unsaved, role=Message.Role.ASSISTANT)
