@@ -235,6 +235,7 @@ class PreparedInsert:
             raise ValueError("a prepared insert writes one table with an automatic primary key")
         self.model = model
         self._compiled: weakref.WeakKeyDictionary[Any, _CompiledInsert] = weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
 
     def __call__(self, **values: Any) -> Model:
         """``Model.objects.create(**values)``: the saved instance."""
@@ -245,7 +246,9 @@ class PreparedInsert:
         connection = connections["default"]
         compiled = self._compiled.get(connection)
         if compiled is None:
-            compiled = self._compiled[connection] = self._compile(connection, obj)
+            compiled = self._compile(connection, obj)
+            with self._lock:
+                self._compiled[connection] = compiled
         origin, alias = self.model, connection.alias
         if signals.pre_save.has_listeners(origin):
             signals.pre_save.send(sender=origin, instance=obj, raw=False, using=alias, update_fields=None)
