@@ -317,6 +317,8 @@ LOGIN_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 10)
 LOGIN_FAILURE_WINDOW = env_int("LOGIN_FAILURE_WINDOW", 900)
 
 # --- Security headers and cookies ------------------------------------------------------
+# Django's database sessions, their read prepared once (conversations.accounts.sessions).
+SESSION_ENGINE = "conversations.accounts.sessions"
 SESSION_COOKIE_HTTPONLY = True
 SECURE_COOKIES = env_bool("SECURE_COOKIES", False)
 SESSION_COOKIE_SECURE = SECURE_COOKIES

@@ -33,7 +33,7 @@ from conversations.chat.prompts import (
     estimated_tokens,
 )
 from conversations.chat.token_fingerprint import cached_fingerprint, token_fingerprint
-from conversations.chat.tree import Tree, one, path_rows
+from conversations.chat.tree import Tree, path_rows
 from conversations.documents.in_prompt import AttachedDocuments, attached, ground_question
 from conversations.models import Conversation, Message
 
@@ -317,6 +317,12 @@ async def plan_prompt(
         if keep_start and plan.start_id != start_id:
             await _save_start(conversation, plan.start_id)
         return PlannedPrompt(conversation, history, plan, fingerprint)
+
+
+def one(queryset):
+    """The first row of a query that matches one row at most (a primary key's), or None:
+    without ``first()``'s ordering, whose compilation costs more than the query runs."""
+    return next(iter(queryset.order_by()[:1]), None)
 
 
 @database_sync_to_async

@@ -181,12 +181,6 @@ class Tree:
         self.children[message.parent_id].append(message)
 
 
-def one(queryset):
-    """The first row of a query that matches one row at most (a primary key's), or None:
-    without ``first()``'s ordering, whose compilation costs more than the query runs."""
-    return next(iter(queryset.order_by()[:1]), None)
-
-
 def path_rows(conversation_id: int, leaf_id: int | None, *fields) -> list[tuple]:
     """The path from the root down to ``leaf_id`` as ``(id, *fields)`` tuples (``fields``:
     names or expressions for ``values_list``). One query over light columns, no model
