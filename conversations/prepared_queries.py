@@ -41,11 +41,10 @@ _INT_MARK = -2_147_483_000
 _STR_MARK = "\x1fprepared-query-{}\x1f"
 
 
-class _Prepared:
-    """The per-connection cache and the placeholders shared by reads and updates."""
+class _PerConnection:
+    """What each database connection compiled, by key."""
 
-    def __init__(self, build: Callable[..., QuerySet]) -> None:
-        self.build = build
+    def __init__(self) -> None:
         self._compiled: weakref.WeakKeyDictionary[Any, dict[Any, Any]] = weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
 
@@ -58,6 +57,14 @@ class _Prepared:
         if compiled is None:
             compiled = per_connection[key] = compile()
         return compiled
+
+
+class _Prepared(_PerConnection):
+    """A queryset built with placeholders for its varying values (reads and updates)."""
+
+    def __init__(self, build: Callable[..., QuerySet]) -> None:
+        super().__init__()
+        self.build = build
 
     def _marked(self, connection: Any, args: tuple[Any, ...]) -> tuple[QuerySet, tuple[type, ...], list[Any]]:
         kinds = tuple(_kind(arg) for arg in args)
@@ -80,6 +87,16 @@ def _argument_slots(params: list[Any] | tuple[Any, ...], marks: list[Any]) -> di
     if sorted(set(slots.values())) != list(range(len(marks))):
         raise ValueError("every argument of a prepared query must be a lookup's value")
     return slots
+
+
+def _converted(row: list[Any], converters: tuple, connection: Any) -> list[Any]:
+    """``row`` with the ORM's converters applied to its columns, in place."""
+    for position, convs, expression in converters:
+        value = row[position]
+        for converter in convs:
+            value = converter(value, expression, connection)
+        row[position] = value
+    return row
 
 
 def _execute(connection: Any, sql: str, params: list[Any]) -> Any:
@@ -118,16 +135,7 @@ class PreparedRead(_Prepared):
         make = compiled.make
         if not compiled.converters:
             return [make(row) for row in rows]
-        out = []
-        for row in rows:
-            row = list(row)
-            for position, convs, expression in compiled.converters:
-                value = row[position]
-                for converter in convs:
-                    value = converter(value, expression, connection)
-                row[position] = value
-            out.append(make(row))
-        return out
+        return [make(_converted(list(row), compiled.converters, connection)) for row in rows]
 
     def _compile(self, connection: Any, args: tuple[Any, ...]) -> _CompiledRead:
         queryset, kinds, marks = self._marked(connection, args)
@@ -228,14 +236,13 @@ class _CompiledInsert:
     converters: tuple[tuple[int, tuple[Callable, ...], Any], ...]
 
 
-class PreparedInsert:
+class PreparedInsert(_PerConnection):
     def __init__(self, model: type[Model]) -> None:
+        super().__init__()
         meta = model._meta
         if meta.parents or meta.order_with_respect_to or meta.auto_field is None:
             raise ValueError("a prepared insert writes one table with an automatic primary key")
         self.model = model
-        self._compiled: weakref.WeakKeyDictionary[Any, _CompiledInsert] = weakref.WeakKeyDictionary()
-        self._lock = threading.Lock()
 
     def __call__(self, **values: Any) -> Model:
         """``Model.objects.create(**values)``: the saved instance."""
@@ -244,11 +251,7 @@ class PreparedInsert:
             raise ValueError("a prepared insert takes no primary key")
         obj._prepare_related_fields_for_save(operation_name="save")
         connection = connections["default"]
-        compiled = self._compiled.get(connection)
-        if compiled is None:
-            compiled = self._compile(connection, obj)
-            with self._lock:
-                self._compiled[connection] = compiled
+        compiled: _CompiledInsert = self._cached(connection, None, lambda: self._compile(connection, obj))
         origin, alias = self.model, connection.alias
         if signals.pre_save.has_listeners(origin):
             signals.pre_save.send(sender=origin, instance=obj, raw=False, using=alias, update_fields=None)
@@ -265,10 +268,9 @@ class PreparedInsert:
                         cursor, self.model._meta.db_table, compiled.returning[0].column
                     )
                 ]
-        for position, convs, expression in compiled.converters:
-            for converter in convs:
-                row[position] = converter(row[position], expression, connection)
-        for value, field in zip(row, compiled.returning, strict=True):
+        for value, field in zip(
+            _converted(row, compiled.converters, connection), compiled.returning, strict=True
+        ):
             setattr(obj, field.attname, value)
         obj._state.db, obj._state.adding = alias, False
         if signals.post_save.has_listeners(origin):
