@@ -15,7 +15,6 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
-from django.core.asgi import get_asgi_application  # noqa: E402
 
 from chatsite.autobahn_logs import install as defer_websocket_debug_logs  # noqa: E402
 from chatsite.body_limit import install as limit_request_bodies  # noqa: E402
@@ -26,7 +25,9 @@ limit_request_bodies(settings.REQUEST_MAX_BODY_BYTES)
 defer_websocket_debug_logs()
 send_writes_at_once()
 
-django_asgi_app = get_asgi_application()
+from conversations.ops.asgi_handler import site_asgi_application  # noqa: E402
+
+django_asgi_app = site_asgi_application()
 
 from conversations.api.handler import ApiHandler, is_api_call  # noqa: E402
 from conversations.chat.routing import websocket_urlpatterns  # noqa: E402

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import time
+from collections.abc import Iterator
 
 import pytest
 from channels.testing import WebsocketCommunicator
@@ -99,3 +101,18 @@ def live_site(django_db_setup, django_db_blocker, tiny_model_dir, tmp_path_facto
     site = start_live_site(tiny_model_dir, tmp_path_factory.mktemp("live-site"))
     yield site
     stop_live_site(site)
+
+
+@pytest.fixture
+def garbage() -> Iterator[list]:
+    """What the next full garbage collection finds unreachable: reference cycles, which
+    reference counting alone never frees (kept, not freed, for the test to look at)."""
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        yield gc.garbage
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()

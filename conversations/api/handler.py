@@ -19,10 +19,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from asgiref.sync import ThreadSensitiveContext
-from django.core.handlers.asgi import ASGIHandler
 from django.core.handlers.exception import convert_exception_to_response
 from django.http import HttpRequest, HttpResponseBase
 from django.utils.module_loading import import_string
+
+from conversations.ops.asgi_handler import SiteASGIHandler
 
 # The site's middleware an API response keeps (the rest only matter to browser sessions),
 # outermost first, as in settings.MIDDLEWARE.
@@ -58,7 +59,7 @@ def on_loop(middleware_path: str, get_response: Handler) -> Handler:
     return middleware
 
 
-class ApiHandler(ASGIHandler):
+class ApiHandler(SiteASGIHandler):
     def __init__(self) -> None:
         self._executors = itertools.cycle(
             [ThreadPoolExecutor(max_workers=1, thread_name_prefix="api-sync") for _ in range(SYNC_THREADS)]

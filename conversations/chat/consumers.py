@@ -129,8 +129,12 @@ class ChatConsumer(RemoteAnswers, JsonSocketConsumer):
         for group in getattr(self, "groups_joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
         self.groups_joined = []
-        if getattr(self, "sender", None) is not None:
-            self.sender.cancel()
+        # Let go of the task as it is cancelled: it keeps its CancelledError, whose traceback
+        # holds this consumer, so a consumer still holding the task would be a reference cycle
+        # (the connection's every object, freed only by a full garbage collection).
+        sender, self.sender = getattr(self, "sender", None), None
+        if sender is not None:
+            sender.cancel()
 
     # Outgoing ------------------------------------------------------------------------
     def push(self, event: dict) -> None:

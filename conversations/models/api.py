@@ -5,9 +5,13 @@ from __future__ import annotations
 import hashlib
 import secrets
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import models
 from django.utils import timezone
+
+from conversations.prepared_queries import PreparedRead
 
 KEY_PREFIX = "sk-"
 # Characters of the key kept in clear ("sk-" and 9 random ones), to tell keys apart.
@@ -39,11 +43,25 @@ class ApiKeyQuerySet(models.QuerySet):
         return self.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
 
     def find(self, raw_key: str) -> ApiKey | None:
-        """The key matching ``raw_key`` (revoked or not), with its owner, or None."""
-        return self.select_related("owner").filter(hashed_key=hash_key(raw_key)).first()
+        """The key matching ``raw_key`` (revoked or not), with its owner, or None. Every API
+        call asks: two prepared reads, where a ``select_related`` query would be compiled
+        anew each time."""
+        found = _key_by_hash(hash_key(raw_key))
+        if not found:
+            return None
+        key = found[0]
+        owners = _user_by_id(key.owner_id)
+        if not owners:  # deleted in between
+            return None
+        key.owner = owners[0]
+        return key
 
     async def afind(self, raw_key: str) -> ApiKey | None:
-        return await self.select_related("owner").filter(hashed_key=hash_key(raw_key)).afirst()
+        return await sync_to_async(self.find)(raw_key)
+
+
+_key_by_hash = PreparedRead(lambda hashed: ApiKey.objects.filter(hashed_key=hashed).order_by()[:1])
+_user_by_id = PreparedRead(lambda pk: get_user_model().objects.filter(pk=pk).order_by()[:1])
 
 
 class ApiKey(models.Model):

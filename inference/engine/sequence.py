@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import itertools
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +14,23 @@ import torch
 from inference.sampling.params import SamplingParams
 
 _seq_ids = itertools.count()
+
+
+class _WeakRequest:
+    """A sequence's request, held weakly. A request holds its sequences; were the link back
+    strong too, every finished request would be a reference cycle, freed only by a full
+    garbage collection (a pause of the whole process that grows with the traffic since the
+    last one). The engine and the scheduler hold a request for as long as its sequences run."""
+
+    def __get__(self, seq: Sequence | None, owner: type | None = None) -> Request | None:
+        if seq is None:  # the dataclass's default
+            return None
+        ref = seq.__dict__.get("_request")
+        return None if ref is None else ref()
+
+    def __set__(self, seq: Sequence, request: Request | None) -> None:
+        # ``self`` is what the dataclass passes when no request is given.
+        seq.__dict__["_request"] = None if request is None or request is self else weakref.ref(request)
 
 
 class RequestStatus(enum.Enum):
@@ -36,7 +54,7 @@ class Sequence:
     num_prompt_tokens: int
     index: int = 0  # completion index within the request
     seq_id: int = field(default_factory=lambda: next(_seq_ids))
-    request: Request | None = field(default=None, repr=False)
+    request: Request | None = field(default=_WeakRequest(), repr=False)  # type: ignore[assignment]
     num_computed_tokens: int = 0
     # Block manager state: physical blocks, chained hashes of full blocks (a pure
     # function of token_ids, so kept across preemption), and how many leading

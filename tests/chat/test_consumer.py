@@ -4,6 +4,7 @@ reconnecting within the grace period, abort after it, and other users' ids."""
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -373,3 +374,17 @@ async def test_a_tab_served_by_another_process_refreshes_from_the_database_on_co
     thread, _ = await socket.until("thread")
     assert thread["messages"][-1]["content"] == "saved by another process"
     await socket.close()
+
+
+async def test_a_closed_tab_leaves_no_consumer_in_a_reference_cycle(alice, conversation_for, garbage):
+    """Its sender task ends cancelled, holding a CancelledError whose traceback holds the
+    consumer: the consumer lets go of the task as it cancels it."""
+    from conversations.chat.consumers import ChatConsumer
+
+    conversation = await conversation_for(alice)
+    socket, _thread = await opened(alice, conversation)
+    await socket.communicator.disconnect()
+    del socket
+    await asyncio.sleep(0.05)  # the cancelled sender finishes
+    gc.collect()
+    assert [o for o in garbage if isinstance(o, ChatConsumer)] == []

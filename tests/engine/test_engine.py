@@ -331,3 +331,28 @@ def test_greedy_tokens_are_the_same_without_the_c_kernels(tiny, monkeypatch) -> 
     tokens = [o.outputs[0].token_ids for o in with_kernels]
     assert tokens == [o.outputs[0].token_ids for o in without]
     assert tokens[:2] == [tiny.hf_greedy(p, 12) for p in prompts[:2]]
+
+
+def test_finished_requests_are_freed_by_reference_counting(tiny: TinyModel) -> None:
+    """A request holds its sequences and a sequence its request only weakly, so nothing of
+    a finished request waits for the garbage collector (see tests/api/test_reference_cycles.py)."""
+    import gc
+
+    from inference.engine.sequence import Request, Sequence
+
+    prompts = random_prompts(tiny.tokenizer, 3, seed=3)
+    params = [greedy(6), SamplingParams(n=2, max_tokens=6, temperature=1.0, seed=1), greedy(6)]
+    engine = tiny.engine()
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        outs = run_to_completion(engine, prompts, params)
+        gc.collect()
+        cyclic = [o for o in gc.garbage if isinstance(o, Request | Sequence)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert [len(o.outputs) for o in outs] == [1, 2, 1]
+    assert cyclic == []
