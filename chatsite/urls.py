@@ -6,6 +6,8 @@ from django.urls import include, path
 from conversations.accounts.login_throttle import throttled
 
 urlpatterns = [
+    # First: every API call resolves its path, and Django tries the patterns in order.
+    path("", include("conversations.api.urls")),
     path("", include("conversations.chat.urls")),
     path("", include("conversations.workspace.urls")),
     path("", include("conversations.ops.urls")),
@@ -13,7 +15,6 @@ urlpatterns = [
     # Before the admin's own login page: the same throttle as the site's.
     path("admin/login/", throttled(admin.site.login)),
     path("admin/", admin.site.urls),
-    path("", include("conversations.api.urls")),
     path("", include("conversations.transfer.urls")),
     path("", include("conversations.documents.urls")),
 ]

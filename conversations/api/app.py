@@ -405,17 +405,26 @@ async def event_stream(
 
     try:
         opening = events(generation.opening_chunks(), opening=True)
+        last = b""  # the last delta's chunks go out with the usage and [DONE]: one write
         if first is not None:
             yield opening + events(generation.delta_chunks(*first))
             async for choice, delta in deltas:
-                if out := events(generation.delta_chunks(choice, delta)):
+                out = events(generation.delta_chunks(choice, delta))
+                if delta.request_finished and generation.all_finished:
+                    last = out
+                    break
+                if out:
                     yield out
         elif opening:
             yield opening
         tail = sse_event(generation.chunk([], True, generation.usage())) if include_usage else b""
         status, finish_reason = 200, generation.finish_reason
         finish_reason = tools.finish_reason(finish_reason) if tools else finish_reason
-        yield tail + DONE
+        yield last + tail + DONE
+        # Streams that finish in one engine step all write their last words before any of
+        # them is torn down (the response's end, its access log line, its usage row): else
+        # the later ones' last tokens would wait behind the earlier ones' teardowns.
+        await asyncio.sleep(0)
     except Exception as exc:
         api_error = error_from_exception(exc)
         if api_error.status >= 500:

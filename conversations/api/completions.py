@@ -236,6 +236,10 @@ class Generation:
 
     # ---- results ------------------------------------------------------------------
     @property
+    def all_finished(self) -> bool:
+        return all(c.finish_reason is not None for c in self.choices)
+
+    @property
     def finish_reason(self) -> str:
         reasons = {c.finish_reason for c in self.choices if c.finish_reason}
         return ",".join(sorted(reasons))

@@ -7,8 +7,9 @@ calls that per-request work outweighs the streaming itself. An API call needs ne
 session, CSRF, auth nor message middleware (it authenticates with a bearer key), so this
 handler runs only the header and host middleware, with their hooks called on the event
 loop (they do no I/O), and sends the request's short thread-sensitive calls (database
-queries, signal receivers) to a few long-lived worker threads. No middleware blocks a
-worker while awaiting, so requests can share them.
+queries, signal receivers) to a few long-lived worker threads, whose database connections
+last (``conversations.ops.db_thread``). No middleware blocks a worker while awaiting, so
+requests can share them.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from django.http import HttpRequest, HttpResponseBase
 from django.utils.module_loading import import_string
 
 from conversations.ops.asgi_handler import SiteASGIHandler
+from conversations.ops.db_thread import keep_connections
 
 # The site's middleware an API response keeps (the rest only matter to browser sessions),
 # outermost first, as in settings.MIDDLEWARE.
@@ -62,7 +64,10 @@ def on_loop(middleware_path: str, get_response: Handler) -> Handler:
 class ApiHandler(SiteASGIHandler):
     def __init__(self) -> None:
         self._executors = itertools.cycle(
-            [ThreadPoolExecutor(max_workers=1, thread_name_prefix="api-sync") for _ in range(SYNC_THREADS)]
+            [
+                ThreadPoolExecutor(max_workers=1, thread_name_prefix="api-sync", initializer=keep_connections)
+                for _ in range(SYNC_THREADS)
+            ]
         )
         super().__init__()
 

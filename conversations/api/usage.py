@@ -1,10 +1,10 @@
 """The usage log: one ApiRequest row per authenticated API call.
 
-Rows are written from a background task on a worker thread, so a client that hangs
-up (and cancels the request's task) still gets its request counted, and no response
-waits on the database. The rows that finish while a write runs wait for it and go in
-the next one, together: a thousand concurrent calls cost a few inserts, not a thousand
-(each with its own connection and commit).
+Rows are written from a background task on a worker thread of their own, so a client
+that hangs up (and cancels the request's task) still gets its request counted, and no
+response waits on the database. The rows that finish while a write runs wait for it and go
+in the next one, together: a thousand concurrent calls cost a few inserts, not a thousand.
+The writer's connection lasts (``conversations.ops.db_thread``), so a write costs no connect.
 """
 
 from __future__ import annotations
@@ -12,20 +12,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connection
 from django.utils import timezone
 
 from conversations.models import ApiKey, ApiRequest
+from conversations.ops.db_thread import connections_last, keep_connections
 
 log = logging.getLogger(__name__)
 
 _pending: set[asyncio.Task] = set()
 # Per event loop: the rows waiting for its writer task (present while that task runs).
 _batches: dict[asyncio.AbstractEventLoop, list[dict[str, Any]]] = {}
+
+_writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="api-usage", initializer=keep_connections)
 
 # Status recorded when the client disconnected before the answer was complete (nginx's).
 CLIENT_CLOSED = 499
@@ -89,7 +92,7 @@ async def _drain(loop: asyncio.AbstractEventLoop) -> None:
     try:
         while rows := _batches[loop]:
             _batches[loop] = []
-            await sync_to_async(_write, thread_sensitive=False)(rows)
+            await loop.run_in_executor(_writer, _write, rows)
     finally:
         _batches.pop(loop, None)
 
@@ -103,8 +106,8 @@ def _write(rows: list[dict[str, Any]]) -> None:
     except Exception:
         log.exception("could not record %d API request(s)", len(rows))
     finally:
-        # A worker thread outside any request: nothing else would close its connection.
-        connection.close()
+        if not connections_last():  # a thread outside any request: nothing else would close it
+            connection.close()
 
 
 async def wait_for_pending() -> None:
