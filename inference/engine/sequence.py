@@ -22,15 +22,17 @@ class _WeakRequest:
     garbage collection (a pause of the whole process that grows with the traffic since the
     last one). The engine and the scheduler hold a request for as long as its sequences run."""
 
+    # A plain attribute holds the reference: reading the instance's ``__dict__`` would cost
+    # every sequence its compact attribute layout, and every attribute read its speed.
     def __get__(self, seq: Sequence | None, owner: type | None = None) -> Request | None:
         if seq is None:  # the dataclass's default
             return None
-        ref = seq.__dict__.get("_request")
+        ref = seq._request_ref
         return None if ref is None else ref()
 
     def __set__(self, seq: Sequence, request: Request | None) -> None:
         # ``self`` is what the dataclass passes when no request is given.
-        seq.__dict__["_request"] = None if request is None or request is self else weakref.ref(request)
+        seq._request_ref = None if request is None or request is self else weakref.ref(request)
 
 
 class RequestStatus(enum.Enum):
