@@ -20,6 +20,8 @@ from chatsite.autobahn_logs import install as defer_websocket_debug_logs  # noqa
 from chatsite.body_limit import install as limit_request_bodies  # noqa: E402
 from chatsite.eager_writes import install as send_writes_at_once  # noqa: E402
 
+if settings.GIL_SWITCH_INTERVAL_MS > 0:
+    sys.setswitchinterval(settings.GIL_SWITCH_INTERVAL_MS / 1000)
 # Daphne receives a whole body before calling the app: this refuses oversized ones first.
 limit_request_bodies(settings.REQUEST_MAX_BODY_BYTES)
 defer_websocket_debug_logs()

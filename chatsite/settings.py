@@ -242,6 +242,10 @@ DOCUMENT_MAX_PAGES = env_int("DOCUMENT_MAX_PAGES", 2_000)  # PDF pages read; mor
 # A running answer's new tokens reach its stream (SSE chunk, websocket delta) at most this
 # often; its first and last tokens go at once. 0 = after every engine step.
 ENGINE_STREAM_INTERVAL_MS = env_float("ENGINE_STREAM_INTERVAL_MS", 20.0)
+# A server process's threads (the event loop, the engine, the database threads) share one
+# GIL; one that wants it waits for the holder to let go, at most this long (Python's
+# default: 5 ms). Every token the engine thread hands the event loop pays that wait.
+GIL_SWITCH_INTERVAL_MS = env_float("GIL_SWITCH_INTERVAL_MS", 1.0)
 # Tests only: the dotted path of a callable returning load_model's (model, tokenizer, config)
 # triple, used instead of loading ENGINE["model"] (e.g. a scripted reasoning model for
 # real server processes, which cannot be patched from the test).

@@ -78,3 +78,15 @@ def test_unreachable_or_bad_service_url_fails_with_one_line_naming_the_variable(
     assert len(lines) == 1, result.stderr
     assert variable in lines[0]
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("value", "expected"), [("", 0.001), ("2.5", 0.0025)], ids=["default", "set"])
+def test_a_server_process_hands_the_gil_over_at_the_configured_interval(value: str, expected: float):
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    env.pop("GIL_SWITCH_INTERVAL_MS", None)
+    if value:
+        env["GIL_SWITCH_INTERVAL_MS"] = value
+    code = "import chatsite.asgi, sys; print(sys.getswitchinterval())"
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert float(result.stdout.split()[-1]) == pytest.approx(expected)
