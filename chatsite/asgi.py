@@ -11,7 +11,6 @@ from chatsite.service_checks import exit_if_unreachable  # noqa: E402
 
 exit_if_unreachable()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.conf import settings  # noqa: E402
@@ -31,6 +30,7 @@ from conversations.ops.asgi_handler import site_asgi_application  # noqa: E402
 
 django_asgi_app = site_asgi_application()
 
+from conversations.accounts.socket_auth import socket_auth_stack  # noqa: E402
 from conversations.api.handler import ApiHandler, is_api_call  # noqa: E402
 from conversations.chat.routing import websocket_urlpatterns  # noqa: E402
 
@@ -40,7 +40,7 @@ api_asgi_app = ApiHandler()
 router = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": AllowedHostsOriginValidator(socket_auth_stack(URLRouter(websocket_urlpatterns))),
     }
 )
 

@@ -7,10 +7,10 @@ import secrets
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.db import models
 from django.utils import timezone
 
+from conversations.accounts.user_rows import user_by_id
 from conversations.prepared_queries import PreparedRead
 
 KEY_PREFIX = "sk-"
@@ -50,7 +50,7 @@ class ApiKeyQuerySet(models.QuerySet):
         if not found:
             return None
         key = found[0]
-        owners = _user_by_id(key.owner_id)
+        owners = user_by_id(key.owner_id)
         if not owners:  # deleted in between
             return None
         key.owner = owners[0]
@@ -61,7 +61,6 @@ class ApiKeyQuerySet(models.QuerySet):
 
 
 _key_by_hash = PreparedRead(lambda hashed: ApiKey.objects.filter(hashed_key=hashed).order_by()[:1])
-_user_by_id = PreparedRead(lambda pk: get_user_model().objects.filter(pk=pk).order_by()[:1])
 
 
 class ApiKey(models.Model):

@@ -6,8 +6,8 @@ connection), that task raises ``RequestAborted``, and ``handle`` re-raises it th
 frame. The exception's traceback then holds ``handle``'s frame, whose ``tasks`` hold the
 exception: a cycle that keeps the request, its response, its engine request and everything
 they hold (about 150 objects per request) until a full garbage collection. Under load those
-collections paused the event loop and the engine for 50-400 ms every few seconds, the worst
-of every stream's token delays.
+collections paused the event loop and the engine for up to half a second every few seconds,
+the worst of every stream's token delays.
 
 Here the listener returns on ``http.disconnect`` instead of raising. ``handle`` treats both the
 same way (it cancels the view's task if it still runs and sends ``request_finished``), so
