@@ -43,9 +43,9 @@ class ApiKeyQuerySet(models.QuerySet):
         return self.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
 
     def find(self, raw_key: str) -> ApiKey | None:
-        """The key matching ``raw_key`` (revoked or not), with its owner, or None. Every API
-        call asks: two prepared reads, where a ``select_related`` query would be compiled
-        anew each time."""
+        """The key matching ``raw_key`` (revoked or not), with its owner, or None, among all
+        keys (this queryset's filters do not apply). Every API call asks: two prepared reads,
+        where a ``select_related`` query would be compiled anew each time."""
         found = _key_by_hash(hash_key(raw_key))
         if not found:
             return None

@@ -68,8 +68,7 @@ async def test_a_signed_in_session_gives_its_user(make_user):
 )
 async def test_a_session_that_no_longer_holds_gives_no_user(make_user, change):
     _user, key = await sync_to_async(make)(make_user, change)
-    ours = await socket_user({"session": SessionStore(key)})
-    theirs = await channels_get_user({"session": SessionStore(key)})
+    ours, theirs = await both(key)
     assert isinstance(ours, AnonymousUser) and isinstance(theirs, AnonymousUser)
 
 
