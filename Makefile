@@ -7,6 +7,8 @@ PIP := $(VENV)/bin/pip
 TORCH_SPEC ?= torch==2.13.0
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# Daphne's listen queue (Twisted's default, 50, loses a burst's SYNs while the loop is busy).
+LISTEN_BACKLOG ?= 1024
 PYTEST_ARGS ?=
 
 .PHONY: setup run cluster test lint bench clean
@@ -34,7 +36,7 @@ run: setup
 	# The KV disk tier lives in the data directory (set ENGINE_KV_DISK_DIR= to turn it off).
 	ENGINE_PRELOAD=$${ENGINE_PRELOAD:-true} \
 	ENGINE_KV_DISK_DIR=$${ENGINE_KV_DISK_DIR-$${VAR_DIR:-var}/kv-cache} ENGINE_KV_DISK_GB=$${ENGINE_KV_DISK_GB:-2} \
-	$(VENV)/bin/daphne -b $(HOST) -p $(PORT) chatsite.asgi:application
+	$(VENV)/bin/daphne -e tcp:port=$(PORT):interface=$(HOST):backlog=$(LISTEN_BACKLOG) chatsite.asgi:application
 
 # N processes on consecutive ports from PORT, plus a Celery worker (needs DATABASE_URL, REDIS_URL).
 N ?= 2

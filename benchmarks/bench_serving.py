@@ -65,17 +65,15 @@ def server_env(trace_dir: Path, max_streams: int) -> dict[str, str]:
 def launch(work: Path, env: dict[str, str]):
     """Daphne as the Procfile runs it (access log on), with a long websocket handshake
     timeout: 1,024 tabs connecting at once wait longer than its 5 s default."""
-    from tests.live_site import METRICS_TOKEN, LiveSite, database_env, free_port
+    from tests.live_site import METRICS_TOKEN, LiveSite, daphne_argv, database_env, free_port
 
     port = free_port()
     full_env = {**os.environ, **database_env(), "CLUSTER_PREFIX": f"bench-{uuid.uuid4().hex[:8]}"}
     full_env.update(METRICS_TOKEN=METRICS_TOKEN, ENGINE_PRELOAD="true", **env)
     full_env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
     log_path = work / f"daphne-{port}.log"
-    daphne = Path(sys.executable).with_name("daphne")
-    argv = [str(daphne), "-b", "127.0.0.1", "-p", str(port), "--websocket_connect_timeout", "300"]
     process = subprocess.Popen(
-        [*argv, "chatsite.asgi:application"],
+        daphne_argv(port, "--websocket_connect_timeout", "300"),
         cwd=ROOT,
         env=full_env,
         stdout=log_path.open("w"),
@@ -171,6 +169,23 @@ def server_writes(streams: list[dict[str, Any]], trace: dict[str, Any], key: str
     return out
 
 
+def steps_during(trace: dict[str, Any], streams: list[dict[str, Any]], key: str) -> int:
+    """The engine's steps from this run's first sampled token to its last arrival: with a
+    fixed number of tokens, fewer tokens per step means more per-step work per token."""
+    firsts = trace["first_tokens"]
+    if key == "message_id":
+        ids = {str(s["message_id"]) for s in streams}
+        starts = [t for rid, t in firsts.items() if rid.startswith("chat-") and rid.split("-")[1] in ids]
+    else:
+        ids = {s["request_id"] for s in streams}
+        starts = [t for rid, t in firsts.items() if rid in ids]
+    ends = [a for s in streams for a, _ in s["arrivals"]]
+    if not starts or not ends:
+        return 0
+    steps = trace["steps"]
+    return bisect.bisect_right(steps, max(ends)) - bisect.bisect_left(steps, min(starts))
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -196,7 +211,9 @@ def make_conversations(count: int, tokens: int, temperature: float) -> list[tupl
     return [(c.pk, session_cookie_for(u).decode()) for c, u in zip(made, users, strict=True)]
 
 
-def run_one(site, client: Client, job: dict[str, Any], trace_dir: Path, engine_tid: int | None) -> dict:
+def run_one(
+    site, client: Client, job: dict[str, Any], trace_dir: Path, engine_tid: int | None, raw: str = ""
+) -> dict:
     """One job's figures. Websocket tabs connect and show their threads first (``open_first``):
     the CPU per token counts from when every tab is open, as a chat's questions come to open
     tabs; the connects' CPU is reported apart, per tab, and in ``us_per_token_with_connect``."""
@@ -209,6 +226,10 @@ def run_one(site, client: Client, job: dict[str, Any], trace_dir: Path, engine_t
     connect_s = sum(opened.values()) - sum(before.get(tid, 0.0) for tid in opened)
     before = opened
     trace = read_trace(trace_dir)
+    if raw:
+        Path(raw).mkdir(parents=True, exist_ok=True)
+        out = Path(raw) / f"{job['transport']}-{job['streams']}.json"
+        out.write_text(json.dumps({"streams": result["streams"], "trace": trace}))
     engine_tid = engine_tid or trace["threads"].get("engine")
     spent = {tid: t - before.get(tid, 0.0) for tid, t in after.items()}
     loop_s = spent.pop(pid, 0.0)
@@ -221,6 +242,7 @@ def run_one(site, client: Client, job: dict[str, Any], trace_dir: Path, engine_t
     delays, violations = token_delays(streams, trace, key)
     writes, _ = token_delays(server_writes(streams, trace, key), trace, key)
     us = 1e6 / max(tokens, 1)
+    steps = steps_during(trace, streams, key)
     return {
         "transport": job["transport"],
         "streams": job["streams"],
@@ -240,6 +262,8 @@ def run_one(site, client: Client, job: dict[str, Any], trace_dir: Path, engine_t
         "delay_p99_ms": percentile(delays, 0.99) * 1000,
         "delay_violations": violations,
         "events": sum(len(s["arrivals"]) for s in streams),
+        "steps": steps,
+        "tokens_per_step": tokens / max(steps, 1),
     }
 
 
@@ -250,7 +274,8 @@ def print_row(row: dict[str, Any]) -> None:
         f"other {row['us_per_token_other']:5.1f}); {row['tokens_per_s']:8.0f} tok/s; "
         f"sampling->socket write p50 {row['write_p50_ms']:5.1f} ms, p99 {row['write_p99_ms']:6.1f} ms; "
         f"->client p50 {row['delay_p50_ms']:6.1f} ms, p99 {row['delay_p99_ms']:6.1f} ms; "
-        f"{row['tokens']}/{row['tokens_expected']} tokens in {row['events']} events"
+        f"{row['tokens']}/{row['tokens_expected']} tokens in {row['events']} events, "
+        f"{row['steps']} steps ({row['tokens_per_step']:.0f} tokens each)"
         + (f"; {row['delay_violations']} untimed" if row["delay_violations"] else "")
         + (
             f"; connects {row['connect_ms_per_tab']:.2f} ms per tab "
@@ -262,7 +287,7 @@ def print_row(row: dict[str, Any]) -> None:
     )
 
 
-def profiler(directory: str, pid: int, name: str) -> subprocess.Popen | None:
+def profiler(directory: str, pid: int, name: str, rate: int = 250) -> subprocess.Popen | None:
     """py-spy sampling every thread of the server (native frames too) into collapsed stacks."""
     if not directory:
         return None
@@ -275,7 +300,7 @@ def profiler(directory: str, pid: int, name: str) -> subprocess.Popen | None:
         "-p",
         str(pid),
         "-r",
-        "250",
+        str(rate),
         "-f",
         "raw",
         "--threads",
@@ -307,6 +332,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     )
     parser.add_argument("--json", default="", help="write the rows here")
     parser.add_argument("--profile", default="", help="py-spy each run into this directory (slows it)")
+    parser.add_argument("--profile-rate", type=int, default=250, help="py-spy samples per second")
+    parser.add_argument("--raw", default="", help="write each run's arrivals and server trace here")
     args = parser.parse_args(argv)
     counts = [int(n) for n in (args.streams or ("256" if args.quick else "64,256,1024")).split(",")]
     transports = args.transports.split(",")
@@ -340,8 +367,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 )
                 job = {**base, "transport": transport, "streams": n, "tokens": args.tokens}
                 job["open_first"] = transport == "ws" and not args.connect_while_asking
-                spy = profiler(args.profile, site.process.pid, f"{transport}-{n}")
-                row = run_one(site, client, {**job, "conversations": conversations}, trace_dir, None)
+                spy = profiler(args.profile, site.process.pid, f"{transport}-{n}", args.profile_rate)
+                row = run_one(
+                    site, client, {**job, "conversations": conversations}, trace_dir, None, args.raw
+                )
                 if spy is not None:
                     spy.send_signal(signal.SIGINT)
                     spy.wait()

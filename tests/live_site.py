@@ -34,6 +34,18 @@ class LiveSite:
         return self.log_path.read_text(errors="replace")
 
 
+# The listen queue Makefile and Procfile give Daphne (Twisted's default is 50): a burst of
+# connections to a busy event loop would otherwise lose SYNs, each retried a second later.
+LISTEN_BACKLOG = 1024
+
+
+def daphne_argv(port: int, *options: str) -> list[str]:
+    """Daphne on 127.0.0.1:``port`` as the Makefile starts it, with ``options``."""
+    daphne = Path(sys.executable).with_name("daphne")
+    endpoint = f"tcp:port={port}:interface=127.0.0.1:backlog={LISTEN_BACKLOG}"
+    return [str(daphne), "-e", endpoint, *options, "chatsite.asgi:application"]
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -71,9 +83,8 @@ def launch_live_site(
     for name in ("DJANGO_ALLOW_ASYNC_UNSAFE", *without):
         env.pop(name, None)
     log_path = log_dir / f"daphne-{port}.log"
-    daphne = Path(sys.executable).with_name("daphne")
     process = subprocess.Popen(
-        [str(daphne), "-b", "127.0.0.1", "-p", str(port), "chatsite.asgi:application"],
+        daphne_argv(port),
         cwd=ROOT,
         env=env,
         stdout=log_path.open("w"),

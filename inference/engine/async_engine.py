@@ -4,16 +4,17 @@
   command queue guarded by a condition variable; the engine thread sleeps on it
   when there is nothing to do, so an idle engine costs no CPU.
 - The engine thread alone touches ``LLMEngine``. After each step it hands the
-  requests' deltas to their ``asyncio.Queue``s with ``loop.call_soon_threadsafe``
+  requests' deltas to their mailboxes (``inference.engine.mailbox``) with ``loop.call_soon_threadsafe``
   (one call per event loop per step). A step emits deltas only when
   ``stream_interval`` has passed since the last one that did and the event loops have
   worked through the previous hand-over (``LLMEngine.step(emit)``), besides each
   request's first and last: a stream gets one delta per interval with all its new
   tokens, not one per token, and a loop that falls behind gets larger deltas, not more
   of them (at most ``MAX_HOLD_INTERVALS`` intervals apart). While a hand-over waits, the
-  engine thread gives up the GIL before each step: with a model that costs the CPU little
-  (a GPU's), the loops would otherwise get the GIL only every switch interval, and the
-  tokens they have yet to write would wait behind tokens nobody can deliver yet.
+  engine thread waits for the loops before the next step (up to those intervals): with
+  a model that costs the CPU little (a GPU's), it would otherwise take the GIL from them
+  to make tokens nobody can deliver yet, which then age in the queues (the token-to-socket
+  delay), and the requests arriving meanwhile join the next step instead of a step each.
 - ``stream()`` aborts its request when the consumer stops early: ``break``,
   ``aclose()``, task cancellation or garbage collection of the generator all run
   its ``finally``.
@@ -34,6 +35,7 @@ from typing import Any
 
 from inference.config import EngineConfig
 from inference.engine.llm_engine import LLMEngine
+from inference.engine.mailbox import Mailbox
 from inference.engine.outputs import EngineStats, StreamDelta
 from inference.sampling.params import SamplingParams
 from inference.tokenizer import Tokenizer
@@ -55,7 +57,7 @@ class _Add:
     params: SamplingParams
     prompt: str | None
     loop: asyncio.AbstractEventLoop
-    queue: asyncio.Queue[Any]
+    queue: Mailbox
     # LLMEngine.add_request's keyword options (owner, cache_namespace, cache_salt, cache_salt_from).
     options: dict[str, Any] = field(default_factory=dict)
 
@@ -104,7 +106,8 @@ class AsyncEngine:
         # Hand-overs to event loops, and how many of them the loops have worked through.
         self._handed = 0  # engine thread only
         self._caught_up = 0
-        self._caught_up_lock = threading.Lock()
+        self._loops_cond = threading.Condition()
+        self._behind_since = 0.0  # when the loops last fell behind (engine thread only)
         self.tokenizer: Tokenizer = self.engine.tokenizer
         self.model_name: str = self.engine.model_name
         self.max_model_len: int = self.engine.max_model_len
@@ -112,9 +115,7 @@ class AsyncEngine:
         self._cond = threading.Condition()
         self._commands: deque[_Add | _Abort | _Retain | _Purge | _Embed] = deque()
         self._num_pending_adds = 0
-        self._sinks: dict[
-            str, tuple[asyncio.AbstractEventLoop, asyncio.Queue[Any]]
-        ] = {}  # engine thread only
+        self._sinks: dict[str, tuple[asyncio.AbstractEventLoop, Mailbox]] = {}  # engine thread only
         self._stats = self.engine.stats()
         self._shutdown = False
         self._thread = threading.Thread(target=self._run, name="inference-engine", daemon=True)
@@ -139,7 +140,7 @@ class AsyncEngine:
         token_ids = self.engine.encode_prompt(prompt)
         self.engine.admission.admit_prompt(token_ids)
         request_id = request_id or uuid.uuid4().hex
-        queue: asyncio.Queue[Any] = asyncio.Queue()
+        queue = Mailbox()
         add = _Add(
             request_id,
             token_ids,
@@ -230,6 +231,8 @@ class AsyncEngine:
         with self._cond:
             self._shutdown = True
             self._cond.notify()
+        with self._loops_cond:
+            self._loops_cond.notify()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
@@ -253,21 +256,19 @@ class AsyncEngine:
                     break
                 commands = list(self._commands)
                 self._commands.clear()
-            outbox: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[Any], Any]]] = {}
+            outbox: dict[asyncio.AbstractEventLoop, list[tuple[Mailbox, Any]]] = {}
             for command in commands:
                 self._apply(command, outbox)
             if engine.has_unfinished():
+                hold = MAX_HOLD_INTERVALS * self.stream_interval
+                caught_up = self._wait_for_loops(hold)
                 now = time.monotonic()
                 waited = now - self._last_emit
-                emit = waited >= self.stream_interval and (
-                    self._caught_up == self._handed or waited >= MAX_HOLD_INTERVALS * self.stream_interval
-                )
+                emit = waited >= self.stream_interval and (caught_up or waited >= hold)
                 if emit:
                     self._last_emit = now
-                elif self._caught_up != self._handed:
-                    # The loops have not taken the last hand-over yet: give up the GIL
-                    # before stepping, so that they deliver tokens before more are made.
-                    time.sleep(0)
+                elif not caught_up:
+                    time.sleep(0)  # a stalled loop: still let it have the GIL before the step
                 try:
                     deltas = engine.step(emit)
                 except Exception as exc:  # a model bug must not hang every client
@@ -338,8 +339,10 @@ class AsyncEngine:
             outbox.setdefault(loop, []).append((queue, exc))
         self._sinks.clear()
 
-    def _deliver(self, outbox: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue[Any], Any]]]) -> None:
+    def _deliver(self, outbox: dict[asyncio.AbstractEventLoop, list[tuple[Mailbox, Any]]]) -> None:
         for loop, items in outbox.items():
+            if self._caught_up == self._handed:
+                self._behind_since = time.monotonic()
             self._handed += 1
             try:
                 loop.call_soon_threadsafe(self._put_all, loop, items)
@@ -350,7 +353,7 @@ class AsyncEngine:
                     if isinstance(item, StreamDelta) and not item.request_finished:
                         self.engine.abort(item.request_id)
 
-    def _put_all(self, loop: asyncio.AbstractEventLoop, items: list[tuple[asyncio.Queue[Any], Any]]) -> None:
+    def _put_all(self, loop: asyncio.AbstractEventLoop, items: list[tuple[Mailbox, Any]]) -> None:
         """On the loop: queue the items; once the tasks they wake have run (they were
         scheduled first), the loop has caught up with this hand-over."""
         for queue, item in items:
@@ -358,5 +361,22 @@ class AsyncEngine:
         loop.call_soon(self._mark_caught_up)
 
     def _mark_caught_up(self) -> None:
-        with self._caught_up_lock:
+        with self._loops_cond:
             self._caught_up += 1
+            self._loops_cond.notify()
+
+    def _wait_for_loops(self, hold: float) -> bool:
+        """Whether the loops have worked through every hand-over, waiting for that while
+        they have been behind for less than ``hold`` seconds. Tokens a busy loop cannot
+        write yet would only age in its queue: while it catches up the engine thread
+        sleeps and leaves it the GIL, and requests arriving meanwhile join the next step's
+        batch. A loop behind for longer (stalled, or gone without closing) is not waited
+        for: the engine steps on, emitting every ``hold``."""
+        with self._loops_cond:
+            deadline = self._behind_since + hold
+            while self._caught_up != self._handed and not self._shutdown:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._loops_cond.wait(left)
+            return True

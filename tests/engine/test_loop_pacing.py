@@ -1,0 +1,92 @@
+"""AsyncEngine paces itself to the event loops it hands deltas to: while a loop is still
+working through a hand-over the engine does not step (its tokens would only age in the
+loop's queue), but a loop that stays behind (stalled, or gone without closing) does not
+slow the streams of the others."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from inference.config import EngineConfig
+from inference.engine.async_engine import MAX_HOLD_INTERVALS, AsyncEngine
+from tests.engine.engine_fixtures import TINY_ENGINE_DEFAULTS, TinyModel, greedy, random_prompts
+
+INTERVAL = 0.05  # a loop is waited for at most MAX_HOLD_INTERVALS of these
+HOLD = MAX_HOLD_INTERVALS * INTERVAL
+
+
+@pytest.fixture
+def engine(tiny: TinyModel) -> Iterator[AsyncEngine]:
+    config = EngineConfig(model=tiny.path, device="cpu", **TINY_ENGINE_DEFAULTS)
+    eng = AsyncEngine(config, loaded=tiny.loaded, stream_interval=INTERVAL)
+    yield eng
+    eng.shutdown()
+
+
+def record_steps(engine: AsyncEngine) -> list[float]:
+    """The start time of every engine step from now on."""
+    starts: list[float] = []
+    step = engine.engine.step
+
+    def timed_step(emit: bool = True):
+        starts.append(time.monotonic())
+        return step(emit)
+
+    engine.engine.step = timed_step  # type: ignore[method-assign]
+    return starts
+
+
+async def test_the_engine_does_not_step_while_its_loop_is_busy_with_a_hand_over(
+    engine: AsyncEngine, tiny: TinyModel
+) -> None:
+    steps = record_steps(engine)
+    prompt = random_prompts(tiny.tokenizer, 1, seed=60)[0]
+    busy: tuple[float, float] | None = None
+    deltas = []
+    async for delta in engine.stream(prompt, greedy(40)):
+        deltas.append(delta)
+        if len(deltas) == 1:
+            started = time.monotonic()
+            time.sleep(HOLD / 2)  # the loop busy (blocked) with the first hand-over
+            busy = (started, time.monotonic())
+    assert busy is not None and deltas[-1].num_output_tokens == 40
+    during = [t for t in steps if busy[0] <= t < busy[1]]
+    assert during == [], f"{len(during)} steps ran while the loop could not take their tokens"
+    assert len([t for t in steps if t >= busy[1]]) >= 39  # the rest ran once it caught up
+
+
+async def test_a_stalled_loop_does_not_slow_the_streams_of_another(
+    engine: AsyncEngine, tiny: TinyModel
+) -> None:
+    prompts = random_prompts(tiny.tokenizer, 2, seed=61)
+    got_first, release = threading.Event(), threading.Event()
+
+    async def stalled_reader() -> None:
+        stream = engine.stream(prompts[0], greedy(2000))
+        await anext(stream)
+        got_first.set()
+        release.wait(30)  # blocks its loop: it never takes another hand-over meanwhile
+        await stream.aclose()
+
+    other = threading.Thread(target=asyncio.run, args=(stalled_reader(),))
+    other.start()
+    try:
+        assert await asyncio.to_thread(got_first.wait, 30)
+        steps = record_steps(engine)
+        count = 60
+        # Were every step held for the stalled loop, these would take count * HOLD (15 s).
+        started = time.monotonic()
+        deltas = [d async for d in engine.stream(prompts[1], greedy(count))]
+        elapsed = time.monotonic() - started
+        assert not release.is_set()
+        assert deltas[-1].num_output_tokens == count
+        assert elapsed < count * HOLD / 3, f"{count} tokens took {elapsed:.1f} s beside a stalled loop"
+        assert len(steps) >= count
+    finally:
+        release.set()
+        await asyncio.to_thread(other.join, 30)
