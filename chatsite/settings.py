@@ -241,7 +241,7 @@ DOCUMENT_USER_MAX_FILES = env_int("DOCUMENT_USER_MAX_FILES", 200)
 DOCUMENT_MAX_PAGES = env_int("DOCUMENT_MAX_PAGES", 2_000)  # PDF pages read; more is refused
 # A running answer's new tokens reach its stream (SSE chunk, websocket delta) at most this
 # often; its first and last tokens go at once. 0 = after every engine step.
-ENGINE_STREAM_INTERVAL_MS = env_float("ENGINE_STREAM_INTERVAL_MS", 20.0)
+ENGINE_STREAM_INTERVAL_MS = env_float("ENGINE_STREAM_INTERVAL_MS", 30.0)
 # A server process's threads (the event loop, the engine, the database threads) share one
 # GIL; one that wants it waits for the holder to let go, at most this long (Python's
 # default: 5 ms). Every token the engine thread hands the event loop pays that wait.

@@ -14,6 +14,7 @@ import pytest
 
 from inference.config import EngineConfig
 from inference.engine.async_engine import MAX_HOLD_INTERVALS, AsyncEngine
+from inference.engine.mailbox import Mailbox
 from tests.engine.engine_fixtures import TINY_ENGINE_DEFAULTS, TinyModel, greedy, random_prompts
 
 INTERVAL = 0.05  # a loop is waited for at most MAX_HOLD_INTERVALS of these
@@ -58,6 +59,31 @@ async def test_the_engine_does_not_step_while_its_loop_is_busy_with_a_hand_over(
     during = [t for t in steps if busy[0] <= t < busy[1]]
     assert during == [], f"{len(during)} steps ran while the loop could not take their tokens"
     assert len([t for t in steps if t >= busy[1]]) >= 39  # the rest ran once it caught up
+
+
+async def test_the_tasks_woken_by_those_a_hand_over_wakes_count_as_its_work(
+    engine: AsyncEngine, tiny: TinyModel
+) -> None:
+    """As a chat answer's task hands each delta on to its websockets' writers."""
+    steps = record_steps(engine)
+    prompt = random_prompts(tiny.tokenizer, 1, seed=62)[0]
+    relay: Mailbox = Mailbox()
+    busy: list[tuple[float, float]] = []
+
+    async def writer() -> None:
+        while await relay.get() is not None:
+            if not busy:
+                started = time.monotonic()
+                time.sleep(HOLD / 2)  # the loop busy writing the first delta
+                busy.append((started, time.monotonic()))
+
+    writing = asyncio.create_task(writer())
+    async for delta in engine.stream(prompt, greedy(40)):
+        relay.put_nowait(delta)
+    relay.put_nowait(None)
+    await writing
+    during = [t for t in steps if busy[0][0] <= t < busy[0][1]]
+    assert during == [], f"{len(during)} steps ran while the loop was still writing a hand-over"
 
 
 async def test_a_stalled_loop_does_not_slow_the_streams_of_another(
