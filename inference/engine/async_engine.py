@@ -11,10 +11,12 @@
   request's first and last: a stream gets one delta per interval with all its new
   tokens, not one per token, and a loop that falls behind gets larger deltas, not more
   of them (at most ``MAX_HOLD_INTERVALS`` intervals apart). While a hand-over waits, the
-  engine thread waits for the loops before the next step (up to those intervals): with
-  a model that costs the CPU little (a GPU's), it would otherwise take the GIL from them
-  to make tokens nobody can deliver yet, which then age in the queues (the token-to-socket
-  delay), and the requests arriving meanwhile join the next step instead of a step each.
+  engine thread waits for the loops before the next step (up to ``MAX_HOLD_INTERVALS``
+  intervals): with a model that costs the CPU little (a GPU's), it would otherwise take
+  the GIL from them to make tokens nobody can deliver yet, which then age in the queues
+  (the token-to-socket delay); requests arriving meanwhile join the next step instead of
+  a step each. An emit carries at least two steps' tokens, so that a loop slower than the
+  interval is not handed one token per stream per write.
 - ``stream()`` aborts its request when the consumer stops early: ``break``,
   ``aclose()``, task cancellation or garbage collection of the generator all run
   its ``finally``.
@@ -104,6 +106,7 @@ class AsyncEngine:
         self.engine = LLMEngine(config, **overrides)
         self.stream_interval = stream_interval
         self._last_emit = 0.0  # engine thread only
+        self._quiet_steps = 0  # steps since the last that emitted (engine thread only)
         # Hand-overs to event loops, and how many of them the loops have worked through.
         self._handed = 0  # engine thread only
         self._caught_up = 0
@@ -265,10 +268,17 @@ class AsyncEngine:
                 caught_up = self._wait_for_loops(hold)
                 now = time.monotonic()
                 waited = now - self._last_emit
-                emit = waited >= self.stream_interval and (caught_up or waited >= hold)
+                # Two steps' tokens at least per emit: a loop slower than the interval would
+                # otherwise be handed one token per stream per step, each costing it a write.
+                emit = waited >= self.stream_interval and (
+                    (caught_up and self._quiet_steps > 0) or waited >= hold
+                )
                 if emit:
                     self._last_emit = now
-                elif not caught_up:
+                    self._quiet_steps = 0
+                else:
+                    self._quiet_steps += 1
+                if not caught_up:
                     time.sleep(0)  # a stalled loop: still let it have the GIL before the step
                 try:
                     deltas = engine.step(emit)
@@ -368,15 +378,15 @@ class AsyncEngine:
             self._caught_up += 1
             self._loops_cond.notify()
 
-    def _wait_for_loops(self, hold: float) -> bool:
+    def _wait_for_loops(self, limit: float) -> bool:
         """Whether the loops have worked through every hand-over, waiting for that while
-        they have been behind for less than ``hold`` seconds. Tokens a busy loop cannot
+        they have been behind for less than ``limit`` seconds. Tokens a busy loop cannot
         write yet would only age in its queue: while it catches up the engine thread
         sleeps and leaves it the GIL, and requests arriving meanwhile join the next step's
         batch. A loop behind for longer (stalled, or gone without closing) is not waited
-        for: the engine steps on, emitting every ``hold``."""
+        for: the engine steps on, emitting every ``MAX_HOLD_INTERVALS`` intervals."""
         with self._loops_cond:
-            deadline = self._behind_since + hold
+            deadline = self._behind_since + limit
             while self._caught_up != self._handed and not self._shutdown:
                 left = deadline - time.monotonic()
                 if left <= 0:
