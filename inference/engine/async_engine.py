@@ -107,11 +107,10 @@ class AsyncEngine:
         self.stream_interval = stream_interval
         self._last_emit = 0.0  # engine thread only
         self._quiet_steps = 0  # steps since the last that emitted (engine thread only)
-        # Hand-overs to event loops, and how many of them the loops have worked through.
-        self._handed = 0  # engine thread only
-        self._caught_up = 0
+        # Per event loop, the hand-overs it has not worked through yet (under _loops_cond).
+        self._behind: dict[asyncio.AbstractEventLoop, int] = {}
         self._loops_cond = threading.Condition()
-        self._behind_since = 0.0  # when the loops last fell behind (engine thread only)
+        self._behind_since = 0.0  # when the loops last fell behind
         self.tokenizer: Tokenizer = self.engine.tokenizer
         self.model_name: str = self.engine.model_name
         self.max_model_len: int = self.engine.max_model_len
@@ -352,14 +351,15 @@ class AsyncEngine:
 
     def _deliver(self, outbox: dict[asyncio.AbstractEventLoop, list[tuple[Mailbox, Any]]]) -> None:
         for loop, items in outbox.items():
-            if self._caught_up == self._handed:
-                self._behind_since = time.monotonic()
-            self._handed += 1
+            with self._loops_cond:
+                if not self._behind:
+                    self._behind_since = time.monotonic()
+                self._behind[loop] = self._behind.get(loop, 0) + 1
             try:
                 loop.call_soon_threadsafe(self._put_all, loop, items)
             except RuntimeError:
                 # The caller's loop is closed: nobody is listening, stop the work.
-                self._mark_caught_up()
+                self._mark_caught_up(loop)
                 for _queue, item in items:
                     if isinstance(item, StreamDelta) and not item.request_finished:
                         self.engine.abort(item.request_id)
@@ -371,12 +371,16 @@ class AsyncEngine:
         (scheduled before it), the second after the second wave."""
         for queue, item in items:
             queue.put_nowait(item)
-        loop.call_soon(loop.call_soon, self._mark_caught_up)
+        loop.call_soon(loop.call_soon, self._mark_caught_up, loop)
 
-    def _mark_caught_up(self) -> None:
+    def _mark_caught_up(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._loops_cond:
-            self._caught_up += 1
-            self._loops_cond.notify()
+            left = self._behind.get(loop, 0) - 1
+            if left > 0:
+                self._behind[loop] = left
+            else:
+                self._behind.pop(loop, None)
+                self._loops_cond.notify()
 
     def _wait_for_loops(self, limit: float) -> bool:
         """Whether the loops have worked through every hand-over, waiting for that while
@@ -384,10 +388,16 @@ class AsyncEngine:
         write yet would only age in its queue: while it catches up the engine thread
         sleeps and leaves it the GIL, and requests arriving meanwhile join the next step's
         batch. A loop behind for longer (stalled, or gone without closing) is not waited
-        for: the engine steps on, emitting every ``MAX_HOLD_INTERVALS`` intervals."""
+        for: the engine steps on, emitting every ``MAX_HOLD_INTERVALS`` intervals. A loop
+        that is not running cannot catch up: it is forgotten (a closed one for good, as a
+        loop closed between a hand-over and its last callback never marks it)."""
         with self._loops_cond:
             deadline = self._behind_since + limit
-            while self._caught_up != self._handed and not self._shutdown:
+            while self._behind and not self._shutdown:
+                for loop in [loop for loop in self._behind if not loop.is_running()]:
+                    del self._behind[loop]
+                if not self._behind:
+                    break
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False

@@ -115,3 +115,15 @@ async def test_a_stalled_loop_does_not_slow_the_streams_of_another(
     finally:
         release.set()
         await asyncio.to_thread(other.join, 30)
+
+
+def test_a_hand_over_to_a_loop_that_is_not_running_is_not_waited_for(engine: AsyncEngine) -> None:
+    """As a loop closed between a hand-over and its last callback leaves it: never taken."""
+    idle = asyncio.new_event_loop()
+    try:
+        engine._deliver({idle: [(Mailbox(), object())]})
+        started = time.monotonic()
+        assert engine._wait_for_loops(30.0)
+        assert time.monotonic() - started < 5
+    finally:
+        idle.close()
