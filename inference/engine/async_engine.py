@@ -107,6 +107,7 @@ class AsyncEngine:
         self.stream_interval = stream_interval
         self._last_emit = 0.0  # engine thread only
         self._quiet_steps = 0  # steps since the last that emitted (engine thread only)
+        self._idle = True  # no request ran at the last turn (engine thread only)
         # Per event loop, the hand-overs it has not worked through yet (under _loops_cond).
         self._behind: dict[asyncio.AbstractEventLoop, int] = {}
         self._loops_cond = threading.Condition()
@@ -262,7 +263,11 @@ class AsyncEngine:
             outbox: dict[asyncio.AbstractEventLoop, list[tuple[Mailbox, Any]]] = {}
             for command in commands:
                 self._apply(command, outbox)
-            if engine.has_unfinished():
+            if not engine.has_unfinished():
+                self._idle = True
+            else:
+                if self._idle:  # the interval counts from the first step after a pause
+                    self._idle, self._last_emit, self._quiet_steps = False, time.monotonic(), 0
                 hold = MAX_HOLD_INTERVALS * self.stream_interval
                 caught_up = self._wait_for_loops(hold)
                 now = time.monotonic()
