@@ -10,10 +10,8 @@ call, so the hop per event does nothing here but cost both threads.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-from collections import deque
 from collections.abc import Awaitable, Callable
 from functools import cached_property
 
@@ -25,6 +23,7 @@ from channels.sessions import InstanceSessionWrapper
 
 from conversations.cluster import registry as cluster
 from conversations.cluster.registry import PROCESS_ID
+from inference.engine.mailbox import Mailbox
 
 log = logging.getLogger(__name__)
 
@@ -72,31 +71,15 @@ class JsonSocketConsumer(AsyncJsonWebsocketConsumer):
         raise StopConsumer()
 
 
-class Outbox:
+class Outbox(Mailbox):
     """One socket's events, in order. ``take`` waits for some and returns all there are,
     with each run of one answer's deltas merged into one: a socket that falls behind gets
     fewer, larger frames. Used on the event loop's thread only."""
 
-    def __init__(self) -> None:
-        self._events: deque[dict] = deque()
-        self._waiter: asyncio.Future | None = None
-
-    def put(self, event: dict) -> None:
-        self._events.append(event)
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+    put = Mailbox.put_nowait
 
     async def take(self) -> list[dict]:
-        while not self._events:
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        events = list(self._events)
-        self._events.clear()
-        return merge_delta_runs(events)
+        return merge_delta_runs(await self.get_all())
 
 
 def merge_delta_runs(events: list[dict]) -> list[dict]:

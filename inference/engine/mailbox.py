@@ -1,4 +1,5 @@
-"""One request's deltas on its event loop, from the engine thread's hand-overs."""
+"""One reader's items on its event loop: a request's deltas from the engine thread's
+hand-overs, a websocket's events."""
 
 from __future__ import annotations
 
@@ -28,8 +29,17 @@ class Mailbox:
                 waiter.set_result(None)
 
     async def get(self) -> Any:
-        items = self._items
-        while not items:
+        await self._wait()
+        return self._items.popleft()
+
+    async def get_all(self) -> list[Any]:
+        """Every item there is, waiting for one if there are none."""
+        await self._wait()
+        items = list(self._items)
+        self._items.clear()
+        return items
+
+    async def _wait(self) -> None:
+        while not self._items:
             waiter = self._waiter = asyncio.get_running_loop().create_future()
             await waiter
-        return items.popleft()
