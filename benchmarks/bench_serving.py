@@ -127,21 +127,23 @@ def read_trace(trace_dir: Path) -> dict[str, Any]:
     return json.loads(out.read_text())
 
 
+def first_tokens(trace: dict[str, Any], key: str) -> dict[Any, float]:
+    """When each request's first token was sampled, by the streams' ``key``: the request id
+    (SSE), or the message id the chat's request ids (``chat-<message id>-…``) carry."""
+    firsts = trace["first_tokens"]
+    if key == "request_id":
+        return firsts
+    return {int(rid.split("-")[1]): t for rid, t in firsts.items() if rid.startswith("chat-")}
+
+
 def token_delays(streams: list[dict[str, Any]], trace: dict[str, Any], key: str) -> tuple[list[float], int]:
     """Per token: arrival minus its step's sampling time. Token i of a request was sampled i-1
     steps after its first (every running request gets one token per step here); tokens
     where that cannot hold (arrival before sampling) are counted as violations."""
-    steps, firsts = trace["steps"], trace["first_tokens"]
-    by_prefix = {}
-    if key == "message_id":
-        for rid, t in firsts.items():
-            if rid.startswith("chat-"):
-                by_prefix[int(rid.split("-")[1])] = t
+    steps, firsts = trace["steps"], first_tokens(trace, key)
     delays, violations = [], 0
     for stream in streams:
-        first = (
-            firsts.get(stream["request_id"]) if key == "request_id" else by_prefix.get(stream["message_id"])
-        )
+        first = firsts.get(stream[key])
         if first is None:
             violations += 1
             continue
@@ -172,13 +174,8 @@ def server_writes(streams: list[dict[str, Any]], trace: dict[str, Any], key: str
 def steps_during(trace: dict[str, Any], streams: list[dict[str, Any]], key: str) -> int:
     """The engine's steps from this run's first sampled token to its last arrival: with a
     fixed number of tokens, fewer tokens per step means more per-step work per token."""
-    firsts = trace["first_tokens"]
-    if key == "message_id":
-        ids = {str(s["message_id"]) for s in streams}
-        starts = [t for rid, t in firsts.items() if rid.startswith("chat-") and rid.split("-")[1] in ids]
-    else:
-        ids = {s["request_id"] for s in streams}
-        starts = [t for rid, t in firsts.items() if rid in ids]
+    firsts = first_tokens(trace, key)
+    starts = [firsts[s[key]] for s in streams if s[key] in firsts]
     ends = [a for s in streams for a, _ in s["arrivals"]]
     if not starts or not ends:
         return 0
