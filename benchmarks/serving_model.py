@@ -11,10 +11,11 @@ Tracing, for the benchmark's latency figure (no change to the engine): the model
 engine thread's id and the time of every step's sampling (``compute_logits``); the wrapped
 ``EngineMetrics.observe_finished`` (once per request) records when each request's first token
 was sampled; the wrapped Daphne ``handle_reply`` of HTTP responses and websockets records,
-after each write of an SSE body or a chat delta to its transport, the time and the number of
-words in it, per request id (SSE) or message id (websocket): the server-side end of the
-token-to-socket delay. ``BENCH_SERVING_TRACE`` names a directory; whenever the benchmark
-creates ``dump-request`` there, a small thread writes ``trace.json`` (and removes the request).
+after each write of an SSE body or a websocket frame to its transport, its time and payload,
+which the dump reads into the number of words written per request id (SSE) or message id
+(websocket): the server-side end of the token-to-socket delay. ``BENCH_SERVING_TRACE`` names a
+directory; whenever the benchmark creates ``dump-request`` there, a small thread writes
+``trace.json`` (and removes the request).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import os
 import re
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,7 @@ _steps: list[float] = []  # monotonic time of each step's sampling
 _first_tokens: dict[str, float] = {}  # request id -> monotonic time its first token was sampled
 _threads: dict[str, int] = {}
 _writes: dict[str, list[tuple[float, int]]] = {}  # stream key -> (time written, words)
+_raw_writes: deque[tuple[float, Any]] = deque()  # (time written, SSE body or websocket text)
 SSE_ID = re.compile(rb'"id":\s*"([^"]+)"')
 DELTA_ID = re.compile(r'"type":\s*"delta".*?"message_id":\s*(\d+)|"message_id":\s*(\d+).*?"type":\s*"delta"')
 
@@ -87,31 +90,43 @@ def _trace_first_tokens() -> None:
 
 
 def _trace_writes() -> None:
+    """Record each write as it happens (its time and the message's payload, nothing more: the
+    records are read at dump time, so that tracing adds little to the event loop's cost)."""
     from daphne.http_protocol import WebRequest
     from daphne.ws_protocol import WebSocketProtocol
 
     http_reply, ws_reply = WebRequest.handle_reply, WebSocketProtocol.handle_reply
-    word_bytes = WORD.encode()
+    record, now = _raw_writes.append, time.monotonic
 
     def http_handle_reply(self: Any, message: dict) -> None:
         http_reply(self, message)
-        body = message.get("body") if message.get("type") == "http.response.body" else None
-        count = body.count(word_bytes) if body else 0
-        if count:
-            found = SSE_ID.search(body)
-            if found:
-                _writes.setdefault(found.group(1).decode(), []).append((time.monotonic(), count))
+        if message["type"] == "http.response.body":
+            record((now(), message.get("body")))
 
     def ws_handle_reply(self: Any, message: dict) -> None:
         ws_reply(self, message)
-        text = message.get("text") if message.get("type") == "websocket.send" else None
-        found = DELTA_ID.search(text) if text and '"delta"' in text else None
-        if found:
-            key = f"ws:{found.group(1) or found.group(2)}"
-            _writes.setdefault(key, []).append((time.monotonic(), text.count(WORD)))
+        if message["type"] == "websocket.send":
+            record((now(), message.get("text")))
 
     WebRequest.handle_reply = http_handle_reply  # type: ignore[method-assign]
     WebSocketProtocol.handle_reply = ws_handle_reply  # type: ignore[method-assign]
+
+
+def _parse_writes() -> None:
+    """Move the raw write records into ``_writes``: per stream, (time written, words)."""
+    word_bytes = WORD.encode()
+    while _raw_writes:
+        at, payload = _raw_writes.popleft()
+        if isinstance(payload, bytes):
+            count = payload.count(word_bytes)
+            found = SSE_ID.search(payload) if count else None
+            if found:
+                _writes.setdefault(found.group(1).decode(), []).append((at, count))
+        elif payload and '"delta"' in payload:
+            found = DELTA_ID.search(payload)
+            if found:
+                key = f"ws:{found.group(1) or found.group(2)}"
+                _writes.setdefault(key, []).append((at, payload.count(WORD)))
 
 
 def _dump_on_request(trace_dir: Path) -> None:
@@ -120,6 +135,7 @@ def _dump_on_request(trace_dir: Path) -> None:
         time.sleep(0.2)
         if not request.exists():
             continue
+        _parse_writes()
         body = {"threads": dict(_threads), "steps": list(_steps), "first_tokens": dict(_first_tokens)}
         body["writes"] = {key: list(writes) for key, writes in list(_writes.items())}
         body["names"] = {t.native_id: t.name for t in threading.enumerate()}
