@@ -12,6 +12,9 @@ the worst of every stream's token delays.
 Here the listener returns on ``http.disconnect`` instead of raising. ``handle`` treats both the
 same way (it cancels the view's task if it still runs and sends ``request_finished``), so
 nothing changes but the garbage.
+
+A part of a streamed response that fits one ASGI message is sent as it is, without the
+generator Django's ``chunk_bytes`` makes for each part.
 """
 
 from __future__ import annotations
@@ -28,6 +31,14 @@ class SiteASGIHandler(ASGIHandler):
         if message["type"] != "http.disconnect":
             # As Django's: no other message may follow the body.
             raise AssertionError(f"Invalid ASGI message after request body: {message['type']}")
+
+    @classmethod
+    def chunk_bytes(cls, data: bytes) -> Any:
+        # A streamed response sends every part through here: a part that fits one message
+        # (every SSE write) skips the generator.
+        if 0 < len(data) <= cls.chunk_size:
+            return ((data, True),)
+        return super().chunk_bytes(data)
 
 
 def site_asgi_application() -> SiteASGIHandler:
