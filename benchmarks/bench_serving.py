@@ -183,6 +183,19 @@ def steps_during(trace: dict[str, Any], streams: list[dict[str, Any]], key: str)
     return bisect.bisect_right(steps, max(ends)) - bisect.bisect_left(steps, min(starts))
 
 
+def collections_during(trace: dict[str, Any], streams: list[dict[str, Any]], key: str) -> tuple[float, float]:
+    """Seconds the server spent in garbage collections (each one pauses all its threads)
+    from this run's first sampled token to its last arrival, and the longest one."""
+    firsts = first_tokens(trace, key)
+    starts = [firsts[s[key]] for s in streams if s[key] in firsts]
+    ends = [a for s in streams for a, _ in s["arrivals"]]
+    if not starts or not ends:
+        return 0.0, 0.0
+    begin, end = min(starts), max(ends)
+    pauses = [seconds for at, seconds, _ in trace.get("collections", []) if begin <= at <= end]
+    return sum(pauses), max(pauses, default=0.0)
+
+
 def percentile(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
@@ -240,6 +253,7 @@ def run_one(
     writes, _ = token_delays(server_writes(streams, trace, key), trace, key)
     us = 1e6 / max(tokens, 1)
     steps = steps_during(trace, streams, key)
+    gc_s, gc_max_s = collections_during(trace, streams, key)
     return {
         "transport": job["transport"],
         "streams": job["streams"],
@@ -261,6 +275,8 @@ def run_one(
         "events": sum(len(s["arrivals"]) for s in streams),
         "steps": steps,
         "tokens_per_step": tokens / max(steps, 1),
+        "gc_ms": gc_s * 1000,
+        "gc_max_ms": gc_max_s * 1000,
     }
 
 
@@ -272,7 +288,8 @@ def print_row(row: dict[str, Any]) -> None:
         f"sampling->socket write p50 {row['write_p50_ms']:5.1f} ms, p99 {row['write_p99_ms']:6.1f} ms; "
         f"->client p50 {row['delay_p50_ms']:6.1f} ms, p99 {row['delay_p99_ms']:6.1f} ms; "
         f"{row['tokens']}/{row['tokens_expected']} tokens in {row['events']} events, "
-        f"{row['steps']} steps ({row['tokens_per_step']:.0f} tokens each)"
+        f"{row['steps']} steps ({row['tokens_per_step']:.0f} tokens each); "
+        f"gc {row['gc_ms']:.0f} ms (longest {row['gc_max_ms']:.0f})"
         + (f"; {row['delay_violations']} untimed" if row["delay_violations"] else "")
         + (
             f"; connects {row['connect_ms_per_tab']:.2f} ms per tab "

@@ -10,7 +10,7 @@ bandwidth, not the serving path.
 Tracing, for the benchmark's latency figure (no change to the engine): the model records the
 engine thread's id and the time of every step's sampling (``compute_logits``); the wrapped
 ``EngineMetrics.observe_finished`` (once per request) records when each request's first token
-was sampled; the wrapped Daphne ``handle_reply`` of HTTP responses and websockets records,
+was sampled; a ``gc.callbacks`` probe records every garbage collection; the wrapped Daphne ``handle_reply`` of HTTP responses and websockets records,
 after each write of an SSE body or a websocket frame to its transport, its time and payload,
 which the dump reads into the number of words written per request id (SSE) or message id
 (websocket): the server-side end of the token-to-socket delay. ``BENCH_SERVING_TRACE`` names a
@@ -21,6 +21,7 @@ directory; whenever the benchmark creates ``dump-request`` there, a small thread
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import re
@@ -40,6 +41,7 @@ _first_tokens: dict[str, float] = {}  # request id -> monotonic time its first t
 _threads: dict[str, int] = {}
 _writes: dict[str, list[tuple[float, int]]] = {}  # stream key -> (time written, words)
 _raw_writes: deque[tuple[float, Any]] = deque()  # (time written, SSE body or websocket text)
+_collections: list[tuple[float, float, int]] = []  # garbage collections: (start, seconds, generation)
 SSE_ID = re.compile(rb'"id":\s*"([^"]+)"')
 DELTA_ID = re.compile(r'"type":\s*"delta".*?"message_id":\s*(\d+)|"message_id":\s*(\d+).*?"type":\s*"delta"')
 
@@ -70,6 +72,7 @@ def repeat_word_model() -> tuple[Any, Any, Any]:
     model = RepeatWordModel(config, {}, tokenizer.eos_token_ids[0])
     _trace_first_tokens()
     _trace_writes()
+    _trace_collections()
     trace_dir = os.environ.get("BENCH_SERVING_TRACE")
     if trace_dir:
         threading.Thread(target=_dump_on_request, args=(Path(trace_dir),), daemon=True).start()
@@ -129,6 +132,20 @@ def _parse_writes() -> None:
                 _writes.setdefault(key, []).append((at, payload.count(WORD)))
 
 
+def _trace_collections() -> None:
+    """Every garbage collection's start, length and generation: a collection pauses every
+    thread of the process while it runs."""
+    started: list[float] = [0.0]
+
+    def observe(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.monotonic()
+        else:
+            _collections.append((started[0], time.monotonic() - started[0], info["generation"]))
+
+    gc.callbacks.append(observe)
+
+
 def _dump_on_request(trace_dir: Path) -> None:
     request = trace_dir / "dump-request"
     while True:
@@ -138,6 +155,7 @@ def _dump_on_request(trace_dir: Path) -> None:
         _parse_writes()
         body = {"threads": dict(_threads), "steps": list(_steps), "first_tokens": dict(_first_tokens)}
         body["writes"] = {key: list(writes) for key, writes in list(_writes.items())}
+        body["collections"] = list(_collections)
         body["names"] = {t.native_id: t.name for t in threading.enumerate()}
         tmp = trace_dir / "trace.json.tmp"
         tmp.write_text(json.dumps(body))
