@@ -100,3 +100,10 @@ def _shut_down_with_daphne() -> None:
 
 
 _shut_down_with_daphne()
+
+# Served by the daphne command (its CLI loaded this module): full garbage collections wait for
+# the engine to be idle. Tests that import this module keep CPython's schedule.
+if settings.GC_FULL_MAX_INTERVAL_S > 0 and "daphne.cli" in sys.modules:
+    from conversations.ops.idle_collector import start_idle_collector
+
+    start_idle_collector(settings.GC_FULL_MAX_INTERVAL_S)

@@ -246,6 +246,9 @@ ENGINE_STREAM_INTERVAL_MS = env_float("ENGINE_STREAM_INTERVAL_MS", 30.0)
 # GIL; one that wants it waits for the holder to let go, at most this long (Python's
 # default: 5 ms). Every token the engine thread hands the event loop pays that wait.
 GIL_SWITCH_INTERVAL_MS = env_float("GIL_SWITCH_INTERVAL_MS", 1.0)
+# A served process runs full garbage collections when its engine is idle, and at least this
+# often (seconds) under constant load; 0 leaves them to CPython's own schedule.
+GC_FULL_MAX_INTERVAL_S = env_float("GC_FULL_MAX_INTERVAL_S", 300.0)
 # Tests only: the dotted path of a callable returning load_model's (model, tokenizer, config)
 # triple, used instead of loading ENGINE["model"] (e.g. a scripted reasoning model for
 # real server processes, which cannot be patched from the test).
