@@ -13,10 +13,14 @@ websocket (one conversation per stream), it reports:
 - p50 and p99 delay from a token's sampling (the model's ``compute_logits`` in its step) to
   its write on the socket (Daphne handing the SSE body or the websocket frame to its
   transport, recorded in the server) and to its arrival in the client, on the same
-  monotonic clock (the arrival also includes the client's own lag).
+  monotonic clock (the arrival also includes the client's own lag);
+- the server's writes and the event loop's CPU per write (comparable between runs whose loop
+  kept up and runs where it fell behind and wrote fewer, larger events);
+- the engine's steps, and the time the server spent in garbage collections (and the longest).
 
 The client runs in a process of its own (``benchmarks.serving_client``). On a shared machine
-the CPU time per token is robust, the wall-clock figures are not.
+the CPU figures move with the machine's speed (2× within minutes has been seen) and the
+wall-clock ones more: compare alternated runs of two commits, not runs hours apart.
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_serving.py [--quick] [--json out.json]
 """
@@ -250,7 +254,8 @@ def run_one(
     expected = job["streams"] * job["tokens"]
     key = "request_id" if job["transport"] == "sse" else "message_id"
     delays, violations = token_delays(streams, trace, key)
-    writes, _ = token_delays(server_writes(streams, trace, key), trace, key)
+    written = server_writes(streams, trace, key)
+    writes, _ = token_delays(written, trace, key)
     us = 1e6 / max(tokens, 1)
     steps = steps_during(trace, streams, key)
     gc_s, gc_max_s = collections_during(trace, streams, key)
@@ -273,6 +278,10 @@ def run_one(
         "delay_p99_ms": percentile(delays, 0.99) * 1000,
         "delay_violations": violations,
         "events": sum(len(s["arrivals"]) for s in streams),
+        # The loop's CPU per write: comparable between runs that write more or fewer tokens at a
+        # time (a loop that falls behind writes fewer, larger events and spends less per token).
+        "server_writes": sum(len(s["arrivals"]) for s in written),
+        "loop_us_per_write": loop_s * 1e6 / max(1, sum(len(s["arrivals"]) for s in written)),
         "steps": steps,
         "tokens_per_step": tokens / max(steps, 1),
         "gc_ms": gc_s * 1000,
@@ -287,7 +296,8 @@ def print_row(row: dict[str, Any]) -> None:
         f"other {row['us_per_token_other']:5.1f}); {row['tokens_per_s']:8.0f} tok/s; "
         f"sampling->socket write p50 {row['write_p50_ms']:5.1f} ms, p99 {row['write_p99_ms']:6.1f} ms; "
         f"->client p50 {row['delay_p50_ms']:6.1f} ms, p99 {row['delay_p99_ms']:6.1f} ms; "
-        f"{row['tokens']}/{row['tokens_expected']} tokens in {row['events']} events, "
+        f"{row['tokens']}/{row['tokens_expected']} tokens in {row['events']} events "
+        f"({row['server_writes']} writes, loop {row['loop_us_per_write']:.0f} µs each), "
         f"{row['steps']} steps ({row['tokens_per_step']:.0f} tokens each); "
         f"gc {row['gc_ms']:.0f} ms (longest {row['gc_max_ms']:.0f})"
         + (f"; {row['delay_violations']} untimed" if row["delay_violations"] else "")
