@@ -82,7 +82,7 @@ class Scheduler:
         # Sizes prompt chunks to a step time while streams decode (None: full chunks).
         self.step_budget: StepBudget | None = None
         self._prefill_left: int | None = None  # this step's prompt tokens still allowed
-        self._prefill_counted = False  # _prefill_left is worked out at the step's first plan
+        self._prefill_counted = False  # _prefill_left is worked out at the step's first prompt chunk
 
     # ---- requests -------------------------------------------------------------------
     @property
@@ -159,7 +159,7 @@ class Scheduler:
         if self.step_budget is not None:
             self.step_budget.start()
         # The prompt-token allowance counts the decoding requests: a pass over all of them,
-        # put off until a request needs planning (a step of plain decodes never does).
+        # put off until a prompt chunk is planned (a step of decodes never needs it).
         self._prefill_left, self._prefill_counted = None, False
         scheduled: set[int] = set()  # ids of requests given tokens in this step
         for request in list(self.running):
@@ -222,8 +222,8 @@ class Scheduler:
         return batch
 
     def _prefill_limit(self) -> int | None:
-        """Only before the step changed any running request (its first plan, before any
-        allocation or preemption): the count is the step's starting one."""
+        """Worked out at the step's first prompt chunk: the requests decoding then (one
+        preempted earlier in the step, to be recomputed, no longer counts)."""
         if self.step_budget is None:
             return None
         decoding = 0
@@ -306,11 +306,12 @@ class Scheduler:
 
         The sequences of a forked request (n > 1, beams) are sampled together, so
         after a preemption none of them takes its last token until all can."""
-        if not self._prefill_counted:
-            self._prefill_left, self._prefill_counted = self._prefill_limit(), True
         wants = [(s, s.num_tokens - s.num_computed_tokens) for s in request.seqs]
-        if self._prefill_left is not None and any(w > 1 for _, w in wants):
-            budget = min(budget, self._prefill_left)  # a prompt chunk: the step's time budget
+        if any(w > 1 for _, w in wants):  # a prompt chunk: the step's time budget
+            if not self._prefill_counted:
+                self._prefill_left, self._prefill_counted = self._prefill_limit(), True
+            if self._prefill_left is not None:
+                budget = min(budget, self._prefill_left)
         if len(wants) == 1:
             seq, want = wants[0]
             n = min(want, budget)
