@@ -9,8 +9,8 @@ rarely has anything to free there.
 
 Here CPython's automatic full collections are off (the young generations still collect as
 usual) and a small thread runs one itself when the engine has worked since the last one and
-has had nothing running for a whole tick, or when ``max_interval_s`` has passed whatever the load, so that a
-process that is never idle still frees its cyclic garbage now and then.
+has had nothing running for a whole tick, or when ``max_interval_s`` has passed whatever the
+load, so that a process that is never idle still frees its cyclic garbage now and then.
 """
 
 from __future__ import annotations
