@@ -255,6 +255,7 @@ def run_one(
     key = "request_id" if job["transport"] == "sse" else "message_id"
     delays, violations = token_delays(streams, trace, key)
     written = server_writes(streams, trace, key)
+    num_writes = sum(len(s["arrivals"]) for s in written)
     writes, _ = token_delays(written, trace, key)
     us = 1e6 / max(tokens, 1)
     steps = steps_during(trace, streams, key)
@@ -280,8 +281,8 @@ def run_one(
         "events": sum(len(s["arrivals"]) for s in streams),
         # The loop's CPU per write: comparable between runs that write more or fewer tokens at a
         # time (a loop that falls behind writes fewer, larger events and spends less per token).
-        "server_writes": sum(len(s["arrivals"]) for s in written),
-        "loop_us_per_write": loop_s * 1e6 / max(1, sum(len(s["arrivals"]) for s in written)),
+        "server_writes": num_writes,
+        "loop_us_per_write": loop_s * 1e6 / max(1, num_writes),
         "steps": steps,
         "tokens_per_step": tokens / max(steps, 1),
         "gc_ms": gc_s * 1000,

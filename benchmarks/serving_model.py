@@ -10,10 +10,11 @@ bandwidth, not the serving path.
 Tracing, for the benchmark's latency figure (no change to the engine): the model records the
 engine thread's id and the time of every step's sampling (``compute_logits``); the wrapped
 ``EngineMetrics.observe_finished`` (once per request) records when each request's first token
-was sampled; a ``gc.callbacks`` probe records every garbage collection; the wrapped Daphne ``handle_reply`` of HTTP responses and websockets records,
-after each write of an SSE body or a websocket frame to its transport, its time and payload,
-which the dump reads into the number of words written per request id (SSE) or message id
-(websocket): the server-side end of the token-to-socket delay. ``BENCH_SERVING_TRACE`` names a
+was sampled; a ``gc.callbacks`` probe records every garbage collection; the wrapped Daphne
+``handle_reply`` of HTTP responses and websockets records, after each write of an SSE body or a
+websocket frame to its transport, its time and payload, which the dump reads into the number
+of words written per request id (SSE) or message id (websocket): the server-side end of the
+token-to-socket delay. ``BENCH_SERVING_TRACE`` names a
 directory; whenever the benchmark creates ``dump-request`` there, a small thread writes
 ``trace.json`` (and removes the request).
 """

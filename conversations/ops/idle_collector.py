@@ -43,7 +43,6 @@ class IdleCollector:
         self.clock, self.collect = clock, collect
         self.last_collection = clock()
         self.work_collected = self._work_at_last_tick = activity()[0]
-        self.collections = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._thresholds: tuple[int, int, int] | None = None
@@ -60,7 +59,6 @@ class IdleCollector:
             return False
         self.collect()
         self.last_collection, self.work_collected = self.clock(), work
-        self.collections += 1
         return True
 
     def start(self) -> None:
