@@ -18,8 +18,9 @@ from chatsite import body_limit
 
 def unwrapped(module: object) -> object:
     """The module a Twisted deprecation proxy wraps; anything else as it is (a Twisted
-    without the proxy, or one that keeps the module elsewhere)."""
-    if isinstance(module, ModuleType):
+    without the proxy, or one that keeps the module elsewhere). ``type``, not ``isinstance``:
+    the proxy forwards ``__class__`` to the module it wraps."""
+    if type(module) is ModuleType:
         return module
     try:
         inner = object.__getattribute__(module, "_module")
