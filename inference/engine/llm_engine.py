@@ -67,6 +67,7 @@ class LLMEngine:
         if loaded is None:
             loaded = load_model(config.model, config.device, config.dtype, config.weights_cache_dir)
         self.model, self.tokenizer, self.model_config = loaded
+        self.tokenizer.byte_pieces()  # the detokenizers' table, built now rather than at the first request
         param = next(self.model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.model_name = self.model_config.name

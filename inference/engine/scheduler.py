@@ -178,16 +178,15 @@ class Scheduler:
             self._add_to_batch(batch, plan)
             budget -= sum(n for _, n in plan)
 
-        if not batch.preempted:
+        if not batch.preempted and self.waiting:  # admissions (the seat count is a pass over running)
             seats = self.max_num_seqs - sum(r.num_seats for r in self.running + self.loading)
             compiling = self._hold_compiling()
             # Running seats per owner, kept up to date through this step's admissions
             # (recounting them for every admission made a burst of arrivals quadratic).
             owner_seats: dict[str | None, int] = {}
             num_owners = len({r.owner for r in self.waiting})  # an upper bound once some are admitted
-            if self.waiting:
-                for r in self.running + self.loading:
-                    owner_seats[r.owner] = owner_seats.get(r.owner, 0) + r.num_seats
+            for r in self.running + self.loading:
+                owner_seats[r.owner] = owner_seats.get(r.owner, 0) + r.num_seats
             while self.waiting and budget > 0:
                 request = self._next_waiting(owner_seats, num_owners)
                 if request.num_seats > seats:
