@@ -31,6 +31,7 @@ import argparse
 import bisect
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -249,6 +250,11 @@ def run_one(
     loop_s = spent.pop(pid, 0.0)
     engine_s = spent.pop(engine_tid, 0.0)
     other_s = sum(spent.values())
+    names = {int(tid): name for tid, name in trace.get("thread_names", {}).items()}
+    other_by_thread: dict[str, float] = {}
+    for tid, seconds in spent.items():
+        name = re.sub(r"_\d+$", "", names.get(tid, "exited"))  # pools' workers together
+        other_by_thread[name] = other_by_thread.get(name, 0.0) + seconds
     streams = result["streams"]
     tokens = sum(c for s in streams for _, c in s["arrivals"])
     expected = job["streams"] * job["tokens"]
@@ -269,6 +275,9 @@ def run_one(
         "us_per_token_loop": loop_s * us,
         "us_per_token_engine": engine_s * us,
         "us_per_token_other": other_s * us,
+        "us_per_token_other_by_thread": {
+            name: seconds * us for name, seconds in sorted(other_by_thread.items(), key=lambda kv: -kv[1])
+        },
         "connect_ms_per_tab": connect_s * 1000 / job["streams"] if connected else None,
         "us_per_token_with_connect": (loop_s + engine_s + other_s + connect_s) * us,
         "tokens_per_s": tokens / result["wall_s"],
@@ -290,11 +299,17 @@ def run_one(
     }
 
 
+def other_threads(row: dict[str, Any], top: int = 3) -> str:
+    """The threads behind "other", the largest first (a pool's workers under one name)."""
+    shares = list(row["us_per_token_other_by_thread"].items())[:top]
+    return ", ".join(f"{name} {us:.1f}" for name, us in shares)
+
+
 def print_row(row: dict[str, Any]) -> None:
     print(
         f"  {row['transport']:>3} N={row['streams']:>5}: {row['us_per_token']:7.1f} µs/token "
         f"(loop {row['us_per_token_loop']:6.1f}, engine {row['us_per_token_engine']:6.1f}, "
-        f"other {row['us_per_token_other']:5.1f}); {row['tokens_per_s']:8.0f} tok/s; "
+        f"other {row['us_per_token_other']:5.1f}: {other_threads(row)}); {row['tokens_per_s']:8.0f} tok/s; "
         f"sampling->socket write p50 {row['write_p50_ms']:5.1f} ms, p99 {row['write_p99_ms']:6.1f} ms; "
         f"->client p50 {row['delay_p50_ms']:6.1f} ms, p99 {row['delay_p99_ms']:6.1f} ms; "
         f"{row['tokens']}/{row['tokens_expected']} tokens in {row['events']} events "

@@ -154,7 +154,12 @@ def _dump_on_request(trace_dir: Path) -> None:
         if not request.exists():
             continue
         _parse_writes()
-        body = {"threads": dict(_threads), "steps": list(_steps), "first_tokens": dict(_first_tokens)}
+        body = {
+            "threads": dict(_threads),
+            "thread_names": {t.native_id: t.name for t in threading.enumerate()},
+            "steps": list(_steps),
+            "first_tokens": dict(_first_tokens),
+        }
         body["writes"] = {key: list(writes) for key, writes in list(_writes.items())}
         body["collections"] = list(_collections)
         body["names"] = {t.native_id: t.name for t in threading.enumerate()}
