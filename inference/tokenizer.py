@@ -62,13 +62,18 @@ class Tokenizer:
         # (open, close) when the chat template marks reasoning (<think>…</think>).
         self.reasoning_tags = template_reasoning_tags(getattr(hf_tokenizer, "chat_template", None))
         self._byte_pieces: dict[bool, list[bytes] | None] = {}
+        self._backend = _rust_tokenizer(hf_tokenizer)
 
     @property
     def has_chat_template(self) -> bool:
         return bool(getattr(self.hf, "chat_template", None))
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of ``text``, without BOS or other special tokens added."""
+        """Token ids of ``text``, without BOS or other special tokens added. A fast
+        tokenizer's own library encodes (half the time of the call through transformers,
+        which every prompt segment pays)."""
+        if self._backend is not None:
+            return self._backend.encode(text, add_special_tokens=False).ids
         return list(self.hf.encode(text, add_special_tokens=False))
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
@@ -264,6 +269,27 @@ class IncrementalDetokenizer:
         if self._stream is not None and delta:
             self._stream = None  # its window no longer matches ours
         return delta
+
+
+# Leading and doubled spaces, a newline, non-ASCII text and the special tokens a chat
+# template writes: where a tokenizer's Python class adds to its library's encoding.
+_ENCODE_PROBE = " Hi  there\n<|im_start|>user naïve 👋<|im_end|></s><s> [INST]x"
+
+
+def _rust_tokenizer(hf_tokenizer: Any) -> Any:
+    """The tokenizers library's ``Tokenizer`` behind a fast tokenizer, where it encodes the
+    probe as the tokenizer's ``encode`` does (a Python class may add to it); else None."""
+    backend = getattr(hf_tokenizer, "backend_tokenizer", None)
+    try:
+        from tokenizers import Tokenizer as RustTokenizer
+    except ImportError:
+        return None
+    if not isinstance(backend, RustTokenizer):
+        return None
+    ours = backend.encode(_ENCODE_PROBE, add_special_tokens=False).ids
+    if ours != list(hf_tokenizer.encode(_ENCODE_PROBE, add_special_tokens=False)):
+        return None
+    return backend
 
 
 def _decode_stream(tokenizer: Tokenizer, skip_special_tokens: bool) -> tuple[Any, Any]:

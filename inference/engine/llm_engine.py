@@ -231,13 +231,13 @@ class LLMEngine:
             if self.scheduler.loading or self.scheduler.waiting:
                 self.scheduler.wait_for_loads(0.01)  # only reads or compiles pending: do not spin
             return deltas
-        observe_kv_usage(self.metrics, self.scheduler, batch)
         if self.tiers is not None:
             self.tiers.before_forward()
         logits, sampled = self.speculator.split(batch, *self.runner.execute(self.speculator.propose(batch)))
         if self.tiers is not None:
             self.tiers.observe_prefill(time.monotonic() - started, batch.num_tokens)
         self.scheduler.finish_step(batch)
+        observe_kv_usage(self.metrics, self.scheduler)
         generated = 0
         if logits is not None or self.speculator.pending:
             rows = [batch.seqs[i] for i in sampled]

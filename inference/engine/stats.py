@@ -4,28 +4,41 @@ from __future__ import annotations
 
 from inference.engine.metrics import EngineMetrics
 from inference.engine.outputs import EngineStats
-from inference.engine.scheduler import ScheduledBatch, Scheduler
+from inference.engine.scheduler import Scheduler
 from inference.kv.tiers import TierStack, tier_stats
 from inference.runner.cuda_graphs import CUDAGraphRunner
 
 
-def observe_kv_usage(metrics: EngineMetrics, scheduler: Scheduler, batch: ScheduledBatch) -> None:
-    """Token slots holding K/V (after this step's writes) versus blocks in use: only
-    each sequence's last block can be partly filled; forks share tails, so a
-    block counts once at its fullest."""
+def observe_kv_usage(metrics: EngineMetrics, scheduler: Scheduler) -> None:
+    """Token slots holding K/V versus blocks in use, once the step's tokens are cached
+    (after ``Scheduler.finish_step``): only each sequence's last block can be partly filled.
+    Sequences of one request share blocks once forked, so their tails count once each, at
+    their fullest; another request's partial tail is its own (the prefix cache shares full
+    blocks only)."""
     block_manager = scheduler.block_manager
     bs = block_manager.block_size
-    scheduled = {seq.seq_id: n for seq, n in zip(batch.seqs, batch.num_new_tokens, strict=True)}
-    tails: dict[int, int] = {}
+    partial_slots = partial_blocks = 0
+    forked_tails: dict[int, int] = {}
     for request in scheduler.running:
-        for seq in request.seqs:
+        seqs = request.seqs
+        if len(seqs) == 1 and not request.forked:
+            table = seqs[0].block_table
+            if table:
+                fill = seqs[0].num_computed_tokens - (len(table) - 1) * bs
+                if fill < bs:
+                    partial_slots += fill
+                    partial_blocks += 1
+            continue
+        for seq in seqs:
             if seq.block_table:
-                end = seq.num_computed_tokens + scheduled.get(seq.seq_id, 0)
-                block = seq.block_table[-1]
-                tails[block] = max(tails.get(block, 0), end - (len(seq.block_table) - 1) * bs)
+                block, fill = seq.block_table[-1], seq.num_computed_tokens - (len(seq.block_table) - 1) * bs
+                forked_tails[block] = max(forked_tails.get(block, 0), fill)
+    for fill in forked_tails.values():
+        if fill < bs:
+            partial_slots += fill
+            partial_blocks += 1
     used = block_manager.num_blocks - block_manager.num_free_blocks
-    partial = [fill for fill in tails.values() if fill < bs]
-    metrics.observe_kv_usage(used, (used - len(partial)) * bs + sum(partial), bs)
+    metrics.observe_kv_usage(used, (used - partial_blocks) * bs + partial_slots, bs)
 
 
 def engine_stats(

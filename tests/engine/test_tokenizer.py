@@ -117,3 +117,19 @@ def test_detokenizer_concatenation_equals_decode_of_all(tok: Tokenizer, text: st
     pieces = [detok.push(t) for t in ids] + [detok.flush()]
     assert "".join(pieces) == tok.decode(ids)
     assert all("\ufffd" not in p for p in pieces[:-1]) or "\ufffd" in tok.decode(ids)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.one_of(
+            st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=20),
+            st.sampled_from(["<|im_start|>", "<|im_end|>", "<|endoftext|>", " ", "\n\n", "  x"]),
+        ),
+        max_size=8,
+    )
+)
+def test_encode_through_the_tokenizers_library_equals_transformers(tok: Tokenizer, parts: list[str]) -> None:
+    assert tok._backend is not None  # the fast path is the one under test
+    text = "".join(parts)
+    assert tok.encode(text) == list(tok.hf.encode(text, add_special_tokens=False))
