@@ -10,6 +10,7 @@ from inference.engine.outputs import StreamDelta
 from inference.engine.sequence import Request, Sequence
 from inference.engine.sequence_factory import SequenceFactory
 from inference.sampling.beam_search import final_beam_deltas
+from inference.sampling.params import SamplingParams
 from inference.sampling.sampler import Sampler
 from inference.sampling.stop_rules import append_token, stream_deltas
 from inference.structured import apply_grammar_masks
@@ -32,32 +33,41 @@ def sample_next_tokens(
     logits with its own noise."""
     rows: list[int] = []
     sample_seqs: list[Sequence] = []
+    params: list[SamplingParams] = []
     for request, request_rows in groups.items():
-        if request.params.use_beam_search:
+        request_params = request.params
+        if request_params.use_beam_search:
             continue
-        if not request.forked and request.params.n > 1:
+        if len(request_rows) == 1 and (request.forked or request_params.n == 1):  # most requests
+            rows.append(request_rows[0])
+            sample_seqs.append(seqs[request_rows[0]])
+            params.append(request_params)
+            continue
+        if not request.forked and request_params.n > 1:
             parent = seqs[request_rows[0]]
-            for index in range(1, request.params.n):
+            for index in range(1, request_params.n):
                 sequences.fork(request, parent, index)
             request.forked = True
-            rows += request_rows * request.params.n
+            rows += request_rows * request_params.n
             sample_seqs += request.seqs
         else:
             rows += request_rows
             sample_seqs += [seqs[r] for r in request_rows]
+        params += [request_params] * (len(sample_seqs) - len(params))
     if not sample_seqs:
         return 0
     chosen = logits if rows == list(range(len(seqs))) else logits[rows]
-    params = [s.request.params for s in sample_seqs]  # type: ignore[union-attr]
     chosen = apply_grammar_masks(chosen, sample_seqs)
     result = sampler(chosen, sample_seqs, params)
-    for i, (seq, token) in enumerate(zip(sample_seqs, result.token_ids, strict=True)):
-        if result.top_logprobs is not None and seq.logprobs is not None:
-            seq.cumulative_logprob += result.logprobs[i]  # type: ignore[index]
-            seq.logprobs.append(result.top_logprobs[i])  # type: ignore[arg-type]
+    if result.top_logprobs is not None:
+        for seq, logprob, top in zip(sample_seqs, result.logprobs, result.top_logprobs, strict=True):  # type: ignore[arg-type]
+            if seq.logprobs is not None:
+                seq.cumulative_logprob += logprob
+                seq.logprobs.append(top)  # type: ignore[arg-type]
+    for seq, token, seq_params in zip(sample_seqs, result.token_ids, params, strict=True):
         if seq.grammar is not None:
             seq.grammar.accept(token)
-        append_token(seq, token, eos_token_ids, max_model_len)
+        append_token(seq, token, eos_token_ids, max_model_len, seq_params)
     return len(sample_seqs)
 
 

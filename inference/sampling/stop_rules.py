@@ -12,11 +12,18 @@ from inference.engine.sequence import Request, Sequence
 from inference.sampling.params import SamplingParams
 
 
-def append_token(seq: Sequence, token: int, eos_token_ids: frozenset[int], max_model_len: int) -> None:
-    """Append a sampled token to ``seq``: its text, and the stop rules it may meet.
-    (Run for every token of every sequence: attributes are read once, not through the
-    sequence's properties.)"""
-    params = seq.request.params  # type: ignore[union-attr]
+def append_token(
+    seq: Sequence,
+    token: int,
+    eos_token_ids: frozenset[int],
+    max_model_len: int,
+    params: SamplingParams | None = None,
+) -> None:
+    """Append a sampled token to ``seq``: its text, and the stop rules it may meet
+    (``params``: its request's, where the caller has them at hand). Run for every token of
+    every sequence: attributes are read once, not through the sequence's properties."""
+    if params is None:
+        params = seq.request.params  # type: ignore[union-attr]
     token_ids = seq.token_ids
     token_ids.append(token)
     if (token in eos_token_ids and not params.ignore_eos) or token in params.stop_token_ids:
