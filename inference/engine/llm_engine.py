@@ -291,7 +291,7 @@ class LLMEngine:
             # A finished sequence leaves request.seqs now: its last delta cannot wait.
             if emit or any_finished or not touched[0].num_emitted_tokens:
                 deltas += stream_deltas(request, touched)
-            if request.is_finished:
+            if any_finished and request.is_finished:  # it finishes with its last sequence
                 self.requests.pop(request.request_id, None)
                 request.finish_time = now
                 self.metrics.observe_finished(request)
