@@ -13,6 +13,7 @@ tokenizer decodes for that id alone, else there is no table.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 
@@ -46,17 +47,21 @@ def token_bytes(hf_tokenizer: Any, skip_special_tokens: bool) -> list[bytes] | N
     if type(backend.decoder) is not ByteLevel:
         return None
     alphabet = byte_level_alphabet()
+    # A token of the alphabet's characters maps to bytes through Latin-1; one with any other
+    # character (an added token) decodes as its own UTF-8.
+    to_latin1 = str.maketrans({c: chr(b) for c, b in alphabet.items()})
+    outside = re.compile("[^" + re.escape("".join(alphabet)) + "]")
     size = backend.get_vocab_size(with_added_tokens=True)
+    tokens: list[str | None] = [None] * size
+    for token, i in backend.get_vocab(with_added_tokens=True).items():
+        if i < size:
+            tokens[i] = token
     decoded = backend.decode_batch([[i] for i in range(size)], skip_special_tokens=skip_special_tokens)
     table: list[bytes] = []
-    for i, text in enumerate(decoded):
-        token = backend.id_to_token(i)
+    for token, text in zip(tokens, decoded, strict=True):
         if token is None:
             return None
-        if all(c in alphabet for c in token):
-            raw = bytes(alphabet[c] for c in token)
-        else:  # an added token outside the alphabet decodes as its own UTF-8
-            raw = token.encode()
+        raw = token.encode() if outside.search(token) else token.translate(to_latin1).encode("latin-1")
         if raw.decode(errors="replace") != text:
             if text:
                 return None
