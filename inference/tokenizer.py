@@ -158,7 +158,7 @@ class Tokenizer:
 
     def byte_pieces(self, skip_special_tokens: bool = True) -> list[bytes] | None:
         """Every id's bytes for a byte-level BPE tokenizer, else None
-        (``inference.byte_pieces``); built once per setting (about 0.1 s for a 50k vocab)."""
+        (``inference.byte_pieces``); built once per setting (0.1-0.25 s for a 50k vocab)."""
         if skip_special_tokens not in self._byte_pieces:
             self._byte_pieces[skip_special_tokens] = token_bytes(self.hf, skip_special_tokens)
         return self._byte_pieces[skip_special_tokens]
