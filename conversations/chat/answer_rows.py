@@ -1,7 +1,7 @@
 """A live answer's database rows: its inputs, its partial saves, and orphans.
 
 Each step is synchronous Django ORM code; the async ones are wrapped with
-``database_sync_to_async`` for the generation manager's tasks.
+``conversations.db_thread.db_call`` for the generation manager's tasks.
 
 **The fence.** A process writes an answer's row only while it owns it: ``owner_process`` is
 this process and the status is still ``streaming`` (:func:`update_message` checks both in
@@ -15,7 +15,6 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
@@ -23,6 +22,7 @@ from django.utils import timezone
 
 from conversations.cluster import registry as cluster
 from conversations.cluster.registry import PROCESS_ID
+from conversations.db_thread import db_call
 from conversations.models import Message
 from conversations.prepared_queries import PreparedUpdate
 
@@ -42,7 +42,7 @@ _owned = PreparedUpdate(
 )
 
 
-@database_sync_to_async
+@db_call
 def update_message(message_id: int, **fields: Any) -> int:
     """Write a live answer's row if this process still owns it (the fence); 0 if not (it
     was failed over, taken back, finished or deleted)."""
@@ -50,7 +50,7 @@ def update_message(message_id: int, **fields: Any) -> int:
     return _owned(message_id, PROCESS_ID, **fields)
 
 
-@database_sync_to_async
+@db_call
 def save_partials(rows: list[tuple[int, dict[str, Any]]]) -> set[int]:
     """Write several live answers' rows, ``(message id, fields)``, in one transaction, each
     behind the fence; the ids of those this process no longer owns (nothing written)."""
@@ -63,7 +63,7 @@ def save_partials(rows: list[tuple[int, dict[str, Any]]]) -> set[int]:
     return lost
 
 
-@database_sync_to_async
+@db_call
 def owned_answers(message_ids: list[int]) -> set[int]:
     """Those of ``message_ids`` whose rows this process still owns."""
     return set(
@@ -73,13 +73,13 @@ def owned_answers(message_ids: list[int]) -> set[int]:
     )
 
 
-@database_sync_to_async
+@db_call
 def take_over(message_id: int, previous_owner: str) -> bool:
     """Make this process the owner of a live answer, if ``previous_owner`` still owns it."""
     return bool(_owned(message_id, previous_owner, owner_process=PROCESS_ID, updated_at=timezone.now()))
 
 
-@database_sync_to_async
+@db_call
 def stored_message(message_id: int) -> dict | None:
     """The row as stored, as the tabs get it; None if it is gone."""
     from conversations.chat.tree import message_dict
@@ -88,7 +88,7 @@ def stored_message(message_id: int) -> dict | None:
     return None if message is None else message_dict(message)
 
 
-@database_sync_to_async
+@db_call
 def store_user_segment(message_id: int, ids: list[int], fingerprint: str) -> None:
     """Store a user message's segment unless it holds one made by the same tokenizer."""
     unusable = Q(token_ids__isnull=True) | ~Q(token_fingerprint=fingerprint)

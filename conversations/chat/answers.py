@@ -45,6 +45,7 @@ from typing import Any, Protocol
 from django.conf import settings
 
 from conversations.chat import titles, tool_loop
+from conversations.chat.answer_deltas import AnswerDeltas
 from conversations.chat.answer_rows import store_user_segment, stored_message, update_message
 from conversations.chat.answer_tasks import (
     RELAY_HZ,
@@ -360,34 +361,14 @@ class GenerationManager:
         await broadcast(conversation_group(gen.conversation_id), "started", **started)
         self.partials.add(gen)
         options = engine_options(gen.owner_id, plan, gen.cache_options)
-        stream = engine.stream(plan.token_ids, params, request_id=gen.request_id, **options)
+        deltas = AnswerDeltas(gen, timing, self._emit, self.relays.poke)
+        engine.submit(plan.token_ids, params, deltas, gen.request_id, **options)
         try:
-            async for delta in stream:
-                if "first_token" not in timing and (delta.token_ids or delta.text):
-                    timing["first_token"] = time.monotonic()
-                gen.token_ids.extend(delta.token_ids or ())
-                gen.cached_tokens = delta.num_cached_tokens or gen.cached_tokens
-                reasoning = gen.reasoning.add(delta)
-                if delta.text or reasoning:
-                    gen.text += delta.text
-                    self.relays.poke()
-                    self._emit(
-                        gen.conversation_id,
-                        {
-                            "type": "delta",
-                            "conversation_id": gen.conversation_id,
-                            "message_id": gen.message_id,
-                            "text": delta.text,
-                            **reasoning,
-                        },
-                    )
-                if delta.finished:
-                    gen.finish_reason = delta.finish_reason
-                    break
-                if gen.stop_reason:
-                    break
+            await deltas.done
         finally:
-            await stream.aclose()
+            deltas.close()
+            if not deltas.request_finished:
+                engine.abort(gen.request_id)
         tool_loop.split_calls(gen)
 
     async def _finish(self, gen: Generation, error: str, timing: dict[str, float]) -> None:

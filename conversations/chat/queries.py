@@ -1,17 +1,16 @@
 """The websocket consumer's reads and writes of the database, each one call off the event
-loop (``database_sync_to_async``)."""
+loop (``conversations.db_thread.db_call``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from channels.db import database_sync_to_async
-
 from conversations.chat import tree as tree_ops
 from conversations.chat.answer_rows import mark_orphans_interrupted
 from conversations.chat.prompt_history import AnswerInputs, answer_inputs_from_tree
 from conversations.cluster import registry as cluster
+from conversations.db_thread import db_call
 from conversations.models import Conversation, Message
 from conversations.prepared_queries import PreparedRead
 
@@ -25,7 +24,7 @@ _users_conversation = PreparedRead(
 )
 
 
-@database_sync_to_async
+@db_call
 def get_conversation(user, conversation_id) -> Conversation:
     try:
         found = _users_conversation(int(conversation_id), user.pk)
@@ -36,7 +35,7 @@ def get_conversation(user, conversation_id) -> Conversation:
     return found[0]
 
 
-@database_sync_to_async
+@db_call
 def load_thread(
     conversation: Conversation, live_ids: set[int], liveness: cluster.Liveness, refresh: bool = True
 ) -> tuple[tree_ops.Tree, dict]:
@@ -57,7 +56,7 @@ class CreatedAnswer:
     inputs: AnswerInputs | None  # its prompt's first read, where it is generated here
 
 
-@database_sync_to_async
+@db_call
 def create_answer(
     operation,
     conversation: Conversation,
@@ -78,7 +77,7 @@ def create_answer(
     return CreatedAnswer(answer, tree, thread, inputs)
 
 
-@database_sync_to_async
+@db_call
 def message_in(conversation: Conversation, message_id) -> Message:
     """The message ``message_id`` of ``conversation``, or NotInConversation."""
     try:
@@ -87,7 +86,7 @@ def message_in(conversation: Conversation, message_id) -> Message:
         raise tree_ops.NotInConversation(f"no message {message_id!r} in this conversation") from None
 
 
-@database_sync_to_async
+@db_call
 def streaming_owners(conversation_id: int) -> dict[int, str]:
     return dict(
         Message.objects.filter(conversation_id=conversation_id, status=Message.Status.STREAMING).values_list(

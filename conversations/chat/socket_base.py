@@ -10,6 +10,7 @@ call, so the hop per event does nothing here but cost both threads.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -20,6 +21,7 @@ from channels.consumer import get_handler_name
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.sessions import InstanceSessionWrapper
+from daphne.server import Server as DaphneServer
 
 from conversations.cluster import registry as cluster
 from conversations.cluster.registry import PROCESS_ID
@@ -57,6 +59,11 @@ class JsonSocketConsumer(AsyncJsonWebsocketConsumer):
         wrapper = getattr(self.base_send, "__self__", None)
         return wrapper.real_send if isinstance(wrapper, InstanceSessionWrapper) else self.base_send
 
+    @cached_property
+    def write_frame(self) -> Callable[[dict], None] | None:
+        """The server's send as a plain call, where the server is Daphne (else None)."""
+        return daphne_frame_writer(self.send_frame)
+
     async def dispatch(self, message: dict) -> None:
         handler = getattr(self, get_handler_name(message), None)
         if handler is None:
@@ -69,6 +76,26 @@ class JsonSocketConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(group, self.channel_name)
         await self.disconnect(message["code"])
         raise StopConsumer()
+
+
+def daphne_frame_writer(send: Callable[[dict], Awaitable[None]]) -> Callable[[dict], None] | None:
+    """For Daphne's send, ``partial(Server.handle_reply, protocol)``: a function doing what
+    that coroutine does with a websocket message, without a coroutine to run (it never
+    suspends: it drops the message if the connection is gone, else hands it to the protocol,
+    which writes the frame to its transport). None for any other send (a test's communicator)."""
+    if not isinstance(send, functools.partial) or len(send.args) != 1 or send.keywords:
+        return None
+    server = getattr(send.func, "__self__", None)
+    if not isinstance(server, DaphneServer) or send.func.__func__ is not DaphneServer.handle_reply:
+        return None
+    protocol, connections = send.args[0], server.connections
+
+    def write(message: dict) -> None:
+        state = connections.get(protocol)
+        if state is not None and not state.get("disconnected"):
+            protocol.handle_reply(message)
+
+    return write
 
 
 class Outbox(Mailbox):

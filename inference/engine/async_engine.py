@@ -33,7 +33,7 @@ from collections import deque
 from collections.abc import AsyncIterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from inference.config import EngineConfig
 from inference.engine.llm_engine import LLMEngine
@@ -53,6 +53,12 @@ STREAM_INTERVAL_S = 0.03
 MAX_HOLD_INTERVALS = 5  # a busy loop still gets the running streams' tokens this often
 
 
+class DeltaSink(Protocol):
+    """Where a request's deltas go: a ``Mailbox`` (``stream``), or a caller's own object."""
+
+    def put_nowait(self, item: StreamDelta | BaseException) -> None: ...
+
+
 @dataclass
 class _Add:
     request_id: str
@@ -60,7 +66,7 @@ class _Add:
     params: SamplingParams
     prompt: str | None
     loop: asyncio.AbstractEventLoop
-    queue: Mailbox
+    sink: DeltaSink
     # LLMEngine.add_request's keyword options (owner, cache_namespace, cache_salt, cache_salt_from).
     options: dict[str, Any] = field(default_factory=dict)
 
@@ -119,7 +125,7 @@ class AsyncEngine:
         self._cond = threading.Condition()
         self._commands: deque[_Add | _Abort | _Retain | _Purge | _Embed] = deque()
         self._num_pending_adds = 0
-        self._sinks: dict[str, tuple[asyncio.AbstractEventLoop, Mailbox]] = {}  # engine thread only
+        self._sinks: dict[str, tuple[asyncio.AbstractEventLoop, DeltaSink]] = {}  # engine thread only
         self._stats = self.engine.stats()
         self._shutdown = False
         self._thread = threading.Thread(target=self._run, name="inference-engine", daemon=True)
@@ -131,27 +137,56 @@ class AsyncEngine:
         prompt: str | list[int],
         params: SamplingParams | None = None,
         request_id: str | None = None,
+        **options: Any,
+    ) -> AsyncIterator[StreamDelta]:
+        """Deltas of one request until it finishes. Raises ``PromptTooLongError`` or
+        ``EngineOverloadedError`` before the first delta. ``options``: ``submit``'s."""
+        queue = Mailbox()
+        request_id = self.submit(prompt, params, queue, request_id, **options)
+        done = False
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    done = True
+                    raise item
+                done = item.request_finished  # set before yielding: the consumer may stop here
+                yield item
+                if done:
+                    return
+        finally:
+            if not done:
+                self.abort(request_id)
+
+    def submit(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams | None,
+        sink: DeltaSink,
+        request_id: str | None = None,
         *,
         owner: str | None = None,
         cache_namespace: str | None = None,
         cache_salt: str | None = None,
         cache_salt_from: int = 0,
-    ) -> AsyncIterator[StreamDelta]:
-        """Deltas of one request until it finishes. Raises ``PromptTooLongError`` or
-        ``EngineOverloadedError`` before the first delta. ``owner`` and the cache options:
-        see ``LLMEngine.add_request``."""
+    ) -> str:
+        """Queue a request whose deltas go to ``sink.put_nowait``, called on the calling
+        event loop's thread within each hand-over (so it must not block, and should not
+        raise), then its failure, if it fails, as an exception instance; its id. Raises
+        ``PromptTooLongError`` or ``EngineOverloadedError`` at once. The caller aborts the
+        request if it stops listening before the delta with ``request_finished``.
+        ``owner`` and the cache options: see ``LLMEngine.add_request``."""
         params = params or SamplingParams()
         token_ids = self.engine.encode_prompt(prompt)
         self.engine.admission.admit_prompt(token_ids)
         request_id = request_id or uuid.uuid4().hex
-        queue = Mailbox()
         add = _Add(
             request_id,
             token_ids,
             params,
             prompt if isinstance(prompt, str) else None,
             asyncio.get_running_loop(),
-            queue,
+            sink,
             {
                 "owner": owner,
                 "cache_namespace": cache_namespace,
@@ -167,20 +202,7 @@ class AsyncEngine:
             self._commands.append(add)
             self._num_pending_adds += 1
             self._cond.notify()
-        done = False
-        try:
-            while True:
-                item = await queue.get()
-                if isinstance(item, BaseException):
-                    done = True
-                    raise item
-                done = item.request_finished  # set before yielding: the consumer may stop here
-                yield item
-                if done:
-                    return
-        finally:
-            if not done:
-                self.abort(request_id)
+        return request_id
 
     def abort(self, request_id: str) -> None:
         """Thread-safe; the request's blocks are freed before the next step runs."""
@@ -260,7 +282,7 @@ class AsyncEngine:
                     break
                 commands = list(self._commands)
                 self._commands.clear()
-            outbox: dict[asyncio.AbstractEventLoop, list[tuple[Mailbox, Any]]] = {}
+            outbox: dict[asyncio.AbstractEventLoop, list[tuple[DeltaSink, Any]]] = {}
             for command in commands:
                 self._apply(command, outbox)
             if not engine.has_unfinished():
@@ -340,9 +362,9 @@ class AsyncEngine:
             )
             request.prompt = command.prompt
         except Exception as exc:  # duplicate id, overload, bad params: the caller's error
-            outbox.setdefault(command.loop, []).append((command.queue, exc))
+            outbox.setdefault(command.loop, []).append((command.sink, exc))
             return
-        self._sinks[command.request_id] = (command.loop, command.queue)
+        self._sinks[command.request_id] = (command.loop, command.sink)
 
     def _fail_all(self, exc: BaseException, outbox: dict[Any, list[tuple[Any, Any]]]) -> None:
         for request_id, (loop, queue) in list(self._sinks.items()):
@@ -354,7 +376,7 @@ class AsyncEngine:
             outbox.setdefault(loop, []).append((queue, exc))
         self._sinks.clear()
 
-    def _deliver(self, outbox: dict[asyncio.AbstractEventLoop, list[tuple[Mailbox, Any]]]) -> None:
+    def _deliver(self, outbox: dict[asyncio.AbstractEventLoop, list[tuple[DeltaSink, Any]]]) -> None:
         for loop, items in outbox.items():
             with self._loops_cond:
                 if not self._behind:
@@ -369,13 +391,16 @@ class AsyncEngine:
                     if isinstance(item, StreamDelta) and not item.request_finished:
                         self.engine.abort(item.request_id)
 
-    def _put_all(self, loop: asyncio.AbstractEventLoop, items: list[tuple[Mailbox, Any]]) -> None:
-        """On the loop: queue the items; once the tasks they wake have run, and the tasks
-        those wake in turn (a chat answer's task wakes its websockets' writers), the loop
-        has caught up with this hand-over. The first call_soon runs after the first wave
-        (scheduled before it), the second after the second wave."""
-        for queue, item in items:
-            queue.put_nowait(item)
+    def _put_all(self, loop: asyncio.AbstractEventLoop, items: list[tuple[DeltaSink, Any]]) -> None:
+        """On the loop: hand each item to its sink; once the tasks they wake have run, and
+        the tasks those wake in turn, the loop has caught up with this hand-over. The first
+        call_soon runs after the first wave (scheduled before it), the second after the
+        second wave. A sink that raises loses its item, not the others'."""
+        for sink, item in items:
+            try:
+                sink.put_nowait(item)
+            except Exception:
+                logger.exception("a delta sink failed")
         loop.call_soon(loop.call_soon, self._mark_caught_up, loop)
 
     def _mark_caught_up(self, loop: asyncio.AbstractEventLoop) -> None:

@@ -28,6 +28,9 @@ class Mailbox:
             if not waiter.done():  # a reader cancelled while waiting leaves a cancelled future
                 waiter.set_result(None)
 
+    def empty(self) -> bool:
+        return not self._items
+
     async def get(self) -> Any:
         # The wait is written out here and in get_all, not shared through a helper
         # coroutine: that would be one more frame to resume for every delta of every stream.

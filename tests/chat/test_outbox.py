@@ -1,16 +1,19 @@
 """A socket's outbox: events in order, each run of one answer's deltas sent as one frame,
-and frames handed to the server past Channels' session wrapper; events handled without
-Channels' database hop."""
+and frames handed to the server past Channels' session wrapper (to Daphne as a plain call,
+at once when nothing waits before them); events handled without Channels' database hop."""
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 
 import pytest
 from channels.exceptions import StopConsumer
 from channels.sessions import InstanceSessionWrapper
 
-from conversations.chat.socket_base import JsonSocketConsumer, Outbox
+from conversations.chat.consumers import ChatConsumer
+from conversations.chat.socket_base import JsonSocketConsumer, Outbox, daphne_frame_writer
 
 
 def delta(message_id: int, text: str) -> dict:
@@ -82,3 +85,60 @@ async def test_events_and_disconnects_are_handled_without_a_call_to_the_database
     assert hops == []
     with pytest.raises(ValueError, match="No handler"):
         await consumer.dispatch({"type": "nothing.here"})
+
+
+class RecordingProtocol:
+    def __init__(self) -> None:
+        self.replies: list[dict] = []
+
+    def handle_reply(self, message: dict) -> None:
+        self.replies.append(message)
+
+
+def daphne_send(connections: dict) -> tuple:
+    from daphne.server import Server
+
+    server = Server.__new__(Server)  # its send path only: no reactor, no listening
+    server.connections = connections
+    protocol = RecordingProtocol()
+    return functools.partial(server.handle_reply, protocol), protocol
+
+
+async def test_daphnes_send_as_a_plain_call_does_what_its_coroutine_does():
+    connections: dict = {}
+    send, protocol = daphne_send(connections)
+    write = daphne_frame_writer(send)
+    frame = {"type": "websocket.send", "text": "hi"}
+    write(frame)  # not connected (yet, or any more): dropped, as Daphne drops it
+    await send(frame)
+    assert protocol.replies == []
+    connections[protocol] = {}
+    write(frame)
+    await send(frame)
+    assert protocol.replies == [frame, frame]
+    connections[protocol]["disconnected"] = True
+    write(frame)
+    await send(frame)
+    assert protocol.replies == [frame, frame]
+
+
+async def test_any_other_send_has_no_plain_call():
+    async def send(message: dict) -> None:
+        pass
+
+    assert daphne_frame_writer(send) is None
+    assert daphne_frame_writer(functools.partial(send)) is None
+
+
+async def test_a_tab_writes_an_event_at_once_unless_events_wait_before_it():
+    written: list[dict] = []
+    consumer = ChatConsumer()
+    consumer.conversation, consumer.outbox = None, Outbox()
+    consumer.write_now = None  # not accepted yet: queued
+    consumer.push(delta(1, "a"))
+    consumer.write_now = written.append
+    consumer.push(delta(1, "b"))  # behind "a": queued too, in order
+    assert written == [] and await consumer.outbox.take() == [delta(1, "ab")]
+    consumer.push(delta(1, "c"))  # nothing waits: written now
+    assert [json.loads(f["text"]) for f in written] == [delta(1, "c")]
+    assert consumer.outbox.empty()

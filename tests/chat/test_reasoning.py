@@ -22,13 +22,13 @@ def reasoning_engine(monkeypatch):
 
     engine = AsyncEngine(EngineConfig(device="cpu", num_kv_blocks=32), loaded=scripted_reasoning_model())
     prompts: list[list[int]] = []
-    stream = engine.stream
+    submit = engine.submit  # every request's way in, the chat's and stream()'s
 
-    def recording_stream(prompt, *args, **kwargs):
+    def recording_submit(prompt, *args, **kwargs):
         prompts.append(list(prompt))
-        return stream(prompt, *args, **kwargs)
+        return submit(prompt, *args, **kwargs)
 
-    monkeypatch.setattr(engine, "stream", recording_stream)
+    monkeypatch.setattr(engine, "submit", recording_submit)
     monkeypatch.setattr("conversations.ops.engine_handle._engine", engine)
     yield engine, prompts
     engine.shutdown()

@@ -33,13 +33,13 @@ def _engine(monkeypatch, loaded):
 
     engine = AsyncEngine(EngineConfig(device="cpu", num_kv_blocks=128), loaded=loaded)
     prompts: list[list[int]] = []
-    stream = engine.stream
+    submit = engine.submit  # every request's way in, the chat's and stream()'s
 
-    def recording_stream(prompt, *args, **kwargs):
+    def recording_submit(prompt, *args, **kwargs):
         prompts.append(list(prompt))
-        return stream(prompt, *args, **kwargs)
+        return submit(prompt, *args, **kwargs)
 
-    monkeypatch.setattr(engine, "stream", recording_stream)
+    monkeypatch.setattr(engine, "submit", recording_submit)
     monkeypatch.setattr("conversations.ops.engine_handle._engine", engine)
     return engine, prompts
 

@@ -4,6 +4,7 @@ cancellation), errors before the first delta, and live stats."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Iterator
 
@@ -127,6 +128,47 @@ async def test_errors_are_raised_before_the_first_delta(tiny: TinyModel) -> None
                 pass
     finally:
         eng.shutdown()
+
+
+class RecordingSink:
+    """A caller's own sink: records each item and the thread it was handed over on."""
+
+    def __init__(self, fail: bool = False) -> None:
+        self.items: list = []
+        self.threads: set[int] = set()
+        self.fail = fail
+        self.finished = asyncio.get_running_loop().create_future()
+
+    def put_nowait(self, item) -> None:
+        self.items.append(item)
+        self.threads.add(threading.get_ident())
+        last = isinstance(item, BaseException) or item.request_finished
+        if last and not self.finished.done():
+            self.finished.set_result(None)
+        if self.fail:
+            raise RuntimeError("a sink that fails")
+
+
+async def test_submit_hands_a_sinks_deltas_over_on_the_loop_and_a_failing_sink_spoils_no_other(
+    engine: AsyncEngine, tiny: TinyModel
+) -> None:
+    prompts = random_prompts(tiny.tokenizer, 2, seed=23)
+    streamed = [t async for d in engine.stream(prompts[0], greedy(10)) for t in d.token_ids]
+    sink, failing = RecordingSink(), RecordingSink(fail=True)
+    assert engine.submit(prompts[0], greedy(10), sink, "sunk") == "sunk"
+    engine.submit(prompts[1], greedy(10), failing)
+    await asyncio.wait_for(asyncio.gather(sink.finished, failing.finished), 30)
+    assert [t for d in sink.items for t in d.token_ids] == streamed
+    assert sink.items[-1].finish_reason == "length" and sink.threads == {threading.get_ident()}
+    assert sum(len(d.token_ids) for d in failing.items) == 10  # every delta still came
+    duplicate = RecordingSink()
+    engine.submit(prompts[0], greedy(200), RecordingSink(), "twice")
+    engine.submit(prompts[0], greedy(4), duplicate, "twice")
+    await asyncio.wait_for(duplicate.finished, 30)
+    assert isinstance(duplicate.items[-1], ValueError)  # the engine's refusal, as an item
+    engine.abort("twice")
+    with pytest.raises(PromptTooLongError):  # raised at once, nothing queued
+        engine.submit(list(range(100, 100 + engine.max_model_len + 1)), greedy(4), RecordingSink())
 
 
 async def test_idle_engine_thread_sleeps(engine: AsyncEngine) -> None:
