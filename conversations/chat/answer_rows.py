@@ -1,7 +1,7 @@
 """A live answer's database rows: its inputs, its partial saves, and orphans.
 
 Each step is synchronous Django ORM code; the async ones are wrapped with
-``conversations.db_thread.db_call`` for the generation manager's tasks.
+``conversations.ops.db_thread.db_call`` for the generation manager's tasks.
 
 **The fence.** A process writes an answer's row only while it owns it: ``owner_process`` is
 this process and the status is still ``streaming`` (:func:`update_message` checks both in
@@ -22,8 +22,8 @@ from django.utils import timezone
 
 from conversations.cluster import registry as cluster
 from conversations.cluster.registry import PROCESS_ID
-from conversations.db_thread import db_call
 from conversations.models import Message
+from conversations.ops.db_thread import db_call
 from conversations.prepared_queries import PreparedUpdate
 
 # A streaming row is touched at least this often even without new text.

@@ -1,5 +1,5 @@
 """The websocket consumer's reads and writes of the database, each one call off the event
-loop (``conversations.db_thread.db_call``)."""
+loop (``conversations.ops.db_thread.db_call``)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from conversations.chat import tree as tree_ops
 from conversations.chat.answer_rows import mark_orphans_interrupted
 from conversations.chat.prompt_history import AnswerInputs, answer_inputs_from_tree
 from conversations.cluster import registry as cluster
-from conversations.db_thread import db_call
 from conversations.models import Conversation, Message
+from conversations.ops.db_thread import db_call
 from conversations.prepared_queries import PreparedRead
 
 

@@ -11,8 +11,8 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 
-from conversations import db_thread
-from conversations.db_thread import db_call
+from conversations.ops import db_thread
+from conversations.ops.db_thread import db_call
 
 caller_var: contextvars.ContextVar[str] = contextvars.ContextVar("caller_var", default="unset")
 
