@@ -64,6 +64,30 @@ def save_partials(rows: list[tuple[int, dict[str, Any]]]) -> set[int]:
 
 
 @db_call
+def save_finals(rows: list[tuple[int, dict[str, Any]]]) -> list[int | Exception]:
+    """Several answers' final saves, ``(message id, fields)``, each behind the fence, in one
+    transaction: per row, the rows it wrote (0: fenced). Should that transaction fail, each
+    row is written in one of its own, and a row that fails alone gets its error."""
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            return [
+                _owned(message_id, PROCESS_ID, **{"updated_at": now, **fields}) for message_id, fields in rows
+            ]
+    except Exception:
+        if len(rows) == 1:
+            raise
+    results: list[int | Exception] = []
+    for message_id, fields in rows:
+        try:
+            with transaction.atomic():
+                results.append(_owned(message_id, PROCESS_ID, **{"updated_at": now, **fields}))
+        except Exception as exc:
+            results.append(exc)
+    return results
+
+
+@db_call
 def owned_answers(message_ids: list[int]) -> set[int]:
     """Those of ``message_ids`` whose rows this process still owns."""
     return set(

@@ -16,7 +16,8 @@ conversation:
   ``PARTIAL_SAVE_SECONDS``, in one database call (and touches a row now and then even
   without new text), so a crash loses at most that much; an untouched ``streaming`` row
   that no live generation owns is shown as interrupted (``conversations.chat.answer_rows``).
-  The final save follows the last partial one: both go through the one database thread.
+  The final save follows the last partial one: both go through the one database thread
+  (final saves close together in one call: ``conversations.chat.final_saves``).
 - **The fence.** A write that matches no row this process owns (``answer_rows``) stops the
   answer (``fenced``) without another write or group event.
 - **Other processes.** With several processes (``conversations.cluster.registry``) each live answer
@@ -46,7 +47,7 @@ from django.conf import settings
 
 from conversations.chat import titles, tool_loop
 from conversations.chat.answer_deltas import AnswerDeltas
-from conversations.chat.answer_rows import store_user_segment, stored_message, update_message
+from conversations.chat.answer_rows import store_user_segment, stored_message
 from conversations.chat.answer_tasks import (
     RELAY_HZ,
     STREAM_HEARTBEAT_SECONDS,
@@ -54,6 +55,7 @@ from conversations.chat.answer_tasks import (
     Relays,
     relay_piece,
 )
+from conversations.chat.final_saves import FinalSaves
 from conversations.chat.groups import broadcast, conversation_group
 from conversations.chat.prompt_history import answer_prompt
 from conversations.chat.prompts import cache_salt_options, engine_options
@@ -119,6 +121,7 @@ class GenerationManager:
         self.background: set[asyncio.Task] = set()
         self.process_tasks: list[asyncio.Task] = []  # conversations.cluster.process_loop, if started
         self.partials = PartialSaves(self)
+        self.final_saves = FinalSaves()
         self.relays = Relays(self)
 
     # Watchers ----------------------------------------------------------------------
@@ -402,7 +405,7 @@ class GenerationManager:
         try:
             if gen.stop_reason != "deleted":
                 ids = {"token_ids": gen.token_ids or None, "token_fingerprint": gen.fingerprint}
-                written = await update_message(gen.message_id, **gen.start_fields, **ids, **fields)
+                written = await self.final_saves.save(gen.message_id, {**gen.start_fields, **ids, **fields})
         except Exception:
             log.exception("final save of message %s failed", gen.message_id)
         finally:

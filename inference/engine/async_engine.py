@@ -212,7 +212,7 @@ class AsyncEngine:
 
     def retain(self, key: str, token_ids: list[int], **options: Any) -> None:
         """Thread-safe ``LLMEngine.retain`` (same options): applied before the next step."""
-        self._command(_Retain(key, [int(t) for t in token_ids], options))
+        self._command(_Retain(key, list(map(int, token_ids)), options))
 
     def release(self, key: str) -> None:
         """Thread-safe ``LLMEngine.release``."""
