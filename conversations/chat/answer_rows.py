@@ -50,17 +50,18 @@ def update_message(message_id: int, **fields: Any) -> int:
     return _owned(message_id, PROCESS_ID, **fields)
 
 
+def _write_owned(message_id: int, fields: dict[str, Any], now: Any) -> int:
+    """One live answer's row behind the fence, touched at ``now`` (unless ``fields`` say)."""
+    return _owned(message_id, PROCESS_ID, **{"updated_at": now, **fields})
+
+
 @db_call
 def save_partials(rows: list[tuple[int, dict[str, Any]]]) -> set[int]:
     """Write several live answers' rows, ``(message id, fields)``, in one transaction, each
     behind the fence; the ids of those this process no longer owns (nothing written)."""
     now = timezone.now()
-    lost = set()
     with transaction.atomic():
-        for message_id, fields in rows:
-            if not _owned(message_id, PROCESS_ID, updated_at=now, **fields):
-                lost.add(message_id)
-    return lost
+        return {message_id for message_id, fields in rows if not _write_owned(message_id, fields, now)}
 
 
 @db_call
@@ -71,9 +72,7 @@ def save_finals(rows: list[tuple[int, dict[str, Any]]]) -> list[int | Exception]
     now = timezone.now()
     try:
         with transaction.atomic():
-            return [
-                _owned(message_id, PROCESS_ID, **{"updated_at": now, **fields}) for message_id, fields in rows
-            ]
+            return [_write_owned(message_id, fields, now) for message_id, fields in rows]
     except Exception:
         if len(rows) == 1:
             raise
@@ -81,7 +80,7 @@ def save_finals(rows: list[tuple[int, dict[str, Any]]]) -> list[int | Exception]
     for message_id, fields in rows:
         try:
             with transaction.atomic():
-                results.append(_owned(message_id, PROCESS_ID, **{"updated_at": now, **fields}))
+                results.append(_write_owned(message_id, fields, now))
         except Exception as exc:
             results.append(exc)
     return results

@@ -138,10 +138,10 @@ class ChatConsumer(RemoteAnswers, JsonSocketConsumer):
         for group in getattr(self, "groups_joined", []):
             await self.channel_layer.group_discard(group, self.channel_name)
         self.groups_joined = []
+        self.write_now = None
         # Let go of the task as it is cancelled: it keeps its CancelledError, whose traceback
         # holds this consumer, so a consumer still holding the task would be a reference cycle
         # (the connection's every object, freed only by a full garbage collection).
-        self.write_now = None
         sender, self.sender = getattr(self, "sender", None), None
         if sender is not None:
             sender.cancel()
