@@ -19,6 +19,7 @@ from chatsite.autobahn_logs import install as defer_websocket_debug_logs  # noqa
 from chatsite.body_limit import install as limit_request_bodies  # noqa: E402
 from chatsite.eager_writes import install as send_writes_at_once  # noqa: E402
 from chatsite.module_proxies import install as skip_module_proxies  # noqa: E402
+from chatsite.sqlite_statements import install as keep_sqlite_placeholders  # noqa: E402
 from chatsite.websocket_frames import install as frame_text_at_once  # noqa: E402
 
 if settings.GIL_SWITCH_INTERVAL_MS > 0:
@@ -29,6 +30,7 @@ defer_websocket_debug_logs()
 send_writes_at_once()
 skip_module_proxies()
 frame_text_at_once()
+keep_sqlite_placeholders()
 
 from conversations.ops.asgi_handler import site_asgi_application  # noqa: E402
 
