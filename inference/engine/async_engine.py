@@ -4,9 +4,10 @@
   command queue guarded by a condition variable; the engine thread sleeps on it
   when there is nothing to do, so an idle engine costs no CPU.
 - The engine thread alone touches ``LLMEngine``. After each step it hands the
-  requests' deltas to their mailboxes (``inference.engine.mailbox``) with ``loop.call_soon_threadsafe``
-  (one call per event loop per step). A step emits deltas only when
-  ``stream_interval`` has passed since the last one that did and the event loops have
+  requests' deltas to their sinks with ``loop.call_soon_threadsafe`` (one call per event
+  loop per step): a ``Mailbox`` (``inference.engine.mailbox``) read by ``stream()``, or the
+  caller's own object given to ``submit()``, called within the hand-over. A step emits
+  deltas only when ``stream_interval`` has passed since the last one that did and the event loops have
   worked through the previous hand-over (``LLMEngine.step(emit)``), besides each
   request's first and last: a stream gets one delta per interval with all its new
   tokens, not one per token, and a loop that falls behind gets larger deltas, not more
