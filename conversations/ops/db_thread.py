@@ -102,7 +102,6 @@ def db_call(func: Callable[P, R]) -> Callable[P, Awaitable[R]]:
         context = contextvars.copy_context()
         return await loop.run_in_executor(executor, _run, context, func, args, kwargs)
 
-    call.func = func  # type: ignore[attr-defined]  # as database_sync_to_async's, for tests
     return call
 
 
