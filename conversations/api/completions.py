@@ -166,6 +166,7 @@ class Generation:
         self.prompt_states = [PromptState() for _ in prompts]
         self.started_at = time.monotonic()
         self._token_text: dict[int, str] = {}
+        self._finished: set[str] = set()  # request ids whose last delta came
 
     # ---- running ------------------------------------------------------------------
     async def deltas(self) -> AsyncIterator[tuple[ChoiceState, Any]]:
@@ -195,6 +196,8 @@ class Generation:
                     choice.logprobs.extend(zip(delta.token_ids, delta.logprobs, strict=False))
                 if delta.finished:
                     choice.finish_reason = delta.finish_reason
+                if delta.request_finished:
+                    self._finished.add(delta.request_id)
                 yield choice, delta
         except ApiError:
             raise
@@ -210,8 +213,11 @@ class Generation:
             self.abort()
 
     def abort(self) -> None:
-        """Abort every engine request of this call; harmless for finished ones."""
+        """Abort every engine request of this call that has not finished (a finished one's
+        abort would only cost the engine thread a command)."""
         for rid in self.request_ids:
+            if rid in self._finished:
+                continue
             try:
                 self.engine.abort(rid)
             except Exception:  # an unknown or finished id

@@ -273,6 +273,22 @@ async def test_an_engine_failure_mid_stream_ends_the_stream_with_an_error_event(
     assert engine.aborted  # the engine request is always closed
 
 
+async def test_a_request_that_finished_is_not_aborted_again(in_process_client):
+    """Only an engine request still running when its call ends is aborted: a finished one's
+    abort would be one more command for the engine thread per call."""
+    from inference.engine.outputs import StreamDelta
+
+    openai_client, engine = in_process_client
+
+    async def finish(prompt, params, request_id=None, **options):
+        yield StreamDelta(request_id, 0, "ok", [7], True, "length", 3, 0, 1, request_finished=True)
+
+    engine.stream = finish
+    stream = await openai_client.chat.completions.create(model="broken-model", messages=chat(), stream=True)
+    assert "".join([c.choices[0].delta.content or "" async for c in stream if c.choices]) == "ok"
+    assert engine.aborted == []
+
+
 async def test_a_prompt_token_id_the_engine_refuses_is_a_400_naming_the_param(in_process_client):
     """The engine's ``InvalidPromptError`` (an id outside the model's vocabulary, e.g. from
     messages a client kept from another model) is the caller's error, mapped like a prompt
