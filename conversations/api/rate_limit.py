@@ -36,8 +36,9 @@ def rate_limited(limit: int, retry_after: int) -> ApiError:
     )
 
 
-async def check(key: ApiKey, now: float | None = None) -> None:
-    """Count one request for ``key``; raise a 429 ``ApiError`` past its limit."""
+def count(key: ApiKey, now: float | None = None) -> None:
+    """Count one request for ``key``; raise a 429 ``ApiError`` past its limit. Blocking (the
+    cache may be Redis): called in a worker thread, with the key's lookup."""
     limit = limit_for(key)
     if limit <= 0:
         return
@@ -45,12 +46,12 @@ async def check(key: ApiKey, now: float | None = None) -> None:
     window = int(now // WINDOW_S)
     # The hash, not the row id: ids restart with a fresh database, the count's key must not.
     counter = f"api-rate:{key.hashed_key[:32]}:{window}"
-    await cache.aadd(counter, 0, timeout=WINDOW_S + 5)
+    cache.add(counter, 0, timeout=WINDOW_S + 5)
     try:
-        count = await cache.aincr(counter)
+        requests = cache.incr(counter)
     except ValueError:  # expired between add and incr
-        await cache.aset(counter, 1, timeout=WINDOW_S + 5)
-        count = 1
-    if count > limit:
+        cache.set(counter, 1, timeout=WINDOW_S + 5)
+        requests = 1
+    if requests > limit:
         retry_after = max(1, int((window + 1) * WINDOW_S - now + 0.999))
         raise rate_limited(limit, retry_after)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import secrets
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
@@ -55,9 +54,6 @@ class ApiKeyQuerySet(models.QuerySet):
             return None
         key.owner = owners[0]
         return key
-
-    async def afind(self, raw_key: str) -> ApiKey | None:
-        return await sync_to_async(self.find)(raw_key)
 
 
 _key_by_hash = PreparedRead(lambda hashed: ApiKey.objects.filter(hashed_key=hashed).order_by()[:1])

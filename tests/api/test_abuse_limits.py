@@ -3,7 +3,11 @@ checked in process: both answer before the engine is involved."""
 
 from __future__ import annotations
 
+import asyncio
+
+import httpx2
 import pytest
+from asgiref.sync import sync_to_async
 from django.test import override_settings
 
 from conversations.api import app as api_app
@@ -45,6 +49,23 @@ def test_a_key_over_its_rate_limit_gets_429_with_retry_after_in_openai_shape(cli
     error = response.json()["error"]
     assert error["code"] == "rate_limit_exceeded"
     assert set(error) == {"message", "type", "param", "code"}
+
+
+@override_settings(API_RATE_LIMIT_PER_MINUTE=5)
+async def test_calls_at_once_are_counted_one_by_one(make_user, no_engine):
+    """Twenty calls in flight together, through the API's own handler and its worker threads:
+    five get through, fifteen get a 429 (a count read and written back in two steps would
+    let them all through)."""
+    from conversations.api.handler import ApiHandler
+
+    _key, raw = await sync_to_async(new_key)(make_user)
+    transport = httpx2.ASGITransport(app=ApiHandler())
+    async with httpx2.AsyncClient(transport=transport, base_url="http://testserver") as http:
+        responses = await asyncio.gather(
+            *[http.get("/v1/models", headers={"Authorization": f"Bearer {raw}"}) for _ in range(20)]
+        )
+    statuses = sorted(r.status_code for r in responses)
+    assert statuses == [429] * 15 + [503] * 5
 
 
 @override_settings(API_RATE_LIMIT_PER_MINUTE=2)
