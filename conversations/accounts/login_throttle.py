@@ -8,7 +8,11 @@ even with the right password; other usernames, and the same username from other
 clients, are unaffected. A successful login clears the pair's count.
 
 Failures are counted from Django's ``user_login_failed`` signal, so the site's
-login page and the admin's are counted alike; ``throttled`` guards both views.
+login page and the admin's are counted alike; ``throttled`` guards both views. A guarded
+attempt counts before its password is checked (the count's atomic increment is its
+reservation): attempts in flight together cannot all pass a count that none of them has
+raised yet. The reservation stays as the attempt's failure, goes with the count on
+success, and is handed back when the password was never checked (an incomplete form).
 """
 
 from __future__ import annotations
@@ -38,26 +42,30 @@ def _key(username: str, client: str) -> str:
     return f"login-failures:{digest}"
 
 
-def failures(username: str, client: str) -> int:
-    return int(cache.get(_key(username, client), 0))
-
-
-def is_locked(username: str, client: str) -> bool:
-    return failures(username, client) >= settings.LOGIN_FAILURE_LIMIT
-
-
-def record_failure(username: str, client: str) -> None:
+def record_failure(username: str, client: str) -> int:
+    """One more failure for the pair; the count after it."""
     key = _key(username, client)
     # add() starts the window only if none is open; incr() keeps its expiry.
     cache.add(key, 0, timeout=settings.LOGIN_FAILURE_WINDOW)
     try:
-        cache.incr(key)
+        return cache.incr(key)
     except ValueError:  # expired between add and incr: start a new window
         cache.set(key, 1, timeout=settings.LOGIN_FAILURE_WINDOW)
+        return 1
+
+
+def _hand_back(username: str, client: str) -> None:
+    try:
+        cache.decr(_key(username, client))
+    except ValueError:  # the window ended meanwhile
+        pass
 
 
 @receiver(user_login_failed)
 def _count_failure(sender, credentials: dict, request: HttpRequest | None = None, **kwargs) -> None:
+    if request is not None and getattr(request, "login_attempt_reserved", False):
+        request.login_attempt_failed = True  # its reservation is the failure
+        return
     username = credentials.get(USERNAME_FIELD)
     if request is not None and username:
         record_failure(str(username), client_address(request))
@@ -67,6 +75,7 @@ def _count_failure(sender, credentials: dict, request: HttpRequest | None = None
 def _clear_failures(sender, request: HttpRequest | None, user, **kwargs) -> None:
     if request is not None:
         cache.delete(_key(user.get_username(), client_address(request)))
+        request.login_attempt_failed = True  # nothing to hand back: the count is gone
 
 
 def too_many_attempts() -> HttpResponse:
@@ -79,14 +88,22 @@ def too_many_attempts() -> HttpResponse:
 
 def throttled(view):
     """Wrap a login view: a POST for a locked (username, client) pair is a 429 and the
-    password is not even checked."""
+    password is not even checked; any other POST reserves its place in the count first."""
 
     @wraps(view)
     def wrapper(request: HttpRequest, *args, **kwargs) -> HttpResponse:
-        if request.method == "POST":
-            username = request.POST.get(USERNAME_FIELD, "")
-            if username and is_locked(username, client_address(request)):
-                return too_many_attempts()
-        return view(request, *args, **kwargs)
+        username = request.POST.get(USERNAME_FIELD, "") if request.method == "POST" else ""
+        if not username:
+            return view(request, *args, **kwargs)
+        client = client_address(request)
+        if record_failure(username, client) > settings.LOGIN_FAILURE_LIMIT:
+            _hand_back(username, client)  # a refused attempt is not a failure
+            return too_many_attempts()
+        request.login_attempt_reserved = True
+        try:
+            return view(request, *args, **kwargs)
+        finally:
+            if not getattr(request, "login_attempt_failed", False):
+                _hand_back(username, client)
 
     return wrapper

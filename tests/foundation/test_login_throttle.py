@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.test import override_settings
+from django.test import Client, override_settings
 
 pytestmark = pytest.mark.django_db
 
@@ -69,6 +71,46 @@ def test_a_successful_login_clears_the_failure_count(client, make_user):
     for _ in range(2):
         login(client, user.username, "wrong-password")
     assert login(client, user.username, PASSWORD).status_code == 302
+
+
+class WaitingBackend:
+    """Refuses every password, after waiting (one second at most) until ``expected``
+    attempts are checking theirs at once."""
+
+    expected = 0
+    arrived = 0
+    lock = threading.Condition()
+
+    def authenticate(self, request, username=None, password=None, **kwargs):
+        with WaitingBackend.lock:
+            WaitingBackend.arrived += 1
+            WaitingBackend.lock.notify_all()
+            WaitingBackend.lock.wait_for(lambda: WaitingBackend.arrived >= WaitingBackend.expected, 1.0)
+        return None
+
+    def get_user(self, user_id):
+        return None
+
+
+@override_settings(
+    LOGIN_FAILURE_LIMIT=3,
+    AUTHENTICATION_BACKENDS=["tests.foundation.test_login_throttle.WaitingBackend"],
+)
+def test_attempts_at_once_cannot_pass_the_limit_together():
+    """Ten wrong passwords for one username sent together: three are checked, seven are
+    refused before their check (a count read before any failure is recorded would let all
+    ten be checked, each backend call waiting for the other nine)."""
+    WaitingBackend.expected, WaitingBackend.arrived = 10, 0
+    username = f"u-{uuid.uuid4().hex[:10]}"
+
+    def attempt(_: int) -> int:
+        return login(Client(), username, "wrong-password").status_code
+
+    with ThreadPoolExecutor(max_workers=10) as pool:
+        statuses = sorted(pool.map(attempt, range(10)))
+    assert statuses == [200] * 3 + [429] * 7
+    assert WaitingBackend.arrived == 3
+    assert login(Client(), username, "wrong-password").status_code == 429  # the three failures stay
 
 
 @override_settings(LOGIN_FAILURE_LIMIT=2)
