@@ -26,6 +26,8 @@ from django.core.cache import cache
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 
+from conversations.ops.window_counts import add_one, take_one_back
+
 USERNAME_FIELD = "username"
 
 
@@ -44,27 +46,13 @@ def _key(username: str, client: str) -> str:
 
 def record_failure(username: str, client: str) -> int:
     """One more failure for the pair; the count after it."""
-    key = _key(username, client)
-    # add() starts the window only if none is open; incr() keeps its expiry.
-    cache.add(key, 0, timeout=settings.LOGIN_FAILURE_WINDOW)
-    try:
-        return cache.incr(key)
-    except ValueError:  # expired between add and incr: start a new window
-        cache.set(key, 1, timeout=settings.LOGIN_FAILURE_WINDOW)
-        return 1
-
-
-def _hand_back(username: str, client: str) -> None:
-    try:
-        cache.decr(_key(username, client))
-    except ValueError:  # the window ended meanwhile
-        pass
+    return add_one(_key(username, client), settings.LOGIN_FAILURE_WINDOW)
 
 
 @receiver(user_login_failed)
 def _count_failure(sender, credentials: dict, request: HttpRequest | None = None, **kwargs) -> None:
     if request is not None and getattr(request, "login_attempt_reserved", False):
-        request.login_attempt_failed = True  # its reservation is the failure
+        request.login_attempt_settled = True  # its reservation is the failure
         return
     username = credentials.get(USERNAME_FIELD)
     if request is not None and username:
@@ -75,7 +63,7 @@ def _count_failure(sender, credentials: dict, request: HttpRequest | None = None
 def _clear_failures(sender, request: HttpRequest | None, user, **kwargs) -> None:
     if request is not None:
         cache.delete(_key(user.get_username(), client_address(request)))
-        request.login_attempt_failed = True  # nothing to hand back: the count is gone
+        request.login_attempt_settled = True  # nothing to hand back: the count is gone
 
 
 def too_many_attempts() -> HttpResponse:
@@ -97,13 +85,13 @@ def throttled(view):
             return view(request, *args, **kwargs)
         client = client_address(request)
         if record_failure(username, client) > settings.LOGIN_FAILURE_LIMIT:
-            _hand_back(username, client)  # a refused attempt is not a failure
+            take_one_back(_key(username, client))  # a refused attempt is not a failure
             return too_many_attempts()
         request.login_attempt_reserved = True
         try:
             return view(request, *args, **kwargs)
         finally:
-            if not getattr(request, "login_attempt_failed", False):
-                _hand_back(username, client)
+            if not getattr(request, "login_attempt_settled", False):
+                take_one_back(_key(username, client))
 
     return wrapper

@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 
 from django.conf import settings
-from django.core.cache import cache
 
 from conversations.api.errors import ApiError
 from conversations.models import ApiKey
+from conversations.ops.window_counts import add_one
 
 WINDOW_S = 60
 
@@ -45,13 +45,6 @@ def count(key: ApiKey, now: float | None = None) -> None:
     now = time.time() if now is None else now
     window = int(now // WINDOW_S)
     # The hash, not the row id: ids restart with a fresh database, the count's key must not.
-    counter = f"api-rate:{key.hashed_key[:32]}:{window}"
-    cache.add(counter, 0, timeout=WINDOW_S + 5)
-    try:
-        requests = cache.incr(counter)
-    except ValueError:  # expired between add and incr
-        cache.set(counter, 1, timeout=WINDOW_S + 5)
-        requests = 1
-    if requests > limit:
+    if add_one(f"api-rate:{key.hashed_key[:32]}:{window}", WINDOW_S + 5) > limit:
         retry_after = max(1, int((window + 1) * WINDOW_S - now + 0.999))
         raise rate_limited(limit, retry_after)
