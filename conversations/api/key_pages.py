@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db import transaction
 from django.db.models import Count, Max, Q, Sum
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from conversations.accounts.user_lock import lock_user
 from conversations.models import ApiKey
 
 MAX_ACTIVE_KEYS = 20
@@ -52,9 +54,13 @@ def api_keys(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return _page(request)
     name = request.POST.get("name", "").strip()[:100]
-    if ApiKey.objects.filter(owner=request.user).active().count() >= MAX_ACTIVE_KEYS:
-        return _page(request, error=f"You have {MAX_ACTIVE_KEYS} active keys: revoke one first.", status=400)
-    _key, raw = ApiKey.objects.create_key(request.user, name=name)
+    with transaction.atomic():  # the user's row locked: keys made at once are counted one by one
+        lock_user(request.user.pk)
+        if ApiKey.objects.filter(owner=request.user).active().count() >= MAX_ACTIVE_KEYS:
+            return _page(
+                request, error=f"You have {MAX_ACTIVE_KEYS} active keys: revoke one first.", status=400
+            )
+        _key, raw = ApiKey.objects.create_key(request.user, name=name)
     # Rendered, not redirected: the raw key exists only in this response.
     return _page(request, new_key=raw)
 

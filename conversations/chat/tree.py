@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 # What the browser receives, importable from here where callers look for it.
+from conversations.accounts.user_lock import lock_user
 from conversations.chat.thread_dicts import (  # noqa: F401
     conversation_dict,
     message_dict,
@@ -55,9 +55,6 @@ _messages_of = PreparedRead(
 )
 _locked_conversation = PreparedRead(
     lambda pk: Conversation.objects.select_for_update().filter(pk=pk).order_by()[:1]
-)
-_locked_user = PreparedRead(
-    lambda pk: get_user_model().objects.select_for_update().filter(pk=pk).values_list("pk").order_by()[:1]
 )
 _conversation_row = PreparedUpdate(lambda pk: Conversation.objects.filter(pk=pk))
 _insert_message = PreparedInsert(Message)
@@ -263,8 +260,7 @@ def lock_for_answer(conversation: Conversation, live_processes: set[str] | None)
     The user lock serialises every answer-starting edit of one user (from any process), so
     the count cannot race; on SQLite the IMMEDIATE transaction already serialises writers
     (and row locks do not exist), so the user's row is not read there."""
-    if connection.features.has_select_for_update:
-        _locked_user(conversation.owner_id)
+    lock_user(conversation.owner_id)
     lock_conversation(conversation)
     if live_processes is None:  # not going to be generated (fixtures, imports): no limits
         return conversation

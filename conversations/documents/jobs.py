@@ -18,6 +18,7 @@ from django.db import connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from conversations.accounts.user_lock import lock_user
 from conversations.documents.chunking import chunk_text
 from conversations.documents.extract import extract
 from conversations.documents.formats import DocumentError, kind_of
@@ -54,10 +55,13 @@ def check_caps(owner, filename: str, size: int) -> None:
         )
 
 
+@transaction.atomic
 def start_upload(owner, filename: str, data: bytes) -> Document:
-    """Check and store an upload, then start its extraction once the row commits."""
+    """Check and store an upload, then start its extraction once the row commits. The
+    user's row is locked first: uploads at once are checked against the caps one by one."""
     filename = (filename or "file").replace("\\", "/").rsplit("/", 1)[-1][:255] or "file"
     kind = kind_of(filename)
+    lock_user(owner.pk)
     check_caps(owner, filename, len(data))
     document = Document.objects.create(
         owner=owner,

@@ -5,10 +5,13 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
+from django.test import Client
 
 from conversations.models import ApiKey, ApiRequest
 
@@ -123,3 +126,40 @@ def test_the_admin_lists_api_requests_read_only(admin_client_, make_user):
     page = admin_client_.get("/admin/conversations/apirequest/")
     assert page.status_code == 200 and "/v1/completions" in page.content.decode()
     assert admin_client_.get("/admin/conversations/apirequest/add/").status_code == 403
+
+
+@pytest.mark.django_db(transaction=True)
+def test_keys_made_at_once_are_counted_one_by_one(make_user, monkeypatch):
+    """Three keys asked for together by a user allowed one active key: one is made. Each
+    request waits here, past its count, for the other two (half a second at most): counts
+    taken before any key was made would let all three be made."""
+    from django.db import connection
+
+    from conversations.api import key_pages
+
+    monkeypatch.setattr(key_pages, "MAX_ACTIVE_KEYS", 1)
+    user = make_user()
+    counted, arrived = [0], threading.Condition()
+    create_key = ApiKey.objects.create_key
+
+    def wait_then_create(*args, **kwargs):
+        with arrived:
+            counted[0] += 1
+            arrived.notify_all()
+            arrived.wait_for(lambda: counted[0] >= 3, 0.5)
+        return create_key(*args, **kwargs)
+
+    monkeypatch.setattr(ApiKey.objects, "create_key", wait_then_create)
+
+    def ask(_: int) -> int:
+        client = Client()
+        client.force_login(user)
+        try:
+            return client.post("/settings/api-keys/", {"name": "k"}).status_code
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        statuses = sorted(pool.map(ask, range(3)))
+    assert statuses == [200, 400, 400]
+    assert ApiKey.objects.filter(owner=user).count() == 1

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
+from conversations.documents import jobs
+from conversations.documents.formats import DocumentError
 from conversations.documents.jobs import run_extraction
 from conversations.models import Conversation, ConversationDocument, Document, DocumentChunk
 from tests.documents.conftest import make_zip_bomb_docx
@@ -140,3 +145,41 @@ def test_a_file_whose_job_was_lost_ends_failed(make_user):
     Document.objects.filter(pk=body["document"]["id"]).update(created_at=timezone.now() - timedelta(hours=1))
     listed = client.get("/documents/").json()["documents"][0]
     assert listed["status"] == "failed" and "upload it again" in listed["error"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_uploads_at_once_are_checked_against_the_caps_one_by_one(make_user, settings, monkeypatch):
+    """Three uploads together from a user allowed one file: one is stored, two are refused.
+    Each upload's check waits here for the other two (half a second at most): checks that
+    counted the files before any upload was stored would let all three in."""
+    from django.db import connection
+
+    settings.DOCUMENT_USER_MAX_FILES = 1
+    monkeypatch.setattr(jobs, "_thread", lambda pk: None)  # no extraction job in this test
+    monkeypatch.setattr(jobs, "enqueue_on_commit", lambda *args: None)
+    user = make_user()
+    checked, arrived = [0], threading.Condition()
+    check_caps = jobs.check_caps
+
+    def check_then_wait(*args) -> None:
+        check_caps(*args)
+        with arrived:
+            checked[0] += 1
+            arrived.notify_all()
+            arrived.wait_for(lambda: checked[0] >= 3, 0.5)
+
+    monkeypatch.setattr(jobs, "check_caps", check_then_wait)
+
+    def attempt(i: int) -> str:
+        try:
+            jobs.start_upload(user, f"notes-{i}.md", b"# Notes")
+            return "stored"
+        except DocumentError:
+            return "refused"
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        outcomes = sorted(pool.map(attempt, range(3)))
+    assert outcomes == ["refused", "refused", "stored"]
+    assert Document.objects.filter(owner=user).count() == 1
