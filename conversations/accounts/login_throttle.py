@@ -44,9 +44,8 @@ def _key(username: str, client: str) -> str:
     return f"login-failures:{digest}"
 
 
-def record_failure(username: str, client: str) -> int:
-    """One more failure for the pair; the count after it."""
-    return add_one(_key(username, client), settings.LOGIN_FAILURE_WINDOW)
+def record_failure(username: str, client: str) -> None:
+    add_one(_key(username, client), settings.LOGIN_FAILURE_WINDOW)
 
 
 @receiver(user_login_failed)
@@ -83,15 +82,15 @@ def throttled(view):
         username = request.POST.get(USERNAME_FIELD, "") if request.method == "POST" else ""
         if not username:
             return view(request, *args, **kwargs)
-        client = client_address(request)
-        if record_failure(username, client) > settings.LOGIN_FAILURE_LIMIT:
-            take_one_back(_key(username, client))  # a refused attempt is not a failure
+        key = _key(username, client_address(request))
+        if add_one(key, settings.LOGIN_FAILURE_WINDOW) > settings.LOGIN_FAILURE_LIMIT:
+            take_one_back(key)  # a refused attempt is not a failure
             return too_many_attempts()
         request.login_attempt_reserved = True
         try:
             return view(request, *args, **kwargs)
         finally:
             if not getattr(request, "login_attempt_settled", False):
-                take_one_back(_key(username, client))
+                take_one_back(key)
 
     return wrapper

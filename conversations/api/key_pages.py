@@ -54,13 +54,13 @@ def api_keys(request: HttpRequest) -> HttpResponse:
     if request.method != "POST":
         return _page(request)
     name = request.POST.get("name", "").strip()[:100]
+    raw = None
     with transaction.atomic():  # the user's row locked: keys made at once are counted one by one
         lock_user(request.user.pk)
-        if ApiKey.objects.filter(owner=request.user).active().count() >= MAX_ACTIVE_KEYS:
-            return _page(
-                request, error=f"You have {MAX_ACTIVE_KEYS} active keys: revoke one first.", status=400
-            )
-        _key, raw = ApiKey.objects.create_key(request.user, name=name)
+        if ApiKey.objects.filter(owner=request.user).active().count() < MAX_ACTIVE_KEYS:
+            _key, raw = ApiKey.objects.create_key(request.user, name=name)
+    if raw is None:
+        return _page(request, error=f"You have {MAX_ACTIVE_KEYS} active keys: revoke one first.", status=400)
     # Rendered, not redirected: the raw key exists only in this response.
     return _page(request, new_key=raw)
 
