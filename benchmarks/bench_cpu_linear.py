@@ -1,4 +1,4 @@
-"""Times kernels.cpu.linear (packed weights) against torch's BLAS for the default
+"""Times chatsite_kernels.cpu.linear (packed weights) against torch's BLAS for the default
 model's shapes, decode-sized to prefill-sized.
 
     python benchmarks/bench_cpu_linear.py
@@ -16,7 +16,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from kernels.cpu.linear import linear_packed, pack_weight
+from chatsite_kernels.cpu.linear import linear_packed, pack_weight
 
 SHAPES = {"q/o 576x576": (576, 576), "gate/up 1536x576": (1536, 576), "down 576x1536": (576, 1536),
           "k/v 192x576": (192, 576), "lm_head 49152x576": (49152, 576)}  # fmt: skip

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from kernels.cpu import quant
+from chatsite_kernels.cpu import quant
 
 HIDDEN, INTER, QKV, LAYERS, VOCAB = 576, 1536, 960, 30, 49152
 

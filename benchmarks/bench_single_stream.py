@@ -14,9 +14,9 @@ from typing import Any
 
 import torch
 
+from chatsite_kernels.cpu.quant import PackedQuant
 from inference.engine.llm_engine import LLMEngine
 from inference.sampling.params import SamplingParams
-from kernels.cpu.quant import PackedQuant
 
 
 def held_tensors(model: torch.nn.Module) -> list[torch.Tensor]:

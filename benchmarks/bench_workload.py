@@ -59,7 +59,7 @@ def measure_matmul_flops(hidden: int, intermediate: int, rows: int) -> float:
     """Best fp32 GEMM rate over a square 1024^3 and the model's MLP shape at ``rows``
     tokens, through torch's BLAS and through our packed C kernel (whichever is faster
     is the machine's limit as far as this engine can know)."""
-    from kernels.cpu import linear as cpu_linear  # noqa: PLC0415 - only the CPU benchmark needs it
+    from chatsite_kernels.cpu import linear as cpu_linear  # noqa: PLC0415 - only the CPU benchmark needs it
 
     best = 0.0
     for m, k, n in ((1024, 1024, 1024), (rows, hidden, intermediate)):

@@ -77,10 +77,9 @@ async def application(scope, receive, send):
 
 
 if settings.ENGINE_PRELOAD:
-    from conversations.ops.engine_handle import preload_engine
+    from conversations.ops.engine_handle import preload_engine_or_exit
 
-    # Load the model in the background so the first message doesn't wait for it.
-    preload_engine()
+    preload_engine_or_exit()
 
 
 def _shut_down_with_daphne() -> None:

@@ -63,7 +63,7 @@ from conversations.chat.reasoning import Reasoning
 from conversations.chat.retention import get_retention
 from conversations.cluster import registry as cluster
 from conversations.models import Message
-from conversations.ops.engine_handle import aget_engine
+from conversations.ops.engine_handle import EngineLoadError, aget_engine
 
 log = logging.getLogger(__name__)
 
@@ -303,6 +303,8 @@ class GenerationManager:
                 f"This conversation holds a token the current model does not know ({exc.token_id}; "
                 f"its vocabulary has {exc.vocab_size}), probably from an earlier model. Start a new chat."
             )
+        except EngineLoadError as exc:
+            error = f"The model is not available: {exc}."
         except EngineOverloadedError:
             error = "The server is busy (too many answers are waiting). Please try again in a moment."
         except ValueError as exc:

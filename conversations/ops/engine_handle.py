@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import gc
 import logging
+import sys
 import threading
 from typing import TYPE_CHECKING
 
@@ -28,8 +29,23 @@ _state = "not_loaded"  # not_loaded | loading | ready | error | stopped
 _error: str | None = None
 
 
-def get_engine() -> AsyncEngine:
-    """Blocking: loads the model the first time. Call it off the event loop."""
+class EngineLoadError(RuntimeError):
+    """The engine could not be built: the model did not load (a missing or unreadable
+    ENGINE_MODEL, a broken install, a device that is not there). Names the setting to check."""
+
+
+def _load_error(exc: Exception) -> EngineLoadError:
+    setting = "ENGINE_LOADER" if settings.ENGINE_LOADER else "ENGINE_MODEL"
+    cause = str(exc).splitlines()[0] if str(exc) else ""
+    return EngineLoadError(
+        f"the model could not be loaded ({type(exc).__name__}: {cause}); check {setting} "
+        "and ENGINE_DEVICE, and that the install is complete (make clean && make run)"
+    )
+
+
+def get_engine(*, log_failure: bool = True) -> AsyncEngine:
+    """Blocking: loads the model the first time. Call it off the event loop. A model that
+    cannot load raises EngineLoadError (the next call tries again)."""
     global _engine, _state, _error
     with _lock:
         if _engine is not None:
@@ -50,9 +66,11 @@ def get_engine() -> AsyncEngine:
             loaded = {"loaded": import_string(loader)()} if loader else {}
             _engine = AsyncEngine(config, stream_interval=interval, **loaded)
         except Exception as exc:
-            _state, _error = "error", f"{type(exc).__name__}: {exc}"
-            log.exception("engine failed to load")
-            raise
+            error = _load_error(exc)
+            _state, _error = "error", str(error)
+            if log_failure:  # the traceback only for whoever debugs the install (LOG_LEVEL=DEBUG)
+                log.error("engine failed to load: %s", error, exc_info=log.isEnabledFor(logging.DEBUG))
+            raise error from exc
         freeze_long_lived_objects()  # before "ready": its one full collection is no request's pause
         _state, _error = "ready", None
         return _engine
@@ -82,16 +100,16 @@ def current_engine() -> AsyncEngine | None:
     return _engine
 
 
-def preload_engine() -> threading.Thread:
-    def load() -> None:
-        try:
-            get_engine()
-        except Exception:  # already logged; /healthz reports it
-            pass
-
-    thread = threading.Thread(target=load, name="engine-preload", daemon=True)
-    thread.start()
-    return thread
+def preload_engine_or_exit() -> None:
+    """ENGINE_PRELOAD: the model loads before the server listens, so its first message never
+    waits for it, and a model that cannot load stops the start with one line naming the cause
+    and the setting to check (as a malformed setting does), instead of a site that answers
+    503 for as long as it runs."""
+    try:
+        get_engine(log_failure=False)
+    except EngineLoadError as exc:
+        print(f"error: ENGINE_PRELOAD: {exc}", file=sys.stderr)
+        sys.exit(1)
 
 
 def engine_status() -> dict:

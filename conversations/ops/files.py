@@ -2,7 +2,7 @@
 
 ``VAR_DIR`` holds the database, the generated secret key and the beat schedule, so it is
 owner-only (0700); one that another user owns or may write to is refused at start
-(``kernels.private_paths``, the same check the C kernels' build cache and the KV disk tier use).
+(``chatsite_kernels.private_paths``, the same check the C kernels' build cache and the KV disk tier use).
 
 The SQLite file is created 0600 before SQLite first opens it: SQLite gives the ``-wal``,
 ``-shm`` and ``-journal`` files it creates the database file's own permissions, so they are
@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from kernels.private_paths import ensure_private_dir, open_private_file, tighten_file
+from chatsite_kernels.private_paths import ensure_private_dir, open_private_file, tighten_file
 
 SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal")
 _tightened: set[str] = set()

@@ -9,7 +9,7 @@
   does not match its header or fails the checksum is deleted and reported as a miss:
   the block is recomputed, never served.
 - **Privacy.** The directory is 0700 and every file 0600 (they hold token ids in the
-  clear); a directory another user owns or may write to is refused (``kernels.private_paths``).
+  clear); a directory another user owns or may write to is refused (``chatsite_kernels.private_paths``).
 - **Writes** happen on one background thread fed by a bounded queue. The engine
   thread never waits on it: a full queue drops the write (counted) unless the write is
   *forced* (a retained or swapped-out block leaving the pool: there is no other copy),
@@ -56,6 +56,7 @@ import numpy as np
 import torch
 import xxhash
 
+from chatsite_kernels.private_paths import ensure_private_dir, open_private_file
 from inference.kv.disk_files import (
     SUFFIX,
     block_files,
@@ -65,7 +66,6 @@ from inference.kv.disk_files import (
     remove_namespace_files,
 )
 from inference.kv.identity import is_block
-from kernels.private_paths import ensure_private_dir, open_private_file
 
 logger = logging.getLogger(__name__)
 

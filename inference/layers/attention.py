@@ -1,12 +1,12 @@
 """Attention over the paged KV cache, dispatched by device.
 
-CPU: ``kernels.reference`` stores K/V. Decode (decode-only steps and the decoding
-sequences of mixed steps) goes through the C kernel of ``kernels.cpu.decode`` when it
+CPU: ``chatsite_kernels.reference`` stores K/V. Decode (decode-only steps and the decoding
+sequences of mixed steps) goes through the C kernel of ``chatsite_kernels.cpu.decode`` when it
 is available and the tensors are fp32; otherwise, and for prefill chunks, attention
 uses the batched/looped PyTorch code below. Both compute what ``paged_attention_ref``
 does (that function stays the oracle the tests compare against).
 
-CUDA: ``kernels.triton.ops`` (imported lazily so CPU installs never need triton).
+CUDA: ``chatsite_kernels.triton.ops`` (imported lazily so CPU installs never need triton).
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
+from chatsite_kernels.cpu import decode as cpu_decode
 from inference.layers.attention_context import AttentionContext
-from kernels.cpu import decode as cpu_decode
 
 logger = logging.getLogger(__name__)
 
@@ -35,9 +35,9 @@ _DECODE_CHUNK = 16
 @cache
 def _triton_ops() -> ModuleType | None:
     try:
-        from kernels.triton import ops as triton_ops  # noqa: PLC0415 - lazy: needs triton and a GPU
+        from chatsite_kernels.triton import ops as triton_ops  # noqa: PLC0415 - lazy: needs triton and a GPU
     except ImportError as exc:  # pragma: no cover - depends on the machine
-        logger.warning("kernels.triton.ops unavailable (%s); using the PyTorch attention path", exc)
+        logger.warning("chatsite_kernels.triton.ops unavailable (%s); using the PyTorch attention path", exc)
         return None
     return triton_ops
 
@@ -83,7 +83,7 @@ def store_kv_cpu(
     v_cache: torch.Tensor,
     ctx: AttentionContext,
 ) -> None:
-    """``kernels.reference.store_kv_ref`` with the slot arithmetic done once per step."""
+    """``chatsite_kernels.reference.store_kv_ref`` with the slot arithmetic done once per step."""
     keep, blocks, offsets = ctx.store_index(k_cache.shape[1])
     if keep is not None:
         key, value = key[keep], value[keep]
@@ -106,7 +106,7 @@ def decode_attention_cpu(
 ) -> torch.Tensor:
     """Decode attention on the CPU: the C kernel (each K/V block read once, in place)
     when it is available and the tensors are fp32, else ``decode_attention_torch``.
-    The kernel's own build/load failure is logged once by ``kernels.cpu.decode``."""
+    The kernel's own build/load failure is logged once by ``chatsite_kernels.cpu.decode``."""
     if cpu_decode.supports(query, k_cache, v_cache):
         return cpu_decode.paged_decode_attention_cpu(
             query, k_cache, v_cache, block_tables, context_lens, scale

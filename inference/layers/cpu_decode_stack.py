@@ -1,4 +1,4 @@
-"""The one-call CPU decode step of a Llama-style model (``kernels.cpu.decode_stack``):
+"""The one-call CPU decode step of a Llama-style model (``chatsite_kernels.cpu.decode_stack``):
 which models qualify, and their layers described for the kernel.
 
 It qualifies when every product of every layer already runs on the CPU kernels from
@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from kernels.cpu import decode_stack as cpu_decode_stack
-from kernels.cpu.decode_stack import DecodeStack, StackLayer, StackLinear, StackShape
+from chatsite_kernels.cpu import decode_stack as cpu_decode_stack
+from chatsite_kernels.cpu.decode_stack import DecodeStack, StackLayer, StackLinear, StackShape
 
 # The decoder is taken by its attributes, down to the panels its layers keep
 # (``gqa_attention.Attention``, ``mlp.MLP``, ``linear.Linear``): the models import

@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from kernels.cpu import quant as cpu_quant
-from kernels.cpu.quant import QuantRows
+from chatsite_kernels.cpu import quant as cpu_quant
+from chatsite_kernels.cpu.quant import QuantRows
 
 _EMBED = "model.embed_tokens.weight"
 _LM_HEAD = "lm_head.weight"

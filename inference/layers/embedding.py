@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from kernels.cpu import linear as cpu_linear
-from kernels.cpu import quant as cpu_quant
-from kernels.cpu.quant import PackedQuant
+from chatsite_kernels.cpu import linear as cpu_linear
+from chatsite_kernels.cpu import quant as cpu_quant
+from chatsite_kernels.cpu.quant import PackedQuant
 
 
 class Embedding(nn.Embedding):

@@ -9,15 +9,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from chatsite_kernels.cpu import layer_ops as cpu_layer_ops
+from chatsite_kernels.cpu import linear as cpu_linear
+from chatsite_kernels.cpu import quant as cpu_quant
+from chatsite_kernels.cpu.quant import PackedQuant, QuantRows
 from inference.layers.attention import paged_attention
 from inference.layers.attention_context import AttentionContext
 from inference.layers.linear import Linear, linear_released, packable, quant_linear, weight_key
 from inference.layers.rotary import apply_rotary
 from inference.model_config import ModelConfig
-from kernels.cpu import layer_ops as cpu_layer_ops
-from kernels.cpu import linear as cpu_linear
-from kernels.cpu import quant as cpu_quant
-from kernels.cpu.quant import PackedQuant, QuantRows
 
 
 class Attention(nn.Module):

@@ -1,5 +1,5 @@
 """Linear layers on the CPU kernels: ``Linear`` (an ``nn.Linear`` whose fp32 CPU products
-go through ``kernels.cpu.linear``, or hold a quantized weight for ``kernels.cpu.quant``)
+go through ``chatsite_kernels.cpu.linear``, or hold a quantized weight for ``chatsite_kernels.cpu.quant``)
 and the product helpers the model's fused q/k/v and gate/up paths share."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.cpu import linear as cpu_linear
-from kernels.cpu import quant as cpu_quant
-from kernels.cpu.quant import PackedQuant
+from chatsite_kernels.cpu import linear as cpu_linear
+from chatsite_kernels.cpu import quant as cpu_quant
+from chatsite_kernels.cpu.quant import PackedQuant
 
 
 def weight_key(weight: torch.Tensor) -> tuple[int, int]:
@@ -31,7 +31,7 @@ def packable(weight: torch.Tensor | None) -> bool:
 def quant_linear(
     x: torch.Tensor, packed: PackedQuant, bias: torch.Tensor | None, silu_pairs: bool = False
 ) -> torch.Tensor:
-    """``kernels.cpu.quant.linear``; de-quantizes first for inputs it does not take
+    """``chatsite_kernels.cpu.quant.linear``; de-quantizes first for inputs it does not take
     (only reached off the engine's CPU fp32 path)."""
     if x.device.type == "cpu" and x.dtype == torch.float32 and cpu_quant.available():
         return cpu_quant.linear(x, packed, bias, silu_pairs=silu_pairs)
@@ -63,13 +63,13 @@ def gate_up_released(x: torch.Tensor, packed: torch.Tensor, out_features: int) -
 
 class Linear(nn.Linear):
     """``nn.Linear`` (same parameters and names) whose fp32 CPU products go through
-    ``kernels.cpu.linear``: decode steps multiply each weight by only a few rows, where
+    ``chatsite_kernels.cpu.linear``: decode steps multiply each weight by only a few rows, where
     BLAS streams the weights at a fraction of memory speed. The packed copy the kernel
     reads is made on first use and again whenever the weight changes; ``release_weight``
     (at engine start) then drops the original, so a weight is held once.
 
     A GGUF weight of a quantized type is held only as ``quant`` (panels of blocks,
-    ``kernels.cpu.quant``); ``weight`` is None then."""
+    ``chatsite_kernels.cpu.quant``); ``weight`` is None then."""
 
     _packed: torch.Tensor | None = None
     _packed_key: tuple[int, int] | None = None

@@ -13,7 +13,7 @@ the normalised ``c_kv`` and the rotated ``k_pe``, shared by every head. With
   ``softmax · c_kv`` ``[H, r]``, then ``· W_UV`` gives each head's value output.
   Only ``r + rope_dim`` numbers per cached token are read.
 
-On CUDA the decode goes through the Triton kernel ``kernels.triton.mla_decode``; everywhere
+On CUDA the decode goes through the Triton kernel ``chatsite_kernels.triton.mla_decode``; everywhere
 else through the PyTorch code below (the same sums). ``MLAttention`` is the layer
 around it: the projections that make the latent and the query, and the output one.
 """

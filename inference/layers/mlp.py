@@ -7,11 +7,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from chatsite_kernels.cpu import linear as cpu_linear
+from chatsite_kernels.cpu import quant as cpu_quant
+from chatsite_kernels.cpu.quant import PackedQuant, QuantRows
 from inference.layers.linear import Linear, gate_up_released, packable, quant_linear, weight_key
 from inference.model_config import ModelConfig
-from kernels.cpu import linear as cpu_linear
-from kernels.cpu import quant as cpu_quant
-from kernels.cpu.quant import PackedQuant, QuantRows
 
 
 class MLP(nn.Module):

@@ -1,5 +1,5 @@
 """RMSNorm, with the residual add fused in (``add_norm``); fp32 CPU inputs go through
-``kernels.cpu.layer_ops``."""
+``chatsite_kernels.cpu.layer_ops``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from kernels.cpu import layer_ops as cpu_layer_ops
+from chatsite_kernels.cpu import layer_ops as cpu_layer_ops
 
 
 class RMSNorm(nn.Module):

@@ -47,7 +47,7 @@ def _llama3_inv_freq(inv_freq: torch.Tensor, scaling: dict, max_positions: int) 
 
 def rope_cos_sin_cache(config: ModelConfig) -> torch.Tensor:
     """``[max_position_embeddings, head_dim]`` fp32: cos in the first half, sin in the
-    second (the layout ``kernels.reference.rotary_ref`` and the Triton kernel take)."""
+    second (the layout ``chatsite_kernels.reference.rotary_ref`` and the Triton kernel take)."""
     positions = torch.arange(config.max_position_embeddings, dtype=torch.float32, device="cpu")
     freqs = torch.outer(positions, rope_inv_freq(config))
     return torch.cat((freqs.cos(), freqs.sin()), dim=-1)

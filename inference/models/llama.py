@@ -17,6 +17,7 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from chatsite_kernels.cpu.decode_stack import DecodeStack
 from inference.kv.spec import KVSpec
 from inference.layers import cpu_packing
 from inference.layers.attention_context import AttentionContext
@@ -28,7 +29,6 @@ from inference.layers.mlp import MLP
 from inference.layers.norm import RMSNorm
 from inference.layers.rotary import rope_cos_sin_cache
 from inference.model_config import ModelConfig
-from kernels.cpu.decode_stack import DecodeStack
 
 
 class DecoderLayer(nn.Module):

@@ -7,7 +7,7 @@ Two sources:
   config and tokenizer as an ordinary HF directory under the weights cache, and
   later loads read that directory instead (about a second). On the CPU in fp32 the
   engine instead keeps the GGUF's quantized blocks (``inference.runner.gguf``,
-  ``kernels.cpu.quant``) and takes only the config and tokenizer from the cache.
+  ``chatsite_kernels.cpu.quant``) and takes only the config and tokenizer from the cache.
 
 transformers is used for configs, tokenizers and GGUF parsing only; inference
 always runs on ``inference.models``.
@@ -31,13 +31,13 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from chatsite_kernels.cpu import quant as cpu_quant
 from inference.model_config import ModelConfig
 from inference.models import build_model
 from inference.runner.gguf.weights import load_index, read_gguf_weights
 from inference.runner.model_files import default_model_path
 from inference.runner.weights_identity import source_identity, tag
 from inference.tokenizer import Tokenizer
-from kernels.cpu import quant as cpu_quant
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def load_model(
     before reading any weights.
 
     ``quantized`` (GGUF only; None = wherever possible): keep the GGUF's block-quantized
-    tensors as they are for the CPU kernels (``kernels.cpu.quant``), reading them from
+    tensors as they are for the CPU kernels (``chatsite_kernels.cpu.quant``), reading them from
     the GGUF itself; the cache then supplies only the config and tokenizer. Needs the
     CPU, fp32 and gcc; otherwise the cache's de-quantized weights are loaded.
     """

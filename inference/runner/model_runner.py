@@ -69,7 +69,7 @@ class ModelRunner:
         """Capture the decode graphs once, now that the pool exists. A failure is logged
         and leaves the engine eager (slower, still correct) rather than unusable."""
         try:
-            import kernels.triton.ops  # noqa: F401, PLC0415 - the only attention path free of host syncs
+            import chatsite_kernels.triton.ops  # noqa: F401, PLC0415 - the only attention path free of host syncs
         except ImportError as exc:
             logger.warning("no CUDA graphs: the Triton kernels cannot be imported (%s)", exc)
             return None

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
+from chatsite_kernels.cpu import layer_ops as cpu_layer_ops
 from inference.engine.sequence import Sequence
 from inference.sampling.params import SamplingParams
-from kernels.cpu import layer_ops as cpu_layer_ops
 
 
 @dataclass

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from kernels.private_paths import UnsafePathError, ensure_private_dir
+from chatsite_kernels.private_paths import UnsafePathError, ensure_private_dir
 
 logger = logging.getLogger(__name__)
 

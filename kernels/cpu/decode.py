@@ -1,8 +1,8 @@
 """Paged decode attention on CPU: a small C kernel (``kernels/cpu/paged_decode.c``),
-built with gcc on first use and loaded with ctypes (``kernels.cpu.build``).
+built with gcc on first use and loaded with ctypes (``chatsite_kernels.cpu.build``).
 
 Same contract as ``inference.layers.attention.decode_attention_torch`` (and
-``kernels.reference.paged_attention_ref`` with one query per sequence), fp32 only.
+``chatsite_kernels.reference.paged_attention_ref`` with one query per sequence), fp32 only.
 The kernel reads each sequence's K/V blocks once, in place through the block table,
 never past its length, with an online softmax; see the C file for the details.
 If the kernel cannot be built, ``available()`` is False and callers use the PyTorch
@@ -15,8 +15,8 @@ import ctypes
 
 import torch
 
-from kernels.cpu import build as cpu_build
-from kernels.cpu import checks as cpu_checks
+from chatsite_kernels.cpu import build as cpu_build
+from chatsite_kernels.cpu import checks as cpu_checks
 
 _SYMBOL = "paged_decode_attention_f32"
 

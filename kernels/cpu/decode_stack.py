@@ -3,7 +3,7 @@
 ops and paged decode attention).
 
 The model describes its layers once (``StackLayer``: the norms and four products, each
-quantized panels from ``kernels.cpu.quant`` or fp32 panels from ``kernels.cpu.linear``);
+quantized panels from ``chatsite_kernels.cpu.quant`` or fp32 panels from ``chatsite_kernels.cpu.linear``);
 ``DecodeStack`` holds that description as C structs and runs a decode step over it.
 The arithmetic is the per-op path's, call for call, so the output is bit-identical;
 what goes away is the Python glue between the calls (see the C file).
@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.cpu import build as cpu_build
-from kernels.cpu import checks as cpu_checks
-from kernels.cpu import quant as cpu_quant
+from chatsite_kernels.cpu import build as cpu_build
+from chatsite_kernels.cpu import checks as cpu_checks
+from chatsite_kernels.cpu import quant as cpu_quant
 
 _SYMBOL = "decode_stack_f32"
 FMT_F32 = -1  # fp32 panels (cpu_linear.pack_weight / pack_gate_up)

@@ -1,6 +1,6 @@
 """Per-layer glue of a decoder step on CPU in C (``kernels/cpu/layer_ops.c``): RMSNorm
 with the residual add fused in, rotary embedding plus K/V store, and the greedy
-argmax over the vocabulary. Built with gcc on first use (``kernels.cpu.build``).
+argmax over the vocabulary. Built with gcc on first use (``chatsite_kernels.cpu.build``).
 
 Each replaces a group of small PyTorch ops whose dispatch costs more than their
 arithmetic at decode sizes. Callers check ``available()`` (and fp32 CPU tensors) and
@@ -13,8 +13,8 @@ import ctypes
 
 import torch
 
-from kernels.cpu import build as cpu_build
-from kernels.cpu import checks as cpu_checks
+from chatsite_kernels.cpu import build as cpu_build
+from chatsite_kernels.cpu import checks as cpu_checks
 
 
 def _declare(lib: ctypes.CDLL) -> None:

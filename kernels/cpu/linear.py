@@ -1,6 +1,6 @@
 """Linear layers on CPU: a small C GEMM kernel (``kernels/cpu/linear.c``) over weights
 packed in panels of 16 output features, built with gcc on first use and loaded with
-ctypes (``kernels.cpu.build``).
+ctypes (``chatsite_kernels.cpu.build``).
 
 Decode steps multiply each weight by one row per running sequence. On a small CPU,
 BLAS streams the weights for such products at a fraction of memory speed, and at 64
@@ -24,8 +24,8 @@ import ctypes
 import torch
 import torch.nn.functional as F
 
-from kernels.cpu import build as cpu_build
-from kernels.cpu import checks as cpu_checks
+from chatsite_kernels.cpu import build as cpu_build
+from chatsite_kernels.cpu import checks as cpu_checks
 
 _SYMBOL = "linear_packed_f32"
 _GATE_UP_SYMBOL = "gate_up_silu_f32"

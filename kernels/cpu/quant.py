@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from kernels.cpu import build as cpu_build
+from chatsite_kernels.cpu import build as cpu_build
 
 PANEL = 16
 FORMATS = {"q8": 0, "q8s": 1, "q4": 2}
@@ -188,7 +188,7 @@ def check_packed(packed: PackedQuant, name: str = "packed") -> None:
     """``packed`` is what ``pack()`` makes for its declared shape: the kernels read
     ``data`` as exactly that many panels of scales and quants."""
     if not isinstance(packed, PackedQuant) or packed.fmt not in FORMATS:
-        raise ValueError(f"{name}: expected a PackedQuant from kernels.cpu.quant.pack()")
+        raise ValueError(f"{name}: expected a PackedQuant from chatsite_kernels.cpu.quant.pack()")
     g = GROUP[packed.fmt]
     n, k = packed.out_features, packed.in_features
     if n < 0 or k < g or k % g:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 
 import torch
+
 import triton
 import triton.language as tl
 

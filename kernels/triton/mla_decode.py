@@ -13,10 +13,10 @@ The result is ``[B, H, r]``; the caller applies ``W_UV``.
 from __future__ import annotations
 
 import torch
+
 import triton
 import triton.language as tl
-
-from kernels.triton.launch import compute_dtype, dot_precision, next_pow2
+from chatsite_kernels.triton.launch import compute_dtype, dot_precision, next_pow2
 
 _LOG2E = 1.4426950408889634
 _NEG_BIG = tl.constexpr(-1.0e30)  # finite start for the running max: masked rows never give NaN
@@ -102,7 +102,7 @@ def mla_decode_attention(
     (absorbed), ``cache`` ``[num_blocks, block_size, r + rope]`` (a strided view of the
     pool is fine), ``context_lens`` including the new token, whose latent must already
     be stored. Returns ``[B, H, r]`` in ``query``'s dtype; equal to
-    ``kernels.reference.mla_decode_ref``."""
+    ``chatsite_kernels.reference.mla_decode_ref``."""
     batch, heads, dim = query.shape
     _, block_size, cache_dim = cache.shape
     assert cache_dim == dim and 0 < rank < dim, "query and cache widths must be r + rope"

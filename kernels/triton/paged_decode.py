@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
 import triton
 import triton.language as tl
-
-from kernels.triton.attention_tile import load_kv_tile, online_softmax_step
-from kernels.triton.launch import compute_dtype, dot_precision, next_pow2, num_sms
+from chatsite_kernels.triton.attention_tile import load_kv_tile, online_softmax_step
+from chatsite_kernels.triton.launch import compute_dtype, dot_precision, next_pow2, num_sms
 
 _LOG2E = 1.4426950408889634
 # Running max starts finite so fully masked rows give exp2(-inf - m) = 0, never NaN.

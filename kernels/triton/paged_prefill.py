@@ -16,11 +16,11 @@ of one KV head into its rows, so a K/V tile is loaded once per GQA group.
 from __future__ import annotations
 
 import torch
+
 import triton
 import triton.language as tl
-
-from kernels.triton.attention_tile import load_kv_tile, online_softmax_step
-from kernels.triton.launch import compute_dtype, dot_precision, next_pow2
+from chatsite_kernels.triton.attention_tile import load_kv_tile, online_softmax_step
+from chatsite_kernels.triton.launch import compute_dtype, dot_precision, next_pow2
 
 _LOG2E = 1.4426950408889634
 _NEG_BIG = tl.constexpr(-1.0e30)  # a constexpr: jit code may only read constexpr globals

@@ -1,5 +1,5 @@
 """Triton kernel: ``x @ W^T`` over block-quantized weights in the panel layout of
-``kernels.cpu.quant`` (GGUF Q8_0, Q4_0, Q4_1, Q4_K, Q6_K repacked), de-quantized in
+``chatsite_kernels.cpu.quant`` (GGUF Q8_0, Q4_0, Q4_1, Q4_K, Q6_K repacked), de-quantized in
 registers and multiplied in fp32 (IEEE, no TF32), so the weights are the exact values
 transformers' GGUF loader produces.
 
@@ -12,10 +12,10 @@ as fp32 (scales, offsets), uint8 (4-bit quants) and int8 (8-bit quants).
 from __future__ import annotations
 
 import torch
+
 import triton
 import triton.language as tl
-
-from kernels.cpu.quant import FORMATS, GROUP, GROUP_BYTES, PackedQuant
+from chatsite_kernels.cpu.quant import FORMATS, GROUP, GROUP_BYTES, PackedQuant
 
 
 @triton.jit
@@ -71,7 +71,7 @@ def quant_matmul(x: torch.Tensor, packed: PackedQuant, block_m: int = 16) -> tor
             f"x: expected [..., {k}] on {packed.data.device}, got {tuple(x.shape)} on {x.device}"
         )
     if packed.fmt not in FORMATS or packed.data.dtype != torch.uint8 or not packed.data.is_contiguous():
-        raise ValueError("packed: expected contiguous uint8 panels from kernels.cpu.quant.pack()")
+        raise ValueError("packed: expected contiguous uint8 panels from chatsite_kernels.cpu.quant.pack()")
     rows = x.reshape(-1, k)
     if rows.stride(-1) != 1:
         rows = rows.contiguous()

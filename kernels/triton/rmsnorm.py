@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import torch
+
 import triton
 import triton.language as tl
-
-from kernels.triton.launch import next_pow2
+from chatsite_kernels.triton.launch import next_pow2
 
 
 @triton.jit

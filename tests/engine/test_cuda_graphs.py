@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from chatsite_kernels.reference import paged_attention_ref, store_kv_ref
 from inference.config import EngineConfig
 from inference.engine.llm_engine import LLMEngine
 from inference.layers import gqa_attention
@@ -26,7 +27,6 @@ from inference.runner.cuda_graphs import (
 )
 from inference.runner.model_loader import load_model
 from inference.runner.packed_batch import PackedBatch
-from kernels.reference import paged_attention_ref, store_kv_ref
 from tests.engine.engine_fixtures import TINY_ENGINE_DEFAULTS, greedy, random_prompts, run_to_completion
 from tests.support.fakes import allocate_kv_cache, build_context
 
@@ -36,7 +36,7 @@ BS = 16
 
 @pytest.fixture
 def reference_attention(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Route the model's attention through ``kernels.reference``, the oracle whose
+    """Route the model's attention through ``chatsite_kernels.reference``, the oracle whose
     semantics the Triton kernels (the graphs' attention) have, including for padding
     rows of context length 0. The CPU fast path never sees such rows in service."""
 

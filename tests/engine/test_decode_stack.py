@@ -1,4 +1,4 @@
-"""The one-call CPU decode step (``kernels.cpu.decode_stack``): bit-identical to the
+"""The one-call CPU decode step (``chatsite_kernels.cpu.decode_stack``): bit-identical to the
 model's per-op path on fp32 panels and on quantized blocks, taken only by models it
 applies to, and refusing a KV cache or slot it would read or write out of bounds.
 
@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from chatsite_kernels.cpu import build as cpu_build
+from chatsite_kernels.cpu import decode_stack as cpu_decode_stack
+from chatsite_kernels.cpu import quant as cpu_quant
+from chatsite_kernels.cpu.quant import QuantRows
 from inference.layers import cpu_packing
 from inference.layers.cpu_decode_stack import build_decode_stack
 from inference.runner.model_loader import load_model
-from kernels.cpu import build as cpu_build
-from kernels.cpu import decode_stack as cpu_decode_stack
-from kernels.cpu import quant as cpu_quant
-from kernels.cpu.quant import QuantRows
 from tests.support.fakes import build_context, make_tiny_model_dir
 
 BLOCK = 4

@@ -316,7 +316,7 @@ def test_logprobs_are_returned_per_token(tiny: TinyModel) -> None:
 def test_greedy_tokens_are_the_same_without_the_c_kernels(tiny, monkeypatch) -> None:
     """The C kernels (packed GEMM, layer ops, decode attention) and the PyTorch paths
     they replace decode the same tokens, and both match transformers."""
-    from kernels.cpu import build as cpu_build
+    from chatsite_kernels.cpu import build as cpu_build
 
     prompts = random_prompts(tiny.tokenizer, 6, seed=23)
     params = greedy(max_tokens=12)

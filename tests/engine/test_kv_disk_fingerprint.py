@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from chatsite_kernels.cpu import linear as cpu_linear
 from inference.kv.disk import FINGERPRINT_FILE, DiskTier
 from inference.kv.fingerprint import kv_fingerprint, tokenizer_digest
 from inference.runner import weights_identity as identity
 from inference.runner.model_loader import load_model
-from kernels.cpu import linear as cpu_linear
 from tests.engine.engine_fixtures import TinyModel, greedy, random_prompts, run_to_completion
 from tests.engine.test_kv_tiers_unit import BS, SHAPE, block_value, make_disk
 from tests.support.fakes import make_tiny_model_dir

@@ -1,5 +1,5 @@
 """The CPU attention path (decode through the C kernel or the batched PyTorch code,
-looped prefill) equals the oracle ``kernels.reference.paged_attention_ref``."""
+looped prefill) equals the oracle ``chatsite_kernels.reference.paged_attention_ref``."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import random
 import pytest
 import torch
 
+from chatsite_kernels.cpu import decode as cpu_decode
+from chatsite_kernels.reference import paged_attention_ref, store_kv_ref
 from inference.layers import attention
-from kernels.cpu import decode as cpu_decode
-from kernels.reference import paged_attention_ref, store_kv_ref
 from tests.support.fakes import build_context
 
 

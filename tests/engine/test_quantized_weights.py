@@ -16,9 +16,9 @@ import torch
 from gguf import GGMLQuantizationType, GGUFWriter, dequantize, quantize
 
 from benchmarks.bench_single_stream import held_tensors
+from chatsite_kernels.cpu.quant import QuantRows
 from inference.runner.gguf.weights import GGUFFormatError, build_index, read_gguf_weights
 from inference.runner.model_loader import load_model
-from kernels.cpu.quant import QuantRows
 from tests.support.fakes import make_tiny_model_dir
 
 

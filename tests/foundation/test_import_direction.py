@@ -1,4 +1,5 @@
-"""Imports run one way: chatsite -> conversations -> inference -> kernels, with no circles,
+"""Imports run one way: chatsite -> conversations -> inference -> kernels (imported as
+``chatsite_kernels``), with no circles,
 the engine never imports Django (it runs and is benchmarked alone), and nothing that runs in
 production imports the tooling (benchmarks, GPU checks, test stand-ins).
 
@@ -15,13 +16,17 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-LAYERS = ["chatsite", "conversations", "inference", "kernels"]
+LAYERS = ["chatsite", "conversations", "inference", "chatsite_kernels"]
 TOOLING = ["benchmarks", "tools", "tests"]
+# The folder of each import name that is not its own (see setup.py).
+FOLDERS = {"chatsite_kernels": "kernels"}
+IMPORT_NAMES = {folder: name for name, folder in FOLDERS.items()}
 WEB_FRAMEWORKS = {"django", "channels", "celery", "ninja", "daphne"}
 
 
 def module_name(path: Path) -> str:
-    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+    top, *rest = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join([IMPORT_NAMES.get(top, top), *rest]).removesuffix(".__init__")
 
 
 @cache
@@ -29,7 +34,7 @@ def project_modules() -> dict[str, Path]:
     return {
         module_name(path): path
         for top in LAYERS + TOOLING
-        for path in (ROOT / top).rglob("*.py")
+        for path in (ROOT / FOLDERS.get(top, top)).rglob("*.py")
         if "migrations" not in path.parts
     }
 
@@ -116,12 +121,13 @@ def test_the_graph_sees_imports_inside_functions_and_type_checking_blocks(tmp_pa
     source.write_text(
         "from typing import TYPE_CHECKING\n"
         "if TYPE_CHECKING:\n    from inference.engine import llm_engine\n"
-        "def f():\n    import kernels.reference\n    from conversations.chat import tree\n",
+        "def f():\n    import chatsite_kernels.reference\n    from conversations.chat import tree\n",
         encoding="utf-8",
     )
     names = imported_names(source)
-    assert {"inference.engine.llm_engine", "kernels.reference", "conversations.chat.tree"} <= names
+    assert {"inference.engine.llm_engine", "chatsite_kernels.reference", "conversations.chat.tree"} <= names
     assert owning_module("inference.errors.PromptTooLongError") == "inference.errors"
+    assert owning_module("chatsite_kernels.cpu.build.cache_dir") == "chatsite_kernels.cpu.build"
 
 
 def test_the_cycle_finder_finds_a_circle() -> None:

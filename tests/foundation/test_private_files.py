@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from chatsite_kernels.private_paths import UnsafePathError, ensure_private_dir, open_private_file
 from conversations.ops import files
-from kernels.private_paths import UnsafePathError, ensure_private_dir, open_private_file
 
 ROOT = Path(__file__).resolve().parents[2]
 NOBODY = 65534

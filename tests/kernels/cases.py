@@ -38,8 +38,8 @@ class PagedBatch:
 
 
 def reference(batch: PagedBatch) -> torch.Tensor:
-    """The oracle: ``kernels.reference.paged_attention_ref`` on the batch."""
-    from kernels.reference import paged_attention_ref
+    """The oracle: ``chatsite_kernels.reference.paged_attention_ref`` on the batch."""
+    from chatsite_kernels.reference import paged_attention_ref
 
     return paged_attention_ref(
         batch.query,

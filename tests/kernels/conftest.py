@@ -3,7 +3,7 @@
 Without a GPU the kernels run under Triton's interpreter on CPU tensors. The
 interpreter is chosen by ``TRITON_INTERPRET`` when ``@triton.jit`` runs, i.e.
 when a kernel module is first imported, so it is set here at conftest import,
-before any test module imports ``kernels.triton.ops``. On a CUDA machine the
+before any test module imports ``chatsite_kernels.triton.ops``. On a CUDA machine the
 variable is left alone: these tests then run the compiled kernels, and the
 engine tests in the same process keep their real (compiled) Triton.
 """

@@ -1,4 +1,4 @@
-"""Building and loading the C kernels (``kernels.cpu.build``): the hash-keyed cache,
+"""Building and loading the C kernels (``chatsite_kernels.cpu.build``): the hash-keyed cache,
 and the PyTorch fallback with one warning when there is no compiler."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import logging
 import pytest
 import torch
 
+from chatsite_kernels.cpu import build as cpu_build
+from chatsite_kernels.cpu import decode as cpu_decode
+from chatsite_kernels.cpu import layer_ops as cpu_layer_ops
+from chatsite_kernels.cpu import linear as cpu_linear
+from chatsite_kernels.reference import paged_attention_ref
 from inference.layers import attention
-from kernels.cpu import build as cpu_build
-from kernels.cpu import decode as cpu_decode
-from kernels.cpu import layer_ops as cpu_layer_ops
-from kernels.cpu import linear as cpu_linear
-from kernels.reference import paged_attention_ref
 from tests.kernels.cases import max_err
 from tests.kernels.test_cpu_decode import ATOL, decode_step
 
@@ -35,7 +35,7 @@ def no_compiler(fresh_cache, monkeypatch):
 
 def test_missing_compiler_falls_back_to_torch_with_one_warning(no_compiler, monkeypatch, caplog) -> None:
     q, k, v, k_cache, v_cache, ctx = decode_step([7, 40, 1, 33], seed=1)
-    with caplog.at_level(logging.WARNING, logger="kernels.cpu.build"):
+    with caplog.at_level(logging.WARNING, logger="chatsite_kernels.cpu.build"):
         assert not cpu_decode.available()
         torch_calls = []
         real = attention.decode_attention_torch
@@ -118,7 +118,7 @@ def shared_cache(fresh_cache):
 
 
 def test_a_cache_dir_writable_by_others_is_refused_with_one_warning(shared_cache, caplog) -> None:
-    with caplog.at_level(logging.WARNING, logger="kernels.cpu.build"):
+    with caplog.at_level(logging.WARNING, logger="chatsite_kernels.cpu.build"):
         assert not cpu_decode.available()
         assert not cpu_linear.available()
         assert not cpu_layer_ops.available()

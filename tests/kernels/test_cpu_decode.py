@@ -1,4 +1,4 @@
-"""The C decode-attention kernel (``kernels.cpu.decode``) against ``paged_attention_ref``,
+"""The C decode-attention kernel (``chatsite_kernels.cpu.decode``) against ``paged_attention_ref``,
 and the engine's CPU dispatch to it (or to the PyTorch path when it cannot be built)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import random
 import pytest
 import torch
 
+from chatsite_kernels.cpu import decode as cpu_decode
+from chatsite_kernels.reference import paged_attention_ref
 from inference.layers import attention
-from kernels.cpu import decode as cpu_decode
-from kernels.reference import paged_attention_ref
 from tests.kernels.cases import PagedBatch, make_batch, max_err, reference
 from tests.support.fakes import build_context
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.cpu import decode as cpu_decode
-from kernels.cpu import layer_ops as cpu_layer_ops
-from kernels.cpu import linear as cpu_linear
+from chatsite_kernels.cpu import decode as cpu_decode
+from chatsite_kernels.cpu import layer_ops as cpu_layer_ops
+from chatsite_kernels.cpu import linear as cpu_linear
 
 pytestmark = pytest.mark.skipif(
     not (cpu_decode.available() and cpu_layer_ops.available() and cpu_linear.available()),

@@ -1,4 +1,4 @@
-"""The C per-layer ops (``kernels.cpu.layer_ops``) against their PyTorch definitions:
+"""The C per-layer ops (``chatsite_kernels.cpu.layer_ops``) against their PyTorch definitions:
 RMSNorm with a fused residual add, rotary embedding + K/V store, greedy argmax."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from chatsite_kernels.cpu import layer_ops as cpu_layer_ops
+from chatsite_kernels.reference import store_kv_ref
 from inference.layers.rotary import apply_rotary
-from kernels.cpu import layer_ops as cpu_layer_ops
-from kernels.reference import store_kv_ref
 
 
 @pytest.fixture(autouse=True)

@@ -1,4 +1,4 @@
-"""The packed C GEMM (``kernels.cpu.linear``) against ``torch.nn.functional.linear``,
+"""The packed C GEMM (``chatsite_kernels.cpu.linear``) against ``torch.nn.functional.linear``,
 and the model's linear layers using it."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from chatsite_kernels.cpu import linear as cpu_linear
 from inference.layers.linear import Linear
-from kernels.cpu import linear as cpu_linear
 
 
 @pytest.fixture(autouse=True)

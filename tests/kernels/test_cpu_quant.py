@@ -1,4 +1,4 @@
-"""GGUF block-quantized weights (``inference.runner.gguf.blocks``, ``kernels.cpu.quant``):
+"""GGUF block-quantized weights (``inference.runner.gguf.blocks``, ``chatsite_kernels.cpu.quant``):
 our repacked blocks de-quantize to exactly gguf-py's values (what transformers' GGUF
 loader calls), and the C kernel's products match ``F.linear`` on those values within
 fp32 rounding.
@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, dequantize
 
+from chatsite_kernels.cpu import quant as cpu_quant
 from inference.runner.gguf.blocks import GGUF_TYPES, parse_gguf_blocks
-from kernels.cpu import quant as cpu_quant
 
 TYPES = list(GGUF_TYPES)
 

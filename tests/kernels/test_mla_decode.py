@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from chatsite_kernels.reference import mla_decode_ref
 from inference.layers.mla_attention import mla_decode_latent_torch
-from kernels.reference import mla_decode_ref
 from tests.kernels.cases import ATOL, DEVICE, max_err, requires_backend
 
 requires_backend()
-triton_ops = pytest.importorskip("kernels.triton.ops")
+triton_ops = pytest.importorskip("chatsite_kernels.triton.ops")
 
 
 def latent_batch(context_lens: list[int], heads: int, rank: int, rope: int, block_size: int, seed: int = 0):

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.reference import rms_norm_ref, rotary_ref
+from chatsite_kernels.reference import rms_norm_ref, rotary_ref
 from tests.kernels.cases import ATOL, DEVICE, max_err, requires_backend
 
 requires_backend()
-triton_ops = pytest.importorskip("kernels.triton.ops")
+triton_ops = pytest.importorskip("chatsite_kernels.triton.ops")
 
 
 def _ulp_tol(dtype: torch.dtype, magnitude: float) -> float:

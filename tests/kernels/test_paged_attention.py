@@ -8,7 +8,7 @@ import torch
 from tests.kernels.cases import ATOL, DEVICE, make_batch, max_err, reference, requires_backend
 
 requires_backend()
-triton_ops = pytest.importorskip("kernels.triton.ops")
+triton_ops = pytest.importorskip("chatsite_kernels.triton.ops")
 
 # (q_heads, kv_heads): GQA ratios 3 (SmolLM2), 1 and 8.
 SMOLLM2 = (9, 3)

@@ -1,4 +1,4 @@
-"""The Triton kernel over quantized panels (``kernels.triton.quant_matmul``) against
+"""The Triton kernel over quantized panels (``chatsite_kernels.triton.quant_matmul``) against
 ``F.linear`` on the exactly de-quantized weights, one small case per GGUF type (run
 under the interpreter where there is no GPU)."""
 
@@ -8,13 +8,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from chatsite_kernels.cpu import quant as cpu_quant
 from inference.runner.gguf.blocks import GGUF_TYPES, parse_gguf_blocks
-from kernels.cpu import quant as cpu_quant
 from tests.kernels.cases import DEVICE, requires_backend
 from tests.kernels.test_cpu_quant import random_blocks
 
 requires_backend()
-quant_matmul = pytest.importorskip("kernels.triton.quant_matmul").quant_matmul
+quant_matmul = pytest.importorskip("chatsite_kernels.triton.quant_matmul").quant_matmul
 
 
 @pytest.mark.parametrize("type_name", list(GGUF_TYPES))

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernels.reference import store_kv_ref
+from chatsite_kernels.reference import store_kv_ref
 from tests.kernels.cases import DEVICE, requires_backend
 
 requires_backend()
-triton_ops = pytest.importorskip("kernels.triton.ops")
+triton_ops = pytest.importorskip("chatsite_kernels.triton.ops")
 
 
 @pytest.mark.parametrize(

@@ -65,8 +65,8 @@ def _tl_dtype(dtype: torch.dtype) -> Any:
 def recording(sink: list[Launch], dot_dtype: torch.dtype) -> Iterator[None]:
     """Swap every kernel for a recorder, and make the launchers pick ``dot_dtype``'s
     operands as they would on CUDA (on CPU they fall back to fp32)."""
-    from kernels.triton import launch as _launch
-    from kernels.triton import paged_decode, paged_prefill, rmsnorm, rotary, store_kv
+    from chatsite_kernels.triton import launch as _launch
+    from chatsite_kernels.triton import paged_decode, paged_prefill, rmsnorm, rotary, store_kv
 
     swaps: list[tuple[Any, str, Any]] = []
     for module, name in [
@@ -126,7 +126,7 @@ def record_all(
     dtype: torch.dtype, head_dim: int, q_heads: int, kv_heads: int, block_size: int
 ) -> list[Launch]:
     """Run every launcher once with shapes like the engine's, recording the launches."""
-    from kernels.triton import ops as triton_ops
+    from chatsite_kernels.triton import ops as triton_ops
 
     sink: list[Launch] = []
     with recording(sink, dtype):
@@ -152,7 +152,7 @@ def record_all(
 
 
 def record_norms(dtype: torch.dtype) -> list[Launch]:
-    from kernels.triton import ops as triton_ops
+    from chatsite_kernels.triton import ops as triton_ops
 
     sink: list[Launch] = []
     with recording(sink, dtype):

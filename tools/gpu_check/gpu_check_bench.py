@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from kernels import reference as ref
+from chatsite_kernels import reference as ref
 from tools.gpu_check.gpu_check_common import Report, Row, dtype_name
 from tools.gpu_check.gpu_check_kernels import SHAPES, Shape, make_paged, rope_cache
 
@@ -33,7 +33,7 @@ def fmt_us(us: float) -> str:
 
 
 def bench_kernels(rep: Report, device: torch.device) -> None:
-    from kernels.triton import ops
+    from chatsite_kernels.triton import ops
 
     sec = "timing"
     dtype = torch.bfloat16

@@ -1,5 +1,5 @@
 """Part 1 of ``python -m tools.gpu_check.gpu_check``: correctness of every Triton kernel on
-CUDA against ``kernels.reference``, in bf16 and fp16, over SmolLM2-135M, Llama-1B,
+CUDA against ``chatsite_kernels.reference``, in bf16 and fp16, over SmolLM2-135M, Llama-1B,
 head_dim-128 and no-GQA shapes (plus a decode captured in a CUDA graph and replayed on
 new inputs). Also the shapes and paged inputs the timings reuse. Under ``--cpu-smoke``
 it runs under the Triton interpreter on CPU with tiny shapes."""
@@ -13,7 +13,7 @@ from types import ModuleType
 
 import torch
 
-from kernels import reference as ref
+from chatsite_kernels import reference as ref
 from tools.gpu_check.gpu_check_common import ATOL, Report, Row, dtype_name
 
 
@@ -129,7 +129,7 @@ def verdict(err: float, tol: float) -> tuple[str, str]:
 
 
 def check_correctness(rep: Report, device: torch.device, dtypes: list[torch.dtype], tiny: bool) -> None:
-    from kernels.triton import ops
+    from chatsite_kernels.triton import ops
 
     sizes = TINY if tiny else FULL
     for dtype in dtypes:
@@ -238,7 +238,7 @@ def check_rotary(
 def check_decode_graph(rep: Report, device: torch.device) -> None:
     """Capture one decode call, then replay it on new lengths, tables and queries:
     the launcher must not bake host-side values of those tensors into the graph."""
-    from kernels.triton import ops
+    from chatsite_kernels.triton import ops
 
     shape, dtype = SHAPES[0], torch.bfloat16
     first = make_paged([(1, n) for n in (5, 300, 1000, 17)], shape, dtype, device, seed=2)

@@ -1,6 +1,6 @@
 """GGUF's block layouts (Q8_0, Q4_0, Q4_1, Q4_K, Q6_K) parsed into ``QuantRows``, the
 integer quants and per-group scales the CPU kernels pack into panels
-(``kernels.cpu.quant``). The arithmetic is gguf-py's numpy de-quantization, stopped
+(``chatsite_kernels.cpu.quant``). The arithmetic is gguf-py's numpy de-quantization, stopped
 before the multiply, so every weight the kernels de-quantize is bit-identical to it."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from kernels.cpu.quant import GROUP, QuantRows
+from chatsite_kernels.cpu.quant import GROUP, QuantRows
 
 # GGUF type name -> (panel format, elements per GGUF block, bytes per GGUF block)
 GGUF_TYPES = {

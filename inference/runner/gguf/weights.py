@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from chatsite_kernels.cpu.quant import QuantRows
 from inference.runner.gguf.blocks import GGUF_TYPES, parse_gguf_blocks
-from kernels.cpu.quant import QuantRows
 
 logger = logging.getLogger(__name__)
 
