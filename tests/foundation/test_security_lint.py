@@ -6,8 +6,10 @@ from __future__ import annotations
 import shlex
 import subprocess
 import sys
-import tomllib
+from importlib.metadata import packages_distributions
 from pathlib import Path
+
+from tests.foundation.test_import_direction import FOLDERS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,8 +31,14 @@ def test_make_test_runs_bandit_at_high_severity_over_every_product_package_befor
     assert bandit < next(i for i, line in enumerate(recipe) if "-m pytest" in line)
     args = shlex.split(recipe[bandit])
     assert "--severity-level" in args and args[args.index("--severity-level") + 1] == "high"
-    packaged = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
-    assert {pattern.rstrip("*") for pattern in packaged["include"]} <= set(args)
+    installed = {top for top, dists in packages_distributions().items() if "chatsite" in dists}
+    assert {FOLDERS.get(top, top) for top in installed} == {
+        "chatsite",
+        "conversations",
+        "inference",
+        "kernels",
+    }
+    assert {FOLDERS.get(top, top) for top in installed} <= set(args)
 
 
 def test_bandit_finds_no_high_severity_issue_in_the_product():
