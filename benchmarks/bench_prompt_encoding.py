@@ -23,6 +23,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.bench_prompt import WORDS
@@ -39,19 +40,26 @@ def request_messages(count: int, seed: int = 0) -> list[dict]:
     return messages
 
 
-def timed(fn: Callable[[], object], runs: int) -> tuple[list[float], object]:
-    seconds, result = [], None
+@dataclass
+class Timing:
+    wall: list[float]  # seconds per run
+    cpu: list[float]  # this process's CPU seconds per run, all threads (steadier on a shared machine)
+
+
+def timed(fn: Callable[[], object], runs: int) -> tuple[Timing, object]:
+    timing, result = Timing([], []), None
     for _ in range(runs):
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.process_time()
         result = fn()
-        seconds.append(time.perf_counter() - start)
-    return seconds, result
+        timing.wall.append(time.perf_counter() - wall)
+        timing.cpu.append(time.process_time() - cpu)
+    return timing, result
 
 
-def report(label: str, seconds: list[float]) -> float:
-    best = min(seconds)
-    print(f"{label}: best {best * 1000:.1f} ms, median {statistics.median(seconds) * 1000:.1f} ms")
-    return best
+def report(label: str, timing: Timing) -> float:
+    best, median = min(timing.wall) * 1000, statistics.median(timing.wall) * 1000
+    print(f"{label}: best {best:.1f} ms, median {median:.1f} ms (CPU best {min(timing.cpu) * 1000:.1f} ms)")
+    return best / 1000
 
 
 def load_tokenizer():
@@ -79,28 +87,41 @@ def main() -> None:
     from types import SimpleNamespace
 
     from conversations.api.app import encode_chat as api_encode_chat
-    from inference.prompt import encode_chat
+    from inference.prompt import encode_chat, encode_segments
     from tests.support.prompt_reference import per_prefix_segments
 
     tokenizer = load_tokenizer()
     messages = request_messages(args.messages)
     engine = SimpleNamespace(tokenizer=tokenizer)
     encode_chat(tokenizer, messages)  # warm: the template's compilation, the tokenizer's caches
-    seconds, (prompt, shared) = timed(
+    timing, (prompt, shared) = timed(
         lambda: asyncio.run(api_encode_chat(engine, messages, shared=True)), args.runs
     )
+    print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs")
     print(f"{len(messages)} messages, {len(prompt)} prompt tokens ({shared} shared system prompt tokens)")
-    new = report("this encoder, as /v1 calls it", seconds)
+    new = report("this encoder, as /v1 calls it", timing)
     report("  the encoder alone", timed(lambda: encode_chat(tokenizer, messages), args.runs)[0])
+    texts = [
+        tokenizer.decode(s, skip_special_tokens=False) for s in encode_segments(tokenizer, messages).segments
+    ]
+    report(
+        "  of which tokenising its segments (one batch)",
+        timed(lambda: tokenizer.encode_batch(texts), args.runs)[0],
+    )
+    render = lambda: tokenizer.apply_chat_template(messages)  # noqa: E731
+    report(
+        "  of which one render of the template (it renders the whole list four times)",
+        timed(render, args.runs)[0],
+    )
     whole = lambda: tokenizer.encode(tokenizer.apply_chat_template(messages))  # noqa: E731
-    seconds, whole_ids = timed(whole, args.runs)
-    report("the previous /v1 path past 64 messages (one render, tokenised whole)", seconds)
+    timing, whole_ids = timed(whole, args.runs)
+    report("the previous /v1 path past 64 messages (one render, tokenised whole)", timing)
     print(f"  same ids as this encoder: {whole_ids == prompt}")
     if args.old_messages:
         old_messages = request_messages(args.old_messages)
-        seconds, encoding = timed(lambda: per_prefix_segments(tokenizer, old_messages), 1)
+        timing, encoding = timed(lambda: per_prefix_segments(tokenizer, old_messages), 1)
         assert encoding.token_ids == encode_chat(tokenizer, old_messages), "the encoders disagree"
-        old = report(f"every prefix rendered ({len(old_messages)} messages)", seconds)
+        old = report(f"every prefix rendered ({len(old_messages)} messages)", timing)
         if len(old_messages) == len(messages):
             print(f"  this encoder is {old / new:.0f}x faster")
 

@@ -226,3 +226,16 @@ def test_templates_that_change_contents_take_the_local_probes(smollm2, name, mar
     text, before = render(tok, messages), render(tok, messages[:-1])
     assert (marked_layout(tok, messages, text, before) is not None) == marked
     assert local_layout(tok, messages, text, before) is not None
+
+
+def test_the_offline_llm_encodes_chats_with_the_same_encoder(smollm2, monkeypatch):
+    from inference.engine.llm import LLM
+
+    llm = LLM.__new__(LLM)  # no model: only the prompts it would generate from are looked at
+    llm.engine = SimpleNamespace(tokenizer=smollm2)
+    monkeypatch.setattr(LLM, "generate", lambda self, prompts, sampling_params=None: prompts)
+    conversations = [history(smollm2, 100, seed=seed) for seed in (1, 2)]
+    assert llm.chat(conversations) == [per_prefix_segments(smollm2, c).token_ids for c in conversations]
+    assert llm.chat(conversations[0], add_generation_prompt=False) == [
+        per_prefix_segments(smollm2, conversations[0], False).token_ids
+    ]
