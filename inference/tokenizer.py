@@ -6,7 +6,8 @@ tokenizer to it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import cache
 from typing import Any
 
 from inference.byte_pieces import token_bytes
@@ -16,6 +17,24 @@ from inference.sampling.reasoning_parser import template_reasoning_tags
 # Tokens that end a turn in common chat templates; whichever exist in the vocab
 # count as EOS, so generation stops at the end of the assistant's turn.
 END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "<|end|>", "</s>")
+
+
+@cache
+def _template_compiler() -> Callable[[str], Any] | None:
+    """transformers' cached compiler of chat templates (the sandboxed environment with its
+    ``raise_exception`` and ``strftime_now``), where this version has it; imported on first
+    use, as this module is imported where transformers is not."""
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+    except ImportError:
+        return None
+    return _compile_jinja_template
+
+
+def _plain_strings(messages: list[dict]) -> bool:
+    """Whether every role and content is a ``str`` itself (transformers would pass other
+    values, ``None`` or a subclass, through its own conversions)."""
+    return all(type(m["role"]) is str and type(m["content"]) is str for m in messages)
 
 
 class Tokenizer:
@@ -71,6 +90,18 @@ class Tokenizer:
         plain = [{"role": m["role"], "content": m["content"]} for m in messages]
         if not plain and not add_generation_prompt:
             return ""
+        template = getattr(self.hf, "chat_template", None)
+        compile_template = _template_compiler() if isinstance(template, str) else None
+        if plain and compile_template is not None and _plain_strings(plain):
+            # What transformers renders for such messages, without its per-call checking and
+            # copying of every message (more than half of a long conversation's render).
+            return compile_template(template).render(
+                messages=plain,
+                tools=None,
+                documents=None,
+                add_generation_prompt=add_generation_prompt,
+                **self.hf.special_tokens_map,
+            )
         return self.hf.apply_chat_template(plain, tokenize=False, add_generation_prompt=add_generation_prompt)
 
     def token_text(self, token_id: int) -> str:

@@ -17,6 +17,7 @@ from inference.tools.formats import HermesFormat, Llama3Format
 from tests.chat.test_prompt_linear import LAST_ONLY, LLAMA3_LIKE, SEPARATED, TRIMMING
 from tests.support.fakes import R1_STYLE_TEMPLATE, smollm2_tokenizer_dir
 from tests.support.prompt_reference import per_prefix_segments
+from tests.support.tool_model import TOOL_TEMPLATE
 
 LLAMA31_LIKE = (
     "{{ bos_token }}{% for m in messages %}<|start_header_id|>{{ m['role'] }}<|end_header_id|>\n\n"
@@ -239,3 +240,33 @@ def test_the_offline_llm_encodes_chats_with_the_same_encoder(smollm2, monkeypatc
     assert llm.chat(conversations[0], add_generation_prompt=False) == [
         per_prefix_segments(smollm2, conversations[0], False).token_ids
     ]
+
+
+@pytest.mark.parametrize("template", [*TEMPLATES.values(), LAST_ONLY, STRIPS_OLD_REASONING, TOOL_TEMPLATE])
+def test_the_tokenizer_renders_what_transformers_renders(smollm2, template):
+    tok = with_template(smollm2, template)
+    messages = [{"role": m["role"], "content": m["content"]} for m in history(tok, 30, seed=4, system=False)]
+    messages[-2]["content"] += "<tool_response>1</tool_response>"
+    odd = [*messages[:-1], {"role": "user", "content": None}]  # transformers' own conversions
+    for chat in (messages, messages[:1], odd):
+        for generation_prompt in (True, False):
+            expected = outcome(
+                tok.hf.apply_chat_template, chat, tokenize=False, add_generation_prompt=generation_prompt
+            )
+            assert outcome(tok.apply_chat_template, chat, generation_prompt) == expected
+
+
+def outcome(render, *args, **kwargs) -> tuple[str, object]:
+    """A render's text, or the kind of error it raised (some templates fail on a None content)."""
+    try:
+        return "text", render(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001
+        return "error", type(exc)
+
+
+def test_a_template_that_raises_raises_either_way(smollm2):
+    from jinja2.exceptions import TemplateError
+
+    tok = with_template(smollm2, MISTRAL_LIKE)
+    with pytest.raises(TemplateError, match="alternate"):
+        tok.apply_chat_template([{"role": "assistant", "content": "first"}])
