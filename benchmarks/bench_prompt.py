@@ -62,9 +62,9 @@ def write_thread(engine, messages: int, seed: int = 0):
     from django.contrib.auth import get_user_model
 
     from conversations.chat.prompts import chat_messages
-    from conversations.chat.segments import encode_segments
     from conversations.chat.token_fingerprint import token_fingerprint
     from conversations.models import Conversation, Message
+    from inference.prompt import encode_segments
 
     rng, tok = random.Random(seed), engine.tokenizer
     fingerprint = token_fingerprint(engine.model_name, tok)

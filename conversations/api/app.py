@@ -47,9 +47,6 @@ from conversations.ops.engine_handle import aget_engine
 log = logging.getLogger(__name__)
 
 STARTED = int(time.time())
-# Above this many messages, render the chat template once instead of per message
-# (per-message rendering keeps prefixes stable but costs O(messages²) renders).
-SEGMENTED_CHAT_LIMIT = 64
 
 
 class LimitedJsonParser(Parser):
@@ -214,10 +211,7 @@ async def encode_chat(
     tokenizer = engine.tokenizer
 
     def encode() -> tuple[list[int], int]:
-        if len(messages) <= SEGMENTED_CHAT_LIMIT:
-            prompt = tokenizer.encode_chat(messages)
-        else:
-            prompt = tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+        prompt = tokenizer.encode_chat(messages)  # linear in the messages: no length limit
         return prompt, system_prompt_tokens(tokenizer, messages, prompt) if shared else 0
 
     try:

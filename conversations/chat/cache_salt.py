@@ -18,9 +18,12 @@ namespace, ``user:<id>``, and the engine derives every salt from the namespace
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
+
+if TYPE_CHECKING:  # a worker imports this module, and never the engine
+    from inference.prompt import ChatTokenizer
 
 
 def user_namespace(user_id: int) -> str:
@@ -40,12 +43,16 @@ def cache_options(
     return {"cache_namespace": namespace, "cache_salt_from": max(0, shared_prefix_tokens)}
 
 
-def system_prompt_tokens(tokenizer: Any, messages: Sequence[Mapping[str, Any]], prompt: list[int]) -> int:
+def system_prompt_tokens(
+    tokenizer: ChatTokenizer, messages: Sequence[Mapping[str, Any]], prompt: list[int]
+) -> int:
     """How many leading ids of ``prompt`` (rendered from ``messages``) are the first
     message's segment, if that is a system message; 0 otherwise, or when the prompt does
     not start with that segment (a template that renders the system prompt differently
     once more messages follow)."""
+    from inference.prompt import encode_segments
+
     if not messages or messages[0].get("role") != "system":
         return 0
-    segment = tokenizer.encode_chat_segments(list(messages[:1]), add_generation_prompt=False).segments[0]
+    segment = encode_segments(tokenizer, messages[:1], add_generation_prompt=False).segments[0]
     return len(segment) if prompt[: len(segment)] == segment else 0

@@ -6,7 +6,7 @@ system prompt always stays. The cut moves in large steps (to about three quarter
 room for history) and stays put while the turns after it fit, so consecutive turns share
 their prompt as a prefix (``start_id`` in, ``PromptPlan.start_id`` out). Only the newest turns that can fit are rendered (the
 history's length does not matter beyond that), and each render is linear in the
-messages it holds (``conversations.chat.segments``).
+messages it holds (``inference.prompt``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from conversations.chat.cache_salt import cache_options
-from conversations.chat.segments import encode_segments
+from inference.prompt import encode_segments
 
 # Characters per token assumed for text without stored ids, when guessing how far back the
 # context reaches. A guess that falls short only costs another render of a longer window.

@@ -149,8 +149,9 @@ async def generate_with_engine(engine: Any, messages: list[dict], owner_id: int)
     """Greedy, short: the same title for the same exchange. Salted with ``owner_id``, the
     conversation's owner, from the end of the instruction (every user's same system prompt)."""
     from inference import SamplingParams
+    from inference.prompt import encode_segments
 
-    encoding = await asyncio.to_thread(engine.tokenizer.encode_chat_segments, messages)
+    encoding = await asyncio.to_thread(encode_segments, engine.tokenizer, messages)
     shared = len(encoding.segments[0]) if encoding.exact else 0
     params = SamplingParams(temperature=0.0, max_tokens=MAX_TITLE_TOKENS)
     text = ""

@@ -8,6 +8,7 @@ from typing import Any
 from inference.config import EngineConfig
 from inference.engine.llm_engine import LLMEngine
 from inference.engine.outputs import CompletionOutput, RequestOutput
+from inference.prompt import encode_chat
 from inference.sampling.params import SamplingParams
 from inference.tokenizer import Tokenizer
 
@@ -66,7 +67,7 @@ class LLM:
         """Generate replies to one conversation or a list of them (chat template applied)."""
         conversations = [messages] if messages and isinstance(messages[0], Mapping) else messages
         prompts = [
-            self.tokenizer.encode_chat(conv, add_generation_prompt=add_generation_prompt)  # type: ignore[arg-type]
+            encode_chat(self.tokenizer, conv, add_generation_prompt)  # type: ignore[arg-type]
             for conv in conversations
         ]
         return self.generate(prompts, sampling_params)

@@ -9,9 +9,10 @@ import random
 import pytest
 
 from conversations.chat.prompts import CUT_TARGET, NeedEarlierHistory, build_prompt, chat_messages
-from conversations.chat.segments import encode_segments
 from inference import PromptTooLongError
+from inference.prompt import encode_segments
 from inference.tokenizer import Tokenizer
+from tests.support.prompt_reference import per_prefix_segments
 
 
 def reference_build_prompt(tokenizer, system_prompt, history, max_model_len, max_tokens):
@@ -31,7 +32,7 @@ def _reference_cut(tokenizer, system_prompt, history, budget, hard, start):
     turn_starts = [i for i, item in enumerate(history) if item["role"] == "user"] or [0]
     offset = 1 if system_prompt else 0
     while True:
-        encoding = tokenizer.encode_chat_segments(chat_messages(system_prompt, history[start:]))
+        encoding = per_prefix_segments(tokenizer, chat_messages(system_prompt, history[start:]))
         ids = encoding.token_ids
         if len(ids) <= budget:
             return start, ids
@@ -82,7 +83,7 @@ def conversation(tokenizer, turns: int, seed: int = 0, reasoning_every: int = 0)
 def with_user_segments(tokenizer, system_prompt: str, history: list[dict]) -> list[dict]:
     """The user segments the chat would have stored turn by turn."""
     messages = chat_messages(system_prompt, history)
-    segments = tokenizer.encode_chat_segments(messages).segments
+    segments = per_prefix_segments(tokenizer, messages).segments
     offset = 1 if system_prompt else 0
     for i, item in enumerate(history[:-1]):
         if item["role"] == "user" and i % 3:
@@ -111,7 +112,7 @@ def test_linear_segments_equal_the_per_prefix_segments(tokenizer, system_prompt,
     for seed in range(3):
         history = with_user_segments(tokenizer, system_prompt, conversation(tokenizer, 25, seed, 4))
         messages = chat_messages(system_prompt, history)
-        expected = tokenizer.encode_chat_segments(messages, generation_prompt)
+        expected = per_prefix_segments(tokenizer, messages, generation_prompt)
         assert encode_segments(tokenizer, messages, generation_prompt) == expected
 
 
@@ -229,7 +230,7 @@ def test_other_templates_get_the_same_ids_as_the_per_prefix_renderer(tokenizer, 
     history = conversation(odd, 12, seed=5)
     history[3]["content"] = "  padded answer  "  # the trimming template changes it
     messages = chat_messages(system_prompt, history)
-    assert encode_segments(odd, messages) == odd.encode_chat_segments(messages)
+    assert encode_segments(odd, messages) == per_prefix_segments(odd, messages)
     for max_model_len in (4096, 160):
         expected = reference_build_prompt(odd, system_prompt, history, max_model_len, 32)
         plan = build_prompt(odd, system_prompt, history, max_model_len, 32)

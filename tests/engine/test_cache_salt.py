@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from inference.engine.sequence import Sequence
 from inference.kv.block_manager import BlockManager, salt_hash
+from inference.prompt import encode_segments
 from tests.engine.engine_fixtures import TinyModel, greedy
 from tests.engine.test_block_manager import BS, admit, run
 
@@ -50,7 +51,7 @@ def test_salting_keeps_a_users_multi_turn_hits_and_hides_them_from_other_users(t
         {"role": "system", "content": f"You are a careful assistant. {rules}"},
         {"role": "user", "content": "Tell me about lighthouses and the keepers who ran them."},
     ]
-    shared = len(tok.encode_chat_segments(first).segments[0])  # the system prompt's ids
+    shared = len(encode_segments(tok, first).segments[0])  # the system prompt's ids
     bs = tiny.engine().block_manager.block_size
     assert shared >= 2 * bs
 
@@ -85,7 +86,7 @@ def system_and_question(tiny: TinyModel, question: str) -> tuple[list[int], int]
         {"role": "system", "content": f"You are a careful assistant. {rules}"},
         {"role": "user", "content": question},
     ]
-    encoding = tiny.tokenizer.encode_chat_segments(messages)
+    encoding = encode_segments(tiny.tokenizer, messages)
     return encoding.token_ids, len(encoding.segments[0])
 
 

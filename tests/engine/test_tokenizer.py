@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from inference.prompt import encode_segments
 from inference.tokenizer import Tokenizer
 from tests.support.fakes import smollm2_tokenizer_dir
 
@@ -34,7 +35,7 @@ def test_encode_chat_matches_template_text(tok: Tokenizer) -> None:
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there!"}]
     ids = tok.encode_chat(messages)
     assert tok.decode(ids, skip_special_tokens=False) == tok.apply_chat_template(messages)
-    generation_prompt = tok.encode_chat_segments(messages).generation_prompt
+    generation_prompt = encode_segments(tok, messages).generation_prompt
     assert ids[-len(generation_prompt) :] == generation_prompt
     assert tok.decode(generation_prompt, skip_special_tokens=False) == "<|im_start|>assistant\n"
 
@@ -65,7 +66,7 @@ def test_encode_chat_prefix_property_over_three_turns_with_stored_ids(tok: Token
 
 def test_stored_user_segment_ids_are_used_verbatim(tok: Tokenizer) -> None:
     messages: list[dict] = [{"role": "user", "content": "hello"}]
-    fresh = tok.encode_chat_segments(messages)
+    fresh = encode_segments(tok, messages)
     stored = [5, 6, 7]  # whatever the caller stored for that turn is trusted as is
     messages[0]["token_ids"] = stored
     assert tok.encode_chat(messages) == stored + fresh.generation_prompt
@@ -83,7 +84,7 @@ def test_template_without_prefix_property_falls_back_to_whole_render(tok: Tokeni
         {"role": "assistant", "content": "two", "token_ids": [1, 2, 3]},
         {"role": "user", "content": "three"},
     ]
-    encoding = odd.encode_chat_segments(messages)
+    encoding = encode_segments(odd, messages)
     assert not encoding.exact
     assert encoding.token_ids == odd.encode("three>>")
 

@@ -230,12 +230,13 @@ def test_the_worker_side_imports_no_model_code():
 async def test_a_title_prompt_is_salted_with_its_owner_past_the_shared_instruction():
     from conversations.chat.cache_salt import cache_options
     from inference import SamplingParams
+    from inference.prompt import encode_segments
 
     engine = await aget_engine()
     question = f"{uuid.uuid4().hex} a private question about my landlord and the deposit " * 3
     messages = titles.title_messages(question, "Ask for an itemised list of deductions. " * 4)
     await titles.generate_with_engine(engine, messages, 1)
-    encoding = engine.tokenizer.encode_chat_segments(messages)
+    encoding = encode_segments(engine.tokenizer, messages)
     bs = engine.engine.block_manager.block_size
     instruction = len(encoding.segments[0]) // bs * bs
 
