@@ -77,7 +77,10 @@ def test_prefill_workers_refuse_a_custom_loader_with_a_clear_error(settings):
     settings.ENGINE = {**settings.ENGINE, "prefill_workers": 1}
     settings.ENGINE_LOADER = "tests.support.slow_model.slow_tiny_model"
     try:
-        with pytest.raises(ValueError, match="ENGINE_PREFILL_WORKERS needs the model of ENGINE_MODEL"):
+        with pytest.raises(
+            engine_handle.EngineLoadError,
+            match="ValueError: ENGINE_PREFILL_WORKERS needs the model of ENGINE_MODEL",
+        ):
             engine_handle.get_engine()
         status = engine_handle.engine_status()
         assert status["state"] == "error" and "ENGINE_LOADER" in status["error"]
