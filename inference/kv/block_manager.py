@@ -12,7 +12,8 @@
 - **Retention** (``retain(key, token_ids)`` / ``release(key)``): the full blocks of a
   marked prefix (an open conversation's history) wait in a second cached-free list
   that is evicted only when the first is empty; an evicted retained block is written
-  to the next tier with ``force`` (never dropped on the way down).
+  to the next tier with ``force`` (never dropped on the way down). The marks live in
+  ``inference.kv.retention``, which the tiers read too.
 - **Lower tiers** (``tiers``, optional): a registered block is written through to them,
   an evicted one handed down, and ``match_lower`` continues a prefix lookup past the
   pool's last hit; ``start_loads`` copies those blocks into fresh pool blocks
@@ -28,16 +29,15 @@
 
 from __future__ import annotations
 
-from array import array
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import xxhash
-
 from inference.engine.sequence import Sequence
 from inference.kv.block_stats import BlockStats
+from inference.kv.chain_hash import chain_hash, prefix_hashes, salted_parent
+from inference.kv.retention import Retention
 from inference.kv.salt import salt_hash as salt_hash  # re-exported: callers hash salts here
 
 if TYPE_CHECKING:
@@ -54,33 +54,9 @@ class Block:
     namespace: int = 0  # the salt's namespace id (0: unsalted, shared by everyone)
 
 
-def chain_hash(parent: int, token_ids: list[int]) -> int:
-    """Hash of a full block given its parent's hash, so equal hashes mean equal prefixes."""
-    return xxhash.xxh64_intdigest(parent.to_bytes(8, "little") + array("q", token_ids).tobytes())
-
-
-def salted_parent(hashes: list[int], i: int, salt: int = 0, salt_block: int = 0) -> int:
-    """What block ``i``'s hash chains from: salted where the salt starts, which salts
-    that block and, through the chain, every block after it."""
-    parent = hashes[i - 1] if i else 0
-    if salt and i == salt_block:
-        parent ^= salt
-    return parent
-
-
 def block_namespace(seq: Sequence, i: int) -> int:
     """The namespace of ``seq``'s block ``i``: its salt's, from the salted block on."""
     return seq.cache_namespace if seq.cache_salt and i >= seq.cache_salt_block else 0
-
-
-def prefix_hashes(token_ids: list[int], block_size: int, salt: int = 0, salt_block: int = 0) -> list[int]:
-    """The chained hashes of the full blocks of ``token_ids`` (salted as a sequence with
-    ``cache_salt == salt`` and ``cache_salt_block == salt_block`` would be)."""
-    hashes: list[int] = []
-    for i in range(len(token_ids) // block_size):
-        parent = salted_parent(hashes, i, salt, salt_block)
-        hashes.append(chain_hash(parent, token_ids[i * block_size : (i + 1) * block_size]))
-    return hashes
 
 
 class BlockManager:
@@ -90,10 +66,14 @@ class BlockManager:
         block_size: int,
         enable_prefix_caching: bool = True,
         tiers: TierStack | None = None,
+        retention: Retention | None = None,
     ) -> None:
+        """``tiers`` (the stack below the pool, if any) and ``retention`` (the registry those
+        tiers ask too; a private one by default) are this manager's for its lifetime."""
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.tiers = tiers
+        self.retention = retention if retention is not None else Retention()
         self.blocks = [Block(i) for i in range(num_blocks)]
         # Never-hashed free blocks (a stack: reuse is order-free) are handed out before
         # cached ones, so that a cached prefix survives as long as possible.
@@ -101,8 +81,6 @@ class BlockManager:
         self._cached_free: OrderedDict[int, None] = OrderedDict()  # oldest first
         self._retained_free: OrderedDict[int, None] = OrderedDict()  # cached-free and retained
         self._by_hash: dict[int, int] = {}
-        self._retain_counts: dict[int, int] = {}  # block hash -> retaining keys
-        self._retained_keys: dict[str, list[int]] = {}
         self._copies: list[tuple[int, int]] = []
         self.hit_tokens = 0
         self.queried_tokens = 0
@@ -118,12 +96,12 @@ class BlockManager:
 
     @property
     def num_retained_keys(self) -> int:
-        return len(self._retained_keys)
+        return self.retention.num_keys
 
     @property
     def num_retained_blocks(self) -> int:
         """Distinct block hashes some key retains (held in the pool or not)."""
-        return len(self._retain_counts)
+        return self.retention.num_hashes
 
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -300,9 +278,8 @@ class BlockManager:
         Returns the number of blocks marked."""
         self.release(key)
         hashes = prefix_hashes(token_ids, self.block_size, salt, salt_block)
-        self._retained_keys[key] = hashes
+        self.retention.mark(key, hashes)
         for h in hashes:
-            self._retain_counts[h] = self._retain_counts.get(h, 0) + 1
             block_id = self._by_hash.get(h)
             if block_id is not None and block_id in self._cached_free:
                 del self._cached_free[block_id]
@@ -310,19 +287,14 @@ class BlockManager:
         return len(hashes)
 
     def release(self, key: str) -> None:
-        for h in self._retained_keys.pop(key, []):
-            count = self._retain_counts[h] - 1
-            if count:
-                self._retain_counts[h] = count
-                continue
-            del self._retain_counts[h]
+        for h in self.retention.unmark(key):
             block_id = self._by_hash.get(h)
             if block_id is not None and block_id in self._retained_free:
                 del self._retained_free[block_id]
                 self._cached_free[block_id] = None  # most recently used end
 
     def is_retained(self, block_hash: int) -> bool:
-        return block_hash in self._retain_counts
+        return self.retention.is_retained(block_hash)
 
     # ---- lower tiers ----------------------------------------------------------------
     def match_lower(self, seq: Sequence, start: int) -> list[str]:
@@ -484,7 +456,7 @@ class BlockManager:
         if block.ref_count == 0:
             if block.hash is not None:
                 # Most recently freed: evicted last (in its list).
-                if block.hash in self._retain_counts:
+                if self.retention.is_retained(block.hash):
                     self._retained_free[block_id] = None
                 else:
                     self._cached_free[block_id] = None

@@ -26,7 +26,8 @@ import torch
 
 from inference.engine.scheduler import ScheduledBatch, Scheduler
 from inference.engine.sequence import Request, RequestStatus
-from inference.kv.block_manager import BlockManager, block_namespace, prefix_hashes, salted_parent
+from inference.kv.block_manager import BlockManager, block_namespace
+from inference.kv.chain_hash import prefix_hashes, salted_parent
 from inference.pd.messages import PrefillDone, PrefillFailed, PrefillJob
 from inference.pd.transfer import MappedBlocks, discard
 from inference.pd.workers import WorkerPool

@@ -20,7 +20,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from inference.engine.scheduler import Scheduler
 from inference.engine.sequence import Request, RequestStatus, Sequence
-from inference.kv.block_manager import BlockManager, prefix_hashes
+from inference.kv.block_manager import BlockManager
+from inference.kv.chain_hash import prefix_hashes
 from inference.kv.disk import _HEADER, FINGERPRINT_FILE, DiskTier
 from inference.kv.disk_files import namespace_dir
 from inference.kv.host import HostTier
