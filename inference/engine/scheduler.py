@@ -25,9 +25,10 @@ front of the queue. Nothing new is admitted in a step that preempted.
   have been preempted less (no thrashing).
 - **Swap or recompute** (with lower KV tiers): the victim's full blocks are swapped
   out (written down where no tier has them yet, read back at re-admission) when the
-  cost model says moving their bytes is faster than recomputing their tokens
-  (``TierStack.prefer_swap``); otherwise it is recomputed.
-- **Loading KV.** A waiting request whose prefix continues in a lower tier gets fresh
+  tiers' cost model says moving their bytes is faster than recomputing their tokens
+  (``TierStack.swap_out``); otherwise it is recomputed.
+- **Loading KV.** A waiting request whose prefix continues in a lower tier, where the
+  tiers say reading beats recomputing (``BlockManager.prefix_to_load``), gets fresh
   pool blocks for it and waits in ``loading`` (state ``LOADING_KV``, holding a seat)
   while the reads run; the other requests keep stepping. When the reads are done it
   joins the running requests with those blocks computed, and its prefill covers only
@@ -366,17 +367,11 @@ class Scheduler:
 
     # ---- lower KV tiers -------------------------------------------------------------
     def _swap_out(self, request: Request) -> bool:
-        """Swap (True) or recompute (False) a preempted request, by the tiers' cost model.
-        Swapping writes down its full blocks that no tier holds yet; they come back
-        through ``_start_loading`` at re-admission."""
-        tiers = self.block_manager.tiers
-        if tiers is None or not tiers.enabled or len(request.seqs) != 1:
+        """Swap (True) or recompute (False) a preempted request: the tiers decide for a
+        single sequence (``BlockManager.swap_out``); its blocks come back through
+        ``_start_loading`` at re-admission."""
+        if len(request.seqs) != 1 or not self.block_manager.swap_out(request.seqs[0]):
             return False
-        blocks = self.block_manager.registered_blocks(request.seqs[0])
-        missing = [b for b in blocks if tiers.find(b[0], b[1], b[2], b[4]) is None]
-        if not tiers.prefer_swap(len(blocks), len(missing), request.seqs[0].num_computed_tokens):
-            return False
-        tiers.swap_out(missing)
         self.num_swaps += 1
         return True
 
@@ -387,18 +382,16 @@ class Scheduler:
         normally would recompute what a tier holds), so it waits like a request the
         pool cannot take."""
         bm = self.block_manager
-        tiers = bm.tiers
-        if tiers is None or request.kv_loaded or request.skip_lower_tiers or len(request.seqs) != 1:
+        if request.kv_loaded or request.skip_lower_tiers or len(request.seqs) != 1:
             return False
         seq = request.seqs[0]
-        hits = bm.match_prefix(seq)
-        lower = bm.match_lower(seq, len(hits))
-        if not lower or not tiers.worth_loading(lower):
+        prefix = bm.prefix_to_load(seq)
+        if prefix is None:
             return False
-        if bm.num_revived(hits) + len(lower) > bm.num_free_blocks:
+        if prefix.num_to_take > bm.num_free_blocks:
             return None if self.running or self.loading else False
-        bm.admit(seq, hits)
-        bm.start_loads(seq, lower)
+        bm.admit(seq, prefix.hits)
+        bm.start_loads(seq, prefix.lower)
         request.status = RequestStatus.LOADING_KV
         self.loading.append(request)
         return True

@@ -30,12 +30,13 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from inference.engine.sequence import Sequence
 from inference.kv.block_stats import BlockStats
+from inference.kv.blocks import CachedBlock, PrefixBlocks
 from inference.kv.chain_hash import chain_hash, prefix_hashes, salted_parent
 from inference.kv.retention import Retention
 from inference.kv.salt import salt_hash as salt_hash  # re-exported: callers hash salts here
@@ -154,11 +155,11 @@ class BlockManager:
             hits.append(block_id)
         return hits
 
-    def num_revived(self, hits: list[int]) -> int:
+    def num_revived(self, hits: Collection[int]) -> int:
         """How many of ``hits`` are currently free (taking them shrinks the free pool)."""
         return sum(1 for b in hits if self.blocks[b].ref_count == 0)
 
-    def admit(self, seq: Sequence, hits: list[int]) -> None:
+    def admit(self, seq: Sequence, hits: Collection[int]) -> None:
         """Give a sequence with no blocks the cached ``hits`` as its leading blocks."""
         assert not seq.block_table and seq.num_computed_tokens == 0
         for block_id in hits:
@@ -175,14 +176,14 @@ class BlockManager:
         if self.tiers is not None:
             self.tiers.counters.hit_tokens["pool"] += max(0, num_hit_tokens - num_loaded_tokens)
 
-    def registered_blocks(self, seq: Sequence) -> list[tuple[int, int, tuple[int, ...], int, int]]:
-        """(hash, parent hash, tokens, block id, namespace) of ``seq``'s blocks in the prefix cache."""
-        out = []
-        for block_id in seq.block_table[: seq.num_registered_blocks]:
-            block = self.blocks[block_id]
-            if block.hash is not None:
-                out.append((block.hash, block.parent_hash, block.token_ids, block_id, block.namespace))
-        return out
+    def registered_blocks(self, seq: Sequence) -> list[CachedBlock]:
+        """``seq``'s blocks in the prefix cache, in order."""
+        blocks = (self.blocks[b] for b in seq.block_table[: seq.num_registered_blocks])
+        return [
+            CachedBlock(b.hash, b.parent_hash, b.token_ids, b.block_id, b.namespace)
+            for b in blocks
+            if b.hash is not None
+        ]
 
     def register_full_blocks(self, seq: Sequence) -> None:
         """After a step: publish blocks that became full (and computed) to the cache."""
@@ -316,7 +317,25 @@ class BlockManager:
             found.append(tier)
         return found
 
-    def start_loads(self, seq: Sequence, tiers: list[str]) -> None:
+    def prefix_to_load(self, seq: Sequence) -> PrefixBlocks | None:
+        """``seq``'s cached prefix when it continues in a lower tier and the tiers' cost model
+        says reading those blocks beats recomputing them; None otherwise."""
+        if self.tiers is None:
+            return None
+        hits = self.match_prefix(seq)
+        lower = self.match_lower(seq, len(hits))
+        if not lower or not self.tiers.worth_loading(lower):
+            return None
+        return PrefixBlocks(tuple(hits), tuple(lower), self.num_revived(hits))
+
+    def swap_out(self, seq: Sequence) -> bool:
+        """``seq`` is preempted: True when the tiers took its cached blocks (a swap; a lookup
+        finds them at re-admission), False when it is to be recomputed (the tiers' call)."""
+        return self.tiers is not None and self.tiers.swap_out(
+            self.registered_blocks(seq), seq.num_computed_tokens
+        )
+
+    def start_loads(self, seq: Sequence, tiers: Collection[str]) -> None:
         """Fresh pool blocks for the next ``len(tiers)`` blocks of ``seq`` (admitted with
         its pool hits), each filled from its tier; ``complete_loads`` finishes them."""
         assert self.tiers is not None and len(seq.block_table) * self.block_size == seq.num_computed_tokens

@@ -5,11 +5,19 @@ construction."""
 
 from __future__ import annotations
 
+from dataclasses import FrozenInstanceError
+from pathlib import Path
+
+import pytest
+import torch
+
+from inference.engine.sequence import Sequence
 from inference.kv.block_manager import BlockManager
+from inference.kv.blocks import CachedBlock, PrefixBlocks
 from inference.kv.chain_hash import prefix_hashes
 from inference.kv.retention import Retention
-
-BS = 4
+from inference.kv.tiers import TierStack
+from tests.engine.test_kv_tiers_unit import BS, SHAPE, compute, make_disk
 
 
 def test_retention_counts_keys_per_hash_and_reports_what_one_unmark_releases() -> None:
@@ -33,3 +41,72 @@ def test_a_block_manager_shares_the_retention_it_is_built_with() -> None:
     bm.release("conv")
     assert retention.num_keys == 0 and bm.num_retained_blocks == 0
     assert BlockManager(8, BS).retention is not BlockManager(8, BS).retention  # private by default
+
+
+# ---- typed blocks and the tiers' policy ------------------------------------------------------------
+
+
+def computed(bm: BlockManager, pool: torch.Tensor, tokens: list[int]) -> Sequence:
+    seq = Sequence(list(tokens), len(tokens))
+    bm.admit(seq, bm.match_prefix(seq))
+    compute(bm, pool, seq)
+    return seq
+
+
+def test_registered_blocks_are_frozen_cached_blocks_in_order() -> None:
+    pool = torch.zeros(6, *SHAPE, dtype=torch.float64)
+    bm = BlockManager(6, BS)
+    seq = computed(bm, pool, list(range(1, 10)))  # two full blocks and one token
+    h = prefix_hashes(seq.token_ids, BS)
+    table = seq.block_table
+    assert bm.registered_blocks(seq) == [
+        CachedBlock(block_hash=h[0], parent_hash=0, token_ids=(1, 2, 3, 4), block_id=table[0], namespace=0),
+        CachedBlock(
+            block_hash=h[1], parent_hash=h[0], token_ids=(5, 6, 7, 8), block_id=table[1], namespace=0
+        ),
+    ]
+    with pytest.raises(FrozenInstanceError):
+        bm.registered_blocks(seq)[0].block_id = 5  # type: ignore[misc]
+
+
+def test_the_tiers_decide_a_swap_and_write_down_only_what_no_tier_holds(tmp_path: Path) -> None:
+    pool = torch.zeros(6, *SHAPE, dtype=torch.float64)
+    disk = make_disk(tmp_path)
+    tiers = TierStack(pool, BS, disk=disk)
+    bm = BlockManager(6, BS, tiers=tiers)
+    seq = computed(bm, pool, list(range(1, 10)))
+    disk.flush()  # both blocks written through
+    first, second = prefix_hashes(seq.token_ids, BS)
+    disk._forget(second, corrupt=False)  # as if its write-through had been dropped
+    tiers.prefill_s_per_token = 1e-12  # recomputing is nearly free: no swap, nothing written
+    assert not bm.swap_out(seq)
+    disk.flush()
+    assert not disk.contains(second)
+    tiers.prefill_s_per_token = 1.0  # recomputing is dear: swap, writing the missing block
+    assert bm.swap_out(seq)
+    disk.flush()
+    assert disk.contains(first) and disk.contains(second)
+    assert not BlockManager(6, BS).swap_out(seq)  # no tiers: always recomputed
+    disk.close()
+
+
+def test_a_prefix_is_offered_for_loading_only_when_the_tiers_say_reading_wins(tmp_path: Path) -> None:
+    pool = torch.zeros(6, *SHAPE, dtype=torch.float64)
+    disk = make_disk(tmp_path)
+    tiers = TierStack(pool, BS, disk=disk)
+    bm = BlockManager(6, BS, tiers=tiers)
+    tokens = list(range(1, 14))  # three full blocks and one token
+    bm.free(computed(bm, pool, tokens))  # tail first: the third block is the oldest cached one
+    disk.flush()
+    pressure = Sequence([7] * 20, 20)  # five blocks: the empty ones, then the two newest tails
+    bm.admit(pressure, [])
+    assert bm.allocate_slots(pressure, 20)
+    bm.free(pressure)
+    seq = Sequence(tokens, len(tokens))
+    prefix = bm.prefix_to_load(seq)  # nothing measured yet: recomputing is priced as unknown
+    assert prefix == PrefixBlocks(hits=tuple(bm.match_prefix(seq)), lower=("disk", "disk"), num_revived=1)
+    assert len(prefix.hits) == 1 and prefix.num_to_take == 3
+    tiers.prefill_s_per_token = 1e-12
+    assert bm.prefix_to_load(seq) is None  # recomputing wins
+    assert BlockManager(6, BS).prefix_to_load(seq) is None  # no tiers
+    disk.close()
