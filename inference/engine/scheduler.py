@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference.engine.sequence import Request, RequestStatus, Sequence
-from inference.engine.step_budget import StepBudget, count_tokens
+from inference.engine.step_budget import PromptAllowance, StepBudget, count_tokens
 from inference.errors import PromptTooLongError
 from inference.kv.block_manager import BlockManager
 
@@ -82,8 +82,6 @@ class Scheduler:
         self.num_swaps = 0
         # Sizes prompt chunks to a step time while streams decode (None: full chunks).
         self.step_budget: StepBudget | None = None
-        self._prefill_left: int | None = None  # this step's prompt tokens still allowed
-        self._prefill_counted = False  # _prefill_left is worked out at the step's first prompt chunk
 
     # ---- requests -------------------------------------------------------------------
     @property
@@ -159,9 +157,8 @@ class Scheduler:
         self._finish_loading()
         if self.step_budget is not None:
             self.step_budget.start()
-        # The prompt-token allowance counts the decoding requests: a pass over all of them,
-        # put off until a prompt chunk is planned (a step of decodes never needs it).
-        self._prefill_left, self._prefill_counted = None, False
+        # This step's alone: the decoding requests are counted at its first prompt chunk.
+        allowance = PromptAllowance(self._prefill_limit)
         scheduled: set[int] = set()  # ids of requests given tokens in this step
         for request in list(self.running):
             if request.status is not RequestStatus.RUNNING:
@@ -170,13 +167,13 @@ class Scheduler:
                 scheduled.add(id(request))
                 budget -= 1
                 continue
-            plan = self._plan(request, budget)
+            plan = self._plan(request, budget, allowance)
             if not plan:
                 continue
             if not self._allocate_or_preempt(request, plan, batch, scheduled):
                 continue  # ``request`` preempted itself
             scheduled.add(id(request))
-            self._add_to_batch(batch, plan)
+            self._add_to_batch(batch, plan, allowance)
             budget -= sum(n for _, n in plan)
 
         if not batch.preempted and self.waiting:  # admissions (the seat count is a pass over running)
@@ -200,7 +197,7 @@ class Scheduler:
                     seats -= request.num_seats
                     owner_seats[request.owner] = owner_seats.get(request.owner, 0) + request.num_seats
                     continue
-                plan = self._admit(request, budget)
+                plan = self._admit(request, budget, allowance)
                 if plan is None and not self.running and not self.loading:
                     # The whole pool is free and it still does not fit (a recomputed
                     # group of long beams): it never will.
@@ -215,7 +212,7 @@ class Scheduler:
                 self.running.append(request)
                 seats -= request.num_seats
                 owner_seats[request.owner] = owner_seats.get(request.owner, 0) + request.num_seats
-                self._add_to_batch(batch, plan)
+                self._add_to_batch(batch, plan, allowance)
                 budget -= sum(n for _, n in plan)
             self.waiting.extendleft(reversed(compiling))
         batch.copies = self.block_manager.take_copies()
@@ -276,12 +273,13 @@ class Scheduler:
         if self.step_budget is not None:
             self.step_budget.observe(*count_tokens(batch.num_new_tokens))
 
-    def _add_to_batch(self, batch: ScheduledBatch, plan: list[tuple[Sequence, int]]) -> None:
+    def _add_to_batch(
+        self, batch: ScheduledBatch, plan: list[tuple[Sequence, int]], allowance: PromptAllowance
+    ) -> None:
         for seq, n in plan:
             batch.seqs.append(seq)
             batch.num_new_tokens.append(n)
-            if self._prefill_left is not None and n > 1:
-                self._prefill_left = max(0, self._prefill_left - n)
+            allowance.spend(n)
 
     def _decode_in_place(self, request: Request, batch: ScheduledBatch) -> bool:
         """The common step of a busy server, without the general planning: one sequence
@@ -301,17 +299,15 @@ class Scheduler:
         batch.num_new_tokens.append(1)
         return True
 
-    def _plan(self, request: Request, budget: int) -> list[tuple[Sequence, int]]:
-        """Tokens per sequence of ``request`` within ``budget``.
+    def _plan(self, request: Request, budget: int, allowance: PromptAllowance) -> list[tuple[Sequence, int]]:
+        """Tokens per sequence of ``request`` within ``budget`` (a prompt chunk also within
+        this step's ``allowance``).
 
         The sequences of a forked request (n > 1, beams) are sampled together, so
         after a preemption none of them takes its last token until all can."""
         wants = [(s, s.num_tokens - s.num_computed_tokens) for s in request.seqs]
         if any(w > 1 for _, w in wants):  # a prompt chunk: the step's time budget
-            if not self._prefill_counted:
-                self._prefill_left, self._prefill_counted = self._prefill_limit(), True
-            if self._prefill_left is not None:
-                budget = min(budget, self._prefill_left)
+            budget = allowance.cap(budget)
         if len(wants) == 1:
             seq, want = wants[0]
             n = min(want, budget)
@@ -431,13 +427,15 @@ class Scheduler:
                         pass
                     return
 
-    def _admit(self, request: Request, budget: int) -> list[tuple[Sequence, int]] | None:
+    def _admit(
+        self, request: Request, budget: int, allowance: PromptAllowance
+    ) -> list[tuple[Sequence, int]] | None:
         """Give a waiting request its cached prefix and the blocks for its first chunk,
         or change nothing and return None when the pool cannot take it now."""
         bm = self.block_manager
         for seq in request.seqs:
             bm.admit(seq, bm.match_prefix(seq))
-        plan = self._plan(request, budget)
+        plan = self._plan(request, budget, allowance)
         if plan and sum(bm.blocks_needed(s, n) for s, n in plan) <= bm.num_free_blocks:
             for seq, n in plan:
                 bm.allocate_slots(seq, n)

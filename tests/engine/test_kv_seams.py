@@ -11,12 +11,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from inference.engine.sequence import Sequence
+from inference.engine.scheduler import Scheduler
+from inference.engine.sequence import Request, Sequence
+from inference.engine.step_budget import PromptAllowance, StepBudget
 from inference.kv.block_manager import BlockManager
 from inference.kv.blocks import CachedBlock, PrefixBlocks
 from inference.kv.chain_hash import prefix_hashes
 from inference.kv.retention import Retention
 from inference.kv.tiers import TierStack
+from inference.sampling.params import SamplingParams
 from tests.engine.test_kv_tiers_unit import BS, SHAPE, compute, make_disk
 
 
@@ -110,3 +113,55 @@ def test_a_prefix_is_offered_for_loading_only_when_the_tiers_say_reading_wins(tm
     assert bm.prefix_to_load(seq) is None  # recomputing wins
     assert BlockManager(6, BS).prefix_to_load(seq) is None  # no tiers
     disk.close()
+
+
+# ---- step-local planning state ---------------------------------------------------------------------
+
+
+def new_request(request_id: str, tokens: list[int]) -> Request:
+    request = Request(request_id, tokens, SamplingParams())
+    request.seqs.append(Sequence(list(tokens), len(tokens), request=request))
+    return request
+
+
+def test_each_step_plans_with_its_own_prompt_allowance_and_keeps_none_of_it() -> None:
+    budget = StepBudget(0.15, 64, min_chunk=4, first_chunk=8)
+    budget.observe = lambda *a: None  # type: ignore[method-assign] # keep the limit at first_chunk
+    scheduler = Scheduler(BlockManager(64, BS), 64, 8, 256)
+    scheduler.step_budget = budget
+    counted: list[int] = []
+    count = scheduler._prefill_limit
+
+    def counting() -> int | None:
+        counted.append(1)
+        return count()
+
+    scheduler._prefill_limit = counting  # type: ignore[method-assign]
+    decoding = new_request("d", [1, 2, 3])
+    scheduler.add(decoding)
+    scheduler.finish_step(scheduler.schedule())  # its prompt, nobody decoding: no limit
+    scheduler.add(new_request("p", list(range(10, 40))))
+    attributes = set(vars(scheduler))
+    counted.clear()
+    for _ in range(3):
+        decoding.seqs[0].token_ids.append(5)  # it sampled: one token to run
+        batch = scheduler.schedule()
+        assert batch.num_new_tokens == [1, 8]  # the whole allowance again: nothing carried over
+        scheduler.finish_step(batch)
+        assert set(vars(scheduler)) == attributes
+        assert not any(isinstance(v, PromptAllowance) for v in vars(scheduler).values())
+    assert counted == [1, 1, 1]  # counted once a step, at its prompt chunk
+
+
+def test_a_prompt_allowance_is_counted_at_the_first_chunk_and_spent_by_prompt_chunks() -> None:
+    calls: list[int] = []
+    allowance = PromptAllowance(lambda: calls.append(1) or 10)
+    allowance.spend(1)  # a decode before any chunk: nothing counted, nothing spent
+    assert calls == [] and allowance.left is None
+    assert allowance.cap(64) == 10 and calls == [1]
+    allowance.spend(1)
+    allowance.spend(6)
+    assert allowance.cap(64) == 4 and calls == [1]
+    allowance.spend(9)
+    assert allowance.cap(64) == 0
+    assert PromptAllowance(lambda: None).cap(64) == 64  # nobody decoding: no limit
