@@ -70,7 +70,12 @@ class Scheduler:
         max_num_batched_tokens: int,
         max_num_seqs: int,
         max_model_len: int,
+        *,
+        step_budget: StepBudget | None = None,
     ) -> None:
+        """``block_manager`` hands out the pool's blocks (and reaches the tiers below it);
+        ``step_budget`` sizes prompt chunks to a step time while streams decode (None: full
+        chunks). Both are the scheduler's for its lifetime."""
         self.block_manager = block_manager
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
@@ -80,8 +85,7 @@ class Scheduler:
         self.loading: list[Request] = []  # reading KV blocks from a lower tier
         self.num_preemptions = 0
         self.num_swaps = 0
-        # Sizes prompt chunks to a step time while streams decode (None: full chunks).
-        self.step_budget: StepBudget | None = None
+        self.step_budget = step_budget
 
     # ---- requests -------------------------------------------------------------------
     @property
@@ -137,9 +141,6 @@ class Scheduler:
         request.status = RequestStatus.FINISHED
 
     # ---- hooks for a scheduler with prefill workers (inference.pd) ---------------------
-    def attach_pool(self, kv_cache: Any) -> None:
-        """The KV pool tensor, once the runner allocated it."""
-
     def close(self) -> None:
         """Stop what the scheduler started (prefill workers)."""
 

@@ -19,6 +19,8 @@ from inference.kv.blocks import CachedBlock, PrefixBlocks
 from inference.kv.chain_hash import prefix_hashes
 from inference.kv.retention import Retention
 from inference.kv.tiers import TierStack
+from inference.pd.scheduler import DisaggregatedScheduler
+from inference.pd.workers import WorkerPool
 from inference.sampling.params import SamplingParams
 from tests.engine.test_kv_tiers_unit import BS, SHAPE, compute, make_disk
 
@@ -127,8 +129,7 @@ def new_request(request_id: str, tokens: list[int]) -> Request:
 def test_each_step_plans_with_its_own_prompt_allowance_and_keeps_none_of_it() -> None:
     budget = StepBudget(0.15, 64, min_chunk=4, first_chunk=8)
     budget.observe = lambda *a: None  # type: ignore[method-assign] # keep the limit at first_chunk
-    scheduler = Scheduler(BlockManager(64, BS), 64, 8, 256)
-    scheduler.step_budget = budget
+    scheduler = Scheduler(BlockManager(64, BS), 64, 8, 256, step_budget=budget)
     counted: list[int] = []
     count = scheduler._prefill_limit
 
@@ -165,3 +166,35 @@ def test_a_prompt_allowance_is_counted_at_the_first_chunk_and_spent_by_prompt_ch
     allowance.spend(9)
     assert allowance.cap(64) == 0
     assert PromptAllowance(lambda: None).cap(64) == 64  # nobody decoding: no limit
+
+
+# ---- collaborators at construction -------------------------------------------------------------------
+
+
+def test_the_engine_builds_each_part_with_its_collaborators(tiny, tmp_path: Path) -> None:
+    """The tiers, the block manager and the scheduler are built whole: the block manager
+    holds the tiers and the retention registry they read, the scheduler its step budget."""
+    engine = tiny.engine(kv_disk_dir=str(tmp_path), step_budget_ms=150.0)
+    bm, tiers = engine.block_manager, engine.tiers
+    assert tiers is not None and bm.tiers is tiers and engine.scheduler.block_manager is bm
+    assert tiers.disk is not None and tiers.disk.is_retained == bm.retention.is_retained
+    assert engine.scheduler.step_budget is not None and engine.scheduler.step_budget.budget_s == 0.15
+    assert tiny.engine(step_budget_ms=0.0).scheduler.step_budget is None
+    engine.close()
+
+
+def test_a_disaggregated_scheduler_is_built_with_its_pool_and_workers() -> None:
+    pool = torch.zeros(8, *SHAPE)
+    workers = WorkerPool([], 2, 60.0)
+    budget = StepBudget(0.15, 64)
+    scheduler = DisaggregatedScheduler(
+        BlockManager(8, BS),
+        64,
+        4,
+        128,
+        kv_cache=pool,
+        workers=workers,
+        min_prompt_tokens=256,
+        step_budget=budget,
+    )
+    assert scheduler.kv_cache is pool and scheduler.workers is workers and scheduler.step_budget is budget
