@@ -158,7 +158,8 @@ class Scheduler:
         self._finish_loading()
         if self.step_budget is not None:
             self.step_budget.start()
-        # This step's alone: the decoding requests are counted at its first prompt chunk.
+        # Made for this step and dropped with it; the decoding requests are counted at the
+        # step's first prompt chunk (a step of decodes never needs the pass).
         allowance = PromptAllowance(self._prefill_limit)
         scheduled: set[int] = set()  # ids of requests given tokens in this step
         for request in list(self.running):
