@@ -1,14 +1,17 @@
 """The KV pool and everything that hands out its blocks, built together.
 
 The config sizes the pool (``EngineConfig.size_kv_pool``); the model runner allocates it;
-the block manager and scheduler hand out its blocks; the tiers below it (host memory,
-disk) need the pool tensor itself, so they are built last and joined to the block manager.
+the tiers below it (host memory, disk) need the pool tensor itself, the block manager
+needs the tiers, and the scheduler the block manager, so they are built in that order,
+each whole: nothing is attached after construction. The retention registry, which the
+tiers and the block manager both ask, comes first.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -17,12 +20,16 @@ from inference.engine.scheduler import Scheduler
 from inference.engine.step_budget import StepBudget
 from inference.kv.block_manager import BlockManager
 from inference.kv.fingerprint import kv_fingerprint
+from inference.kv.retention import Retention
 from inference.kv.tiers import TierStack, build_tiers
 from inference.model_config import ModelConfig
 from inference.runner.cuda_graphs import MAX_GRAPH_BATCH
 from inference.runner.model_runner import ModelRunner
 from inference.runner.weights_identity import weights_identity
 from inference.tokenizer import Tokenizer
+
+if TYPE_CHECKING:
+    from inference.pd.workers import WorkerPool
 
 logger = logging.getLogger(__name__)
 
@@ -40,22 +47,16 @@ def build_kv_stack(
     config: EngineConfig, model: torch.nn.Module, model_config: ModelConfig, tokenizer: Tokenizer
 ) -> KVStack:
     """Size the pool for ``model`` (on its device, in its dtype, laid out by its
-    ``kv_spec``) and build the parts that use it."""
+    ``kv_spec``) and build the parts that use it, each given its collaborators whole."""
     param = next(model.parameters())
     device, dtype, bs = param.device, param.dtype, config.block_size
     block_bytes = model.kv_spec.block_bytes(bs, dtype)
     pool = config.size_kv_pool(model_config, block_bytes, device, graph_batch_limit=MAX_GRAPH_BATCH)
-    block_manager = BlockManager(pool.num_blocks, bs, config.enable_prefix_caching)
-    if config.prefill_workers:
-        from inference.pd import build_disaggregated_scheduler  # noqa: PLC0415 - only with workers
+    workers = None
+    if config.prefill_workers:  # pinned and started before this process allocates its pool
+        from inference.pd import start_prefill_workers  # noqa: PLC0415 - only with workers
 
-        scheduler: Scheduler = build_disaggregated_scheduler(config, block_manager, pool.max_model_len)
-    else:
-        scheduler = Scheduler(
-            block_manager, config.max_num_batched_tokens, config.max_num_seqs, pool.max_model_len
-        )
-    if config.step_budget_ms > 0:
-        scheduler.step_budget = StepBudget(config.step_budget_ms / 1000, config.max_num_batched_tokens)
+        workers = start_prefill_workers(config)
     runner = ModelRunner(
         model,
         model_config,
@@ -67,10 +68,11 @@ def build_kv_stack(
         max_model_len=pool.max_model_len,
         enforce_eager=config.enforce_eager,
     )
-    scheduler.attach_pool(runner.kv_cache)
     fingerprint = None
     if config.kv_disk_dir:  # hashing the tokenizer (and, once, the weights) only when it counts
         fingerprint = kv_fingerprint(weights_identity(model), tokenizer, model.kv_spec, bs, dtype)
+    # The tiers evict retained blocks last, as the block manager does: one registry for both.
+    retention = Retention()
     tiers = build_tiers(
         runner.kv_cache,
         bs,
@@ -78,9 +80,12 @@ def build_kv_stack(
         kv_cpu_gb=config.kv_cpu_gb,
         kv_disk_dir=config.kv_disk_dir,
         kv_disk_gb=config.kv_disk_gb,
-        is_retained=block_manager.is_retained,
+        is_retained=retention.is_retained,
     )
-    block_manager.tiers = tiers
+    block_manager = BlockManager(
+        pool.num_blocks, bs, config.enable_prefix_caching, tiers=tiers, retention=retention
+    )
+    scheduler = _build_scheduler(config, block_manager, pool.max_model_len, runner.kv_cache, workers)
     logger.info(
         "engine: %s on %s/%s, %d KV blocks of %d tokens (%.2f GiB), max_model_len %d",
         model_config.name,
@@ -92,3 +97,29 @@ def build_kv_stack(
         pool.max_model_len,
     )
     return KVStack(pool, block_manager, scheduler, runner, tiers)
+
+
+def _build_scheduler(
+    config: EngineConfig,
+    block_manager: BlockManager,
+    max_model_len: int,
+    kv_cache: torch.Tensor,
+    workers: WorkerPool | None,
+) -> Scheduler:
+    """The plain scheduler, or with prefill workers the one that sends them long prompts."""
+    step_budget = None
+    if config.step_budget_ms > 0:
+        step_budget = StepBudget(config.step_budget_ms / 1000, config.max_num_batched_tokens)
+    limits = (config.max_num_batched_tokens, config.max_num_seqs, max_model_len)
+    if workers is None:
+        return Scheduler(block_manager, *limits, step_budget=step_budget)
+    from inference.pd.scheduler import DisaggregatedScheduler  # noqa: PLC0415 - only with workers
+
+    return DisaggregatedScheduler(
+        block_manager,
+        *limits,
+        kv_cache=kv_cache,
+        workers=workers,
+        min_prompt_tokens=config.pd_min_prompt_tokens,
+        step_budget=step_budget,
+    )

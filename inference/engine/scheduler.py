@@ -25,9 +25,10 @@ front of the queue. Nothing new is admitted in a step that preempted.
   have been preempted less (no thrashing).
 - **Swap or recompute** (with lower KV tiers): the victim's full blocks are swapped
   out (written down where no tier has them yet, read back at re-admission) when the
-  cost model says moving their bytes is faster than recomputing their tokens
-  (``TierStack.prefer_swap``); otherwise it is recomputed.
-- **Loading KV.** A waiting request whose prefix continues in a lower tier gets fresh
+  tiers' cost model says moving their bytes is faster than recomputing their tokens
+  (``TierStack.swap_out``); otherwise it is recomputed.
+- **Loading KV.** A waiting request whose prefix continues in a lower tier, where the
+  tiers say reading beats recomputing (``BlockManager.prefix_to_load``), gets fresh
   pool blocks for it and waits in ``loading`` (state ``LOADING_KV``, holding a seat)
   while the reads run; the other requests keep stepping. When the reads are done it
   joins the running requests with those blocks computed, and its prefill covers only
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference.engine.sequence import Request, RequestStatus, Sequence
-from inference.engine.step_budget import StepBudget, count_tokens
+from inference.engine.step_budget import PromptAllowance, StepBudget, count_tokens
 from inference.errors import PromptTooLongError
 from inference.kv.block_manager import BlockManager
 
@@ -69,7 +70,12 @@ class Scheduler:
         max_num_batched_tokens: int,
         max_num_seqs: int,
         max_model_len: int,
+        *,
+        step_budget: StepBudget | None = None,
     ) -> None:
+        """``block_manager`` hands out the pool's blocks (and reaches the tiers below it);
+        ``step_budget`` sizes prompt chunks to a step time while streams decode (None: full
+        chunks). Both are the scheduler's for its lifetime."""
         self.block_manager = block_manager
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
@@ -79,10 +85,7 @@ class Scheduler:
         self.loading: list[Request] = []  # reading KV blocks from a lower tier
         self.num_preemptions = 0
         self.num_swaps = 0
-        # Sizes prompt chunks to a step time while streams decode (None: full chunks).
-        self.step_budget: StepBudget | None = None
-        self._prefill_left: int | None = None  # this step's prompt tokens still allowed
-        self._prefill_counted = False  # _prefill_left is worked out at the step's first prompt chunk
+        self.step_budget = step_budget
 
     # ---- requests -------------------------------------------------------------------
     @property
@@ -138,9 +141,6 @@ class Scheduler:
         request.status = RequestStatus.FINISHED
 
     # ---- hooks for a scheduler with prefill workers (inference.pd) ---------------------
-    def attach_pool(self, kv_cache: Any) -> None:
-        """The KV pool tensor, once the runner allocated it."""
-
     def close(self) -> None:
         """Stop what the scheduler started (prefill workers)."""
 
@@ -158,9 +158,9 @@ class Scheduler:
         self._finish_loading()
         if self.step_budget is not None:
             self.step_budget.start()
-        # The prompt-token allowance counts the decoding requests: a pass over all of them,
-        # put off until a prompt chunk is planned (a step of decodes never needs it).
-        self._prefill_left, self._prefill_counted = None, False
+        # Made for this step and dropped with it; the decoding requests are counted at the
+        # step's first prompt chunk (a step of decodes never needs the pass).
+        allowance = PromptAllowance(self._prefill_limit)
         scheduled: set[int] = set()  # ids of requests given tokens in this step
         for request in list(self.running):
             if request.status is not RequestStatus.RUNNING:
@@ -169,13 +169,13 @@ class Scheduler:
                 scheduled.add(id(request))
                 budget -= 1
                 continue
-            plan = self._plan(request, budget)
+            plan = self._plan(request, budget, allowance)
             if not plan:
                 continue
             if not self._allocate_or_preempt(request, plan, batch, scheduled):
                 continue  # ``request`` preempted itself
             scheduled.add(id(request))
-            self._add_to_batch(batch, plan)
+            self._add_to_batch(batch, plan, allowance)
             budget -= sum(n for _, n in plan)
 
         if not batch.preempted and self.waiting:  # admissions (the seat count is a pass over running)
@@ -199,7 +199,7 @@ class Scheduler:
                     seats -= request.num_seats
                     owner_seats[request.owner] = owner_seats.get(request.owner, 0) + request.num_seats
                     continue
-                plan = self._admit(request, budget)
+                plan = self._admit(request, budget, allowance)
                 if plan is None and not self.running and not self.loading:
                     # The whole pool is free and it still does not fit (a recomputed
                     # group of long beams): it never will.
@@ -214,7 +214,7 @@ class Scheduler:
                 self.running.append(request)
                 seats -= request.num_seats
                 owner_seats[request.owner] = owner_seats.get(request.owner, 0) + request.num_seats
-                self._add_to_batch(batch, plan)
+                self._add_to_batch(batch, plan, allowance)
                 budget -= sum(n for _, n in plan)
             self.waiting.extendleft(reversed(compiling))
         batch.copies = self.block_manager.take_copies()
@@ -275,12 +275,13 @@ class Scheduler:
         if self.step_budget is not None:
             self.step_budget.observe(*count_tokens(batch.num_new_tokens))
 
-    def _add_to_batch(self, batch: ScheduledBatch, plan: list[tuple[Sequence, int]]) -> None:
+    def _add_to_batch(
+        self, batch: ScheduledBatch, plan: list[tuple[Sequence, int]], allowance: PromptAllowance
+    ) -> None:
         for seq, n in plan:
             batch.seqs.append(seq)
             batch.num_new_tokens.append(n)
-            if self._prefill_left is not None and n > 1:
-                self._prefill_left = max(0, self._prefill_left - n)
+            allowance.spend(n)
 
     def _decode_in_place(self, request: Request, batch: ScheduledBatch) -> bool:
         """The common step of a busy server, without the general planning: one sequence
@@ -300,17 +301,15 @@ class Scheduler:
         batch.num_new_tokens.append(1)
         return True
 
-    def _plan(self, request: Request, budget: int) -> list[tuple[Sequence, int]]:
-        """Tokens per sequence of ``request`` within ``budget``.
+    def _plan(self, request: Request, budget: int, allowance: PromptAllowance) -> list[tuple[Sequence, int]]:
+        """Tokens per sequence of ``request`` within ``budget`` (a prompt chunk also within
+        this step's ``allowance``).
 
         The sequences of a forked request (n > 1, beams) are sampled together, so
         after a preemption none of them takes its last token until all can."""
         wants = [(s, s.num_tokens - s.num_computed_tokens) for s in request.seqs]
         if any(w > 1 for _, w in wants):  # a prompt chunk: the step's time budget
-            if not self._prefill_counted:
-                self._prefill_left, self._prefill_counted = self._prefill_limit(), True
-            if self._prefill_left is not None:
-                budget = min(budget, self._prefill_left)
+            budget = allowance.cap(budget)
         if len(wants) == 1:
             seq, want = wants[0]
             n = min(want, budget)
@@ -366,17 +365,11 @@ class Scheduler:
 
     # ---- lower KV tiers -------------------------------------------------------------
     def _swap_out(self, request: Request) -> bool:
-        """Swap (True) or recompute (False) a preempted request, by the tiers' cost model.
-        Swapping writes down its full blocks that no tier holds yet; they come back
-        through ``_start_loading`` at re-admission."""
-        tiers = self.block_manager.tiers
-        if tiers is None or not tiers.enabled or len(request.seqs) != 1:
+        """Swap (True) or recompute (False) a preempted request: the tiers decide for a
+        single sequence (``BlockManager.swap_out``); its blocks come back through
+        ``_start_loading`` at re-admission."""
+        if len(request.seqs) != 1 or not self.block_manager.swap_out(request.seqs[0]):
             return False
-        blocks = self.block_manager.registered_blocks(request.seqs[0])
-        missing = [b for b in blocks if tiers.find(b[0], b[1], b[2], b[4]) is None]
-        if not tiers.prefer_swap(len(blocks), len(missing), request.seqs[0].num_computed_tokens):
-            return False
-        tiers.swap_out(missing)
         self.num_swaps += 1
         return True
 
@@ -387,18 +380,16 @@ class Scheduler:
         normally would recompute what a tier holds), so it waits like a request the
         pool cannot take."""
         bm = self.block_manager
-        tiers = bm.tiers
-        if tiers is None or request.kv_loaded or request.skip_lower_tiers or len(request.seqs) != 1:
+        if request.kv_loaded or request.skip_lower_tiers or len(request.seqs) != 1:
             return False
         seq = request.seqs[0]
-        hits = bm.match_prefix(seq)
-        lower = bm.match_lower(seq, len(hits))
-        if not lower or not tiers.worth_loading(lower):
+        prefix = bm.prefix_to_load(seq)
+        if prefix is None:
             return False
-        if bm.num_revived(hits) + len(lower) > bm.num_free_blocks:
+        if prefix.num_to_take > bm.num_free_blocks:
             return None if self.running or self.loading else False
-        bm.admit(seq, hits)
-        bm.start_loads(seq, lower)
+        bm.admit(seq, prefix.hits)
+        bm.start_loads(seq, prefix.lower)
         request.status = RequestStatus.LOADING_KV
         self.loading.append(request)
         return True
@@ -438,13 +429,15 @@ class Scheduler:
                         pass
                     return
 
-    def _admit(self, request: Request, budget: int) -> list[tuple[Sequence, int]] | None:
+    def _admit(
+        self, request: Request, budget: int, allowance: PromptAllowance
+    ) -> list[tuple[Sequence, int]] | None:
         """Give a waiting request its cached prefix and the blocks for its first chunk,
         or change nothing and return None when the pool cannot take it now."""
         bm = self.block_manager
         for seq in request.seqs:
             bm.admit(seq, bm.match_prefix(seq))
-        plan = self._plan(request, budget)
+        plan = self._plan(request, budget, allowance)
         if plan and sum(bm.blocks_needed(s, n) for s, n in plan) <= bm.num_free_blocks:
             for seq, n in plan:
                 bm.allocate_slots(seq, n)

@@ -71,6 +71,31 @@ class StepBudget:
         return 1.0 / self.prefill_s_per_token if self.prefill_s_per_token else 0.0
 
 
+@dataclass(slots=True)
+class PromptAllowance:
+    """One step's prompt tokens under the time budget, while that step is planned.
+
+    ``Scheduler.schedule`` makes a fresh one per step and drops it when the step is
+    planned, so nothing of one step's plan carries into the next. The limit is worked out
+    (``count``: a pass over the decoding requests) at the step's first prompt chunk
+    only: a step of decodes never needs it."""
+
+    count: Callable[[], int | None]
+    left: int | None = None  # prompt tokens still allowed (None: no limit)
+    counted: bool = False
+
+    def cap(self, budget: int) -> int:
+        """``budget`` (the step's tokens left) cut to what a prompt chunk may take."""
+        if not self.counted:
+            self.left, self.counted = self.count(), True
+        return budget if self.left is None else min(budget, self.left)
+
+    def spend(self, num_new_tokens: int) -> None:
+        """A sequence got ``num_new_tokens`` in this step (a prompt chunk when more than one)."""
+        if self.left is not None and num_new_tokens > 1:
+            self.left = max(0, self.left - num_new_tokens)
+
+
 def _ewma(previous: float | None, sample: float) -> float:
     return sample if previous is None else (1 - EWMA) * previous + EWMA * sample
 

@@ -12,7 +12,8 @@
 - **Retention** (``retain(key, token_ids)`` / ``release(key)``): the full blocks of a
   marked prefix (an open conversation's history) wait in a second cached-free list
   that is evicted only when the first is empty; an evicted retained block is written
-  to the next tier with ``force`` (never dropped on the way down).
+  to the next tier with ``force`` (never dropped on the way down). The marks live in
+  ``inference.kv.retention``, which the tiers read too.
 - **Lower tiers** (``tiers``, optional): a registered block is written through to them,
   an evicted one handed down, and ``match_lower`` continues a prefix lookup past the
   pool's last hit; ``start_loads`` copies those blocks into fresh pool blocks
@@ -28,16 +29,16 @@
 
 from __future__ import annotations
 
-from array import array
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import xxhash
-
 from inference.engine.sequence import Sequence
 from inference.kv.block_stats import BlockStats
+from inference.kv.blocks import CachedBlock, PrefixBlocks
+from inference.kv.chain_hash import chain_hash, prefix_hashes, salted_parent
+from inference.kv.retention import Retention
 from inference.kv.salt import salt_hash as salt_hash  # re-exported: callers hash salts here
 
 if TYPE_CHECKING:
@@ -54,33 +55,9 @@ class Block:
     namespace: int = 0  # the salt's namespace id (0: unsalted, shared by everyone)
 
 
-def chain_hash(parent: int, token_ids: list[int]) -> int:
-    """Hash of a full block given its parent's hash, so equal hashes mean equal prefixes."""
-    return xxhash.xxh64_intdigest(parent.to_bytes(8, "little") + array("q", token_ids).tobytes())
-
-
-def salted_parent(hashes: list[int], i: int, salt: int = 0, salt_block: int = 0) -> int:
-    """What block ``i``'s hash chains from: salted where the salt starts, which salts
-    that block and, through the chain, every block after it."""
-    parent = hashes[i - 1] if i else 0
-    if salt and i == salt_block:
-        parent ^= salt
-    return parent
-
-
 def block_namespace(seq: Sequence, i: int) -> int:
     """The namespace of ``seq``'s block ``i``: its salt's, from the salted block on."""
     return seq.cache_namespace if seq.cache_salt and i >= seq.cache_salt_block else 0
-
-
-def prefix_hashes(token_ids: list[int], block_size: int, salt: int = 0, salt_block: int = 0) -> list[int]:
-    """The chained hashes of the full blocks of ``token_ids`` (salted as a sequence with
-    ``cache_salt == salt`` and ``cache_salt_block == salt_block`` would be)."""
-    hashes: list[int] = []
-    for i in range(len(token_ids) // block_size):
-        parent = salted_parent(hashes, i, salt, salt_block)
-        hashes.append(chain_hash(parent, token_ids[i * block_size : (i + 1) * block_size]))
-    return hashes
 
 
 class BlockManager:
@@ -90,10 +67,14 @@ class BlockManager:
         block_size: int,
         enable_prefix_caching: bool = True,
         tiers: TierStack | None = None,
+        retention: Retention | None = None,
     ) -> None:
+        """``tiers`` (the stack below the pool, if any) and ``retention`` (the registry those
+        tiers ask too; a private one by default) are this manager's for its lifetime."""
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.tiers = tiers
+        self.retention = retention if retention is not None else Retention()
         self.blocks = [Block(i) for i in range(num_blocks)]
         # Never-hashed free blocks (a stack: reuse is order-free) are handed out before
         # cached ones, so that a cached prefix survives as long as possible.
@@ -101,8 +82,6 @@ class BlockManager:
         self._cached_free: OrderedDict[int, None] = OrderedDict()  # oldest first
         self._retained_free: OrderedDict[int, None] = OrderedDict()  # cached-free and retained
         self._by_hash: dict[int, int] = {}
-        self._retain_counts: dict[int, int] = {}  # block hash -> retaining keys
-        self._retained_keys: dict[str, list[int]] = {}
         self._copies: list[tuple[int, int]] = []
         self.hit_tokens = 0
         self.queried_tokens = 0
@@ -118,12 +97,12 @@ class BlockManager:
 
     @property
     def num_retained_keys(self) -> int:
-        return len(self._retained_keys)
+        return self.retention.num_keys
 
     @property
     def num_retained_blocks(self) -> int:
         """Distinct block hashes some key retains (held in the pool or not)."""
-        return len(self._retain_counts)
+        return self.retention.num_hashes
 
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -176,11 +155,11 @@ class BlockManager:
             hits.append(block_id)
         return hits
 
-    def num_revived(self, hits: list[int]) -> int:
+    def num_revived(self, hits: Collection[int]) -> int:
         """How many of ``hits`` are currently free (taking them shrinks the free pool)."""
         return sum(1 for b in hits if self.blocks[b].ref_count == 0)
 
-    def admit(self, seq: Sequence, hits: list[int]) -> None:
+    def admit(self, seq: Sequence, hits: Collection[int]) -> None:
         """Give a sequence with no blocks the cached ``hits`` as its leading blocks."""
         assert not seq.block_table and seq.num_computed_tokens == 0
         for block_id in hits:
@@ -197,14 +176,14 @@ class BlockManager:
         if self.tiers is not None:
             self.tiers.counters.hit_tokens["pool"] += max(0, num_hit_tokens - num_loaded_tokens)
 
-    def registered_blocks(self, seq: Sequence) -> list[tuple[int, int, tuple[int, ...], int, int]]:
-        """(hash, parent hash, tokens, block id, namespace) of ``seq``'s blocks in the prefix cache."""
-        out = []
-        for block_id in seq.block_table[: seq.num_registered_blocks]:
-            block = self.blocks[block_id]
-            if block.hash is not None:
-                out.append((block.hash, block.parent_hash, block.token_ids, block_id, block.namespace))
-        return out
+    def registered_blocks(self, seq: Sequence) -> list[CachedBlock]:
+        """``seq``'s blocks in the prefix cache, in order."""
+        blocks = (self.blocks[b] for b in seq.block_table[: seq.num_registered_blocks])
+        return [
+            CachedBlock(b.hash, b.parent_hash, b.token_ids, b.block_id, b.namespace)
+            for b in blocks
+            if b.hash is not None
+        ]
 
     def register_full_blocks(self, seq: Sequence) -> None:
         """After a step: publish blocks that became full (and computed) to the cache."""
@@ -300,9 +279,8 @@ class BlockManager:
         Returns the number of blocks marked."""
         self.release(key)
         hashes = prefix_hashes(token_ids, self.block_size, salt, salt_block)
-        self._retained_keys[key] = hashes
+        self.retention.mark(key, hashes)
         for h in hashes:
-            self._retain_counts[h] = self._retain_counts.get(h, 0) + 1
             block_id = self._by_hash.get(h)
             if block_id is not None and block_id in self._cached_free:
                 del self._cached_free[block_id]
@@ -310,19 +288,14 @@ class BlockManager:
         return len(hashes)
 
     def release(self, key: str) -> None:
-        for h in self._retained_keys.pop(key, []):
-            count = self._retain_counts[h] - 1
-            if count:
-                self._retain_counts[h] = count
-                continue
-            del self._retain_counts[h]
+        for h in self.retention.unmark(key):
             block_id = self._by_hash.get(h)
             if block_id is not None and block_id in self._retained_free:
                 del self._retained_free[block_id]
                 self._cached_free[block_id] = None  # most recently used end
 
     def is_retained(self, block_hash: int) -> bool:
-        return block_hash in self._retain_counts
+        return self.retention.is_retained(block_hash)
 
     # ---- lower tiers ----------------------------------------------------------------
     def match_lower(self, seq: Sequence, start: int) -> list[str]:
@@ -344,7 +317,25 @@ class BlockManager:
             found.append(tier)
         return found
 
-    def start_loads(self, seq: Sequence, tiers: list[str]) -> None:
+    def prefix_to_load(self, seq: Sequence) -> PrefixBlocks | None:
+        """``seq``'s cached prefix when it continues in a lower tier and the tiers' cost model
+        says reading those blocks beats recomputing them; None otherwise."""
+        if self.tiers is None:
+            return None
+        hits = self.match_prefix(seq)
+        lower = self.match_lower(seq, len(hits))
+        if not lower or not self.tiers.worth_loading(lower):
+            return None
+        return PrefixBlocks(tuple(hits), tuple(lower), self.num_revived(hits))
+
+    def swap_out(self, seq: Sequence) -> bool:
+        """``seq`` is preempted: True when the tiers took its cached blocks (a swap; a lookup
+        finds them at re-admission), False when it is to be recomputed (the tiers' call)."""
+        return self.tiers is not None and self.tiers.swap_out(
+            self.registered_blocks(seq), seq.num_computed_tokens
+        )
+
+    def start_loads(self, seq: Sequence, tiers: Collection[str]) -> None:
         """Fresh pool blocks for the next ``len(tiers)`` blocks of ``seq`` (admitted with
         its pool hits), each filled from its tier; ``complete_loads`` finishes them."""
         assert self.tiers is not None and len(seq.block_table) * self.block_size == seq.num_computed_tokens
@@ -484,7 +475,7 @@ class BlockManager:
         if block.ref_count == 0:
             if block.hash is not None:
                 # Most recently freed: evicted last (in its list).
-                if block.hash in self._retain_counts:
+                if self.retention.is_retained(block.hash):
                     self._retained_free[block_id] = None
                 else:
                     self._cached_free[block_id] = None

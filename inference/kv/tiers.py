@@ -24,7 +24,9 @@ every tier):
 Cost model (``worth_loading``, ``prefer_swap``): moving a block costs its bytes over the
 tier's measured bandwidth; recomputing costs its tokens times the measured prefill time
 per token (an average over recent steps). Loading or swapping happens only when moving
-is cheaper.
+is cheaper. The policy is the stack's own: ``swap_out`` decides and writes for a
+preempted sequence, and the block manager offers a prefix for loading only when
+``worth_loading`` says so; the scheduler just acts on the answers.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 import torch
 
 from inference.kv.block_stats import BlockStats
+from inference.kv.blocks import CachedBlock
 from inference.kv.disk import DiskTier
 from inference.kv.host import HostTier
 
@@ -118,16 +121,32 @@ class TierStack:
         if disk is not None and not disk.contains(block_hash):
             disk.write(block_hash, parent, tokens, self.pool[block_id], force=retained, namespace=namespace)
 
-    def swap_out(self, blocks: list[tuple[int, int, tuple[int, ...], int, int]]) -> None:
-        """A preempted request's full blocks that no lower tier holds yet go down now
-        (forced: they are about to lose their only copy when the pool reuses them)."""
-        for block_hash, parent, tokens, block_id, namespace in blocks:
-            if self.find(block_hash, parent, tokens, namespace) is not None:
-                continue
+    def swap_out(self, blocks: list[CachedBlock], num_tokens: int) -> bool:
+        """A preempted sequence holding ``blocks`` (its cached blocks, ``num_tokens`` computed):
+        swap it (True) or leave it to be recomputed (False), by the cost model. Swapping
+        writes down the blocks no tier holds yet, forced (they are about to lose their only
+        copy when the pool reuses them); a lookup finds them again at re-admission."""
+        if not self.enabled:
+            return False
+        missing = [b for b in blocks if not self.holds(b)]
+        if not self.prefer_swap(len(blocks), len(missing), num_tokens):
+            return False
+        for block in missing:
             if self.host is not None:
-                self.host.store(block_hash, parent, tokens, block_id, namespace)
+                self.host.store(
+                    block.block_hash, block.parent_hash, block.token_ids, block.block_id, block.namespace
+                )
             elif (disk := self._disk()) is not None:
-                disk.write(block_hash, parent, tokens, self.pool[block_id], force=True, namespace=namespace)
+                data = self.pool[block.block_id]
+                disk.write(
+                    block.block_hash,
+                    block.parent_hash,
+                    block.token_ids,
+                    data,
+                    force=True,
+                    namespace=block.namespace,
+                )
+        return True
 
     def _host_evicted(
         self, block_hash: int, parent: int, tokens: tuple[int, ...], data: torch.Tensor, namespace: int
@@ -148,6 +167,9 @@ class TierStack:
         if disk is not None and disk.lookup(block_hash, parent, tokens, namespace):
             return "disk"
         return None
+
+    def holds(self, block: CachedBlock) -> bool:
+        return self.find(block.block_hash, block.parent_hash, block.token_ids, block.namespace) is not None
 
     def purge_namespace(self, namespace: int) -> None:
         """Drop ``namespace``'s blocks from the host tier and the disk (files deleted)."""

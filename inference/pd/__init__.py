@@ -15,20 +15,17 @@ import logging
 import torch
 
 from inference.config import EngineConfig
-from inference.kv.block_manager import BlockManager
 from inference.pd.affinity import pin, plan_affinity
 from inference.pd.messages import WorkerSpec
-from inference.pd.scheduler import DisaggregatedScheduler
 from inference.pd.workers import WorkerPool
 
 logger = logging.getLogger(__name__)
 
 
-def build_disaggregated_scheduler(
-    config: EngineConfig, block_manager: BlockManager, max_model_len: int
-) -> DisaggregatedScheduler:
-    """Pin this process to its cores, start the workers on theirs, and return the
-    scheduler that uses them."""
+def start_prefill_workers(config: EngineConfig) -> WorkerPool:
+    """Pin this process to its cores and start the workers on theirs (before the serving
+    engine allocates its pool, so each process is placed first); the engine then builds
+    its ``DisaggregatedScheduler`` with them."""
     if not config.enable_prefix_caching:
         raise ValueError("prefill workers need prefix caching: their blocks arrive as prefix-cache hits")
     engine_cpus, worker_cpus = plan_affinity(config.pd_affinity, config.prefill_workers)
@@ -42,12 +39,4 @@ def build_disaggregated_scheduler(
         sorted(engine_cpus) if engine_cpus else "all",
         [sorted(c) if c else "all" for c in worker_cpus],
     )
-    workers = WorkerPool(specs, config.pd_queue_size, config.pd_timeout_s)
-    return DisaggregatedScheduler(
-        block_manager,
-        config.max_num_batched_tokens,
-        config.max_num_seqs,
-        max_model_len,
-        workers=workers,
-        min_prompt_tokens=config.pd_min_prompt_tokens,
-    )
+    return WorkerPool(specs, config.pd_queue_size, config.pd_timeout_s)

@@ -26,7 +26,9 @@ import torch
 
 from inference.engine.scheduler import ScheduledBatch, Scheduler
 from inference.engine.sequence import Request, RequestStatus
-from inference.kv.block_manager import BlockManager, block_namespace, prefix_hashes, salted_parent
+from inference.engine.step_budget import StepBudget
+from inference.kv.block_manager import BlockManager, block_namespace
+from inference.kv.chain_hash import prefix_hashes, salted_parent
 from inference.pd.messages import PrefillDone, PrefillFailed, PrefillJob
 from inference.pd.transfer import MappedBlocks, discard
 from inference.pd.workers import WorkerPool
@@ -54,13 +56,19 @@ class DisaggregatedScheduler(Scheduler):
         max_num_seqs: int,
         max_model_len: int,
         *,
+        kv_cache: torch.Tensor,
         workers: WorkerPool,
         min_prompt_tokens: int,
+        step_budget: StepBudget | None = None,
     ) -> None:
-        super().__init__(block_manager, max_num_batched_tokens, max_num_seqs, max_model_len)
+        """``kv_cache`` is the pool the imported blocks are copied into; ``workers`` are
+        started already (``inference.pd.start_prefill_workers``)."""
+        super().__init__(
+            block_manager, max_num_batched_tokens, max_num_seqs, max_model_len, step_budget=step_budget
+        )
+        self.kv_cache = kv_cache
         self.workers = workers
         self.min_prompt_tokens = min_prompt_tokens
-        self.kv_cache: torch.Tensor | None = None  # the pool, set once the runner allocated it
         self.remote: dict[str, Request] = {}  # out at a worker
         self._imported: dict[str, Request] = {}  # blocks imported, retained until admitted
         self.first_tokens: OrderedDict[str, int] = OrderedDict()
@@ -144,7 +152,7 @@ class DisaggregatedScheduler(Scheduler):
         bs, n = bm.block_size, result.num_blocks
         started = time.monotonic()
         hashes = prefix_hashes(seq.token_ids[: n * bs], bs, seq.cache_salt, seq.cache_salt_block)
-        if hashes != result.block_hashes or seq.cache_private or self.kv_cache is None:
+        if hashes != result.block_hashes or seq.cache_private:
             discard(result.shm_name)
             self.transfer.fallbacks["mismatch"] += 1
             return
@@ -183,9 +191,6 @@ class DisaggregatedScheduler(Scheduler):
             self.block_manager.release(_key(request_id))
 
     # ---- life cycle and figures -----------------------------------------------------
-    def attach_pool(self, kv_cache: torch.Tensor) -> None:
-        self.kv_cache = kv_cache
-
     def close(self) -> None:
         self.workers.close()
 

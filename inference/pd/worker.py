@@ -26,7 +26,7 @@ import torch
 from inference.engine.llm_engine import LLMEngine
 from inference.engine.sequence import Request
 from inference.engine.sequence_factory import make_private
-from inference.kv.block_manager import prefix_hashes
+from inference.kv.chain_hash import prefix_hashes
 from inference.pd.affinity import pin
 from inference.pd.messages import (
     Abort,

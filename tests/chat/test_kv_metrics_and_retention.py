@@ -17,7 +17,8 @@ from conversations.chat.prompts import cache_salt_options
 from conversations.chat.retention import retention_key
 from conversations.models import Message
 from conversations.ops.engine_handle import aget_engine
-from inference.kv.block_manager import prefix_hashes, salt_hash
+from inference.kv.chain_hash import prefix_hashes
+from inference.kv.salt import salt_hash
 from tests.chat.conftest import Socket
 
 
@@ -142,7 +143,7 @@ async def test_an_open_conversation_is_retained_until_its_last_tab_closes(
     )
     thread, _ = await first.until("thread")
     await first.finished(thread["messages"][-1]["id"])
-    await until(lambda: key in bm._retained_keys)
+    await until(lambda: key in bm.retention.keys())
     # Opening the empty thread read nothing, and the answer was generated here: its prompt
     # and answer ids made the mark, with no history read either.
     assert reads == []
@@ -151,7 +152,7 @@ async def test_an_open_conversation_is_retained_until_its_last_tab_closes(
     await second.until("thread")
 
     # The retained blocks are exactly the leading full blocks of the next turn's prompt.
-    retained = list(bm._retained_keys[key])
+    retained = list(bm.retention.hashes(key))
     assert retained
     await first.send(type="send", conversation_id=conversation.pk, content="And their keepers?")
     thread, _ = await first.until("thread")
@@ -165,9 +166,9 @@ async def test_an_open_conversation_is_retained_until_its_last_tab_closes(
     assert answer["cached_tokens"] >= len(retained) * bm.block_size
     await first.close()
     await asyncio.sleep(0.2)
-    assert key in bm._retained_keys  # the second tab still shows it
+    assert key in bm.retention.keys()  # the second tab still shows it
     await second.close()
-    await until(lambda: key not in bm._retained_keys)
+    await until(lambda: key not in bm.retention.keys())
 
 
 async def until(condition, what: str = "retention did not change") -> None:
@@ -211,13 +212,13 @@ async def test_marks_made_for_other_processes_are_theirs_and_released_when_they_
     retention = ConversationRetention()
     retention.retain_for(conversation.pk, "process-b")
     retention.retain_for(conversation.pk, "process-c")
-    await until(lambda: {on_b, on_c} <= set(bm._retained_keys))
-    assert bm._retained_keys[on_b] and bm._retained_keys[on_b] == bm._retained_keys[on_c]
+    await until(lambda: {on_b, on_c} <= set(bm.retention.keys()))
+    assert bm.retention.hashes(on_b) and bm.retention.hashes(on_b) == bm.retention.hashes(on_c)
     retention.release_for(conversation.pk, "process-b")
-    await until(lambda: on_b not in bm._retained_keys)
-    assert on_c in bm._retained_keys  # C's tab still shows it
+    await until(lambda: on_b not in bm.retention.keys())
+    assert on_c in bm.retention.keys()  # C's tab still shows it
     retention.forget_processes({PROCESS_ID, "process-b"})  # C died without releasing
-    await until(lambda: on_c not in bm._retained_keys)
+    await until(lambda: on_c not in bm.retention.keys())
 
 
 @pytest.mark.django_db(transaction=True)

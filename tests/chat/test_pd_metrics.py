@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from django.contrib.auth import get_user_model
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -25,7 +26,13 @@ def staff_client(client, db):
 def _status_with_workers() -> dict:
     # A scheduler over a pool of no processes gives the real figures' shape.
     scheduler = DisaggregatedScheduler(
-        BlockManager(8, 16), 64, 4, 128, workers=WorkerPool([], 2, 60.0), min_prompt_tokens=256
+        BlockManager(8, 16),
+        64,
+        4,
+        128,
+        kv_cache=torch.zeros(8, 16),
+        workers=WorkerPool([], 2, 60.0),
+        min_prompt_tokens=256,
     )
     scheduler.transfer.bytes, scheduler.transfer.tokens, scheduler.transfer.seconds = 4096, 32, 0.002
     scheduler.transfer.fallbacks["error"] = 1

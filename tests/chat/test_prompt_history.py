@@ -187,7 +187,7 @@ async def test_prompts_are_built_off_the_shared_database_thread(make_user, make_
     answer, _ = await socket.finished(thread["messages"][-1]["id"])
     await socket.close()
     key = retention_key(conversation.pk)
-    retained = engine.engine.block_manager._retained_keys
+    retained = engine.engine.block_manager.retention.keys()
     for _ in range(200):  # the last tab left: the mark goes
         if key not in retained:
             break

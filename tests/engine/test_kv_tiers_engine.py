@@ -16,7 +16,7 @@ import pytest
 
 from inference.engine.llm_engine import LLMEngine
 from inference.engine.sequence import RequestStatus, Sequence
-from inference.kv.block_manager import prefix_hashes
+from inference.kv.chain_hash import prefix_hashes
 from inference.kv.disk_files import namespace_dir
 from inference.kv.salt import cache_salt
 from tests.engine.engine_fixtures import TinyModel, greedy, random_prompts, run_to_completion

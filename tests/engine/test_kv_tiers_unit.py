@@ -20,10 +20,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from inference.engine.scheduler import Scheduler
 from inference.engine.sequence import Request, RequestStatus, Sequence
-from inference.kv.block_manager import BlockManager, prefix_hashes
+from inference.kv.block_manager import BlockManager
+from inference.kv.chain_hash import prefix_hashes
 from inference.kv.disk import _HEADER, FINGERPRINT_FILE, DiskTier
 from inference.kv.disk_files import namespace_dir
 from inference.kv.host import HostTier
+from inference.kv.retention import Retention
 from inference.kv.salt import cache_salt
 from inference.kv.tiers import TierStack
 from inference.sampling.params import SamplingParams
@@ -356,13 +358,14 @@ class TierMachine(RuleBasedStateMachine):
 
         self.dir = Path(tempfile.mkdtemp(prefix="kv-tiers-"))
         self.pool = torch.zeros(10, *SHAPE, dtype=torch.float64)
-        self.disk = make_disk(self.dir, blocks=24, queue_blocks=6)
+        # Built as the engine builds them: the retention registry, the tiers, the block manager.
+        retention = Retention()
+        self.disk = make_disk(self.dir, blocks=24, queue_blocks=6, is_retained=retention.is_retained)
         nbytes = self.pool[0].numel() * 8
-        self.bm = BlockManager(10, BS)
-        host = HostTier(self.pool, 3 * nbytes, is_retained=self.bm.is_retained) if self.use_host else None
+        host = HostTier(self.pool, 3 * nbytes, is_retained=retention.is_retained) if self.use_host else None
         self.host = host
-        self.disk.is_retained = self.bm.is_retained
-        self.bm.tiers = TierStack(self.pool, BS, host=host, disk=self.disk)
+        tiers = TierStack(self.pool, BS, host=host, disk=self.disk)
+        self.bm = BlockManager(10, BS, tiers=tiers, retention=retention)
         self.running: list[Sequence] = []
         self.loading: list[Sequence] = []
         self.keys: set[str] = set()

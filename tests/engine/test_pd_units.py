@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from inference.engine.sequence import Sequence
-from inference.kv.block_manager import BlockManager, prefix_hashes, salted_parent
+from inference.kv.block_manager import BlockManager
+from inference.kv.chain_hash import prefix_hashes, salted_parent
 from inference.pd.affinity import parse_cpus, plan_affinity
 from inference.pd.transfer import MappedBlocks, discard, write_blocks
 
