@@ -58,6 +58,7 @@ from django.db import DatabaseError
 
 from conversations.chat import tree as tree_ops
 from conversations.chat.groups import broadcast, conversation_group, user_group
+from conversations.chat.lifecycle import settle_orphans
 from conversations.chat.manager import get_manager
 from conversations.chat.queries import (
     CreatedAnswer,
@@ -285,7 +286,7 @@ class ChatConsumer(RemoteAnswers, JsonSocketConsumer):
         for attempt in range(3):
             try:
                 refresh = attempt > 0 or not fresh
-                tree, data = loaded or await load_thread(self.conversation, live, liveness, refresh)
+                tree, data = loaded or await self._read_thread(live, liveness, refresh)
             except Conversation.DoesNotExist:
                 self.push({"type": "deleted", "conversation_id": self.conversation.pk})
                 return
@@ -314,6 +315,16 @@ class ChatConsumer(RemoteAnswers, JsonSocketConsumer):
                 await self._ask_snapshot(message["id"], owner, processes)
         self.push({"type": "thread", **data})
         return data
+
+    async def _read_thread(
+        self, live: set[int], liveness: cluster.Liveness, refresh: bool
+    ) -> tuple[tree_ops.Tree, dict]:
+        """The tree and the visible thread; the orphans it shows as interrupted are then
+        stored so (a read writes nothing: the lifecycle does)."""
+        read = await load_thread(self.conversation, live, liveness, refresh)
+        if read.orphans:
+            await settle_orphans(read.orphans)
+        return read.tree, read.thread
 
     async def _tree_changed(self) -> None:
         await self._send_thread()
@@ -352,7 +363,7 @@ class ChatConsumer(RemoteAnswers, JsonSocketConsumer):
         answer = created.row.answer
         request = handoff.Handoff(self.conversation.pk, self.user.pk, answer.pk)
         if created.owner == PROCESS_ID:
-            get_manager().start(**asdict(request), inputs=created.row.inputs)
+            get_manager().start_answer(**asdict(request), inputs=created.row.inputs)
         elif await handoff.forward(get_manager(), created.owner, created.processes, request, self.push):
             self.relayed[answer.pk] = Shown()
 
