@@ -6,7 +6,7 @@ the answer's task woken for each one through a queue and an async generator, sav
 event loop a task wake-up and a generator's resumption per streamed delta: with hundreds
 of answers streaming, a good part of what it spends per delta. The answer's task waits on
 ``done``: resolved once the request finished, once the answer is stopped
-(``Generation.stop_reason``), or with the engine's error.
+(``Answer.stop_reason``), or with the engine's error.
 """
 
 from __future__ import annotations
@@ -14,7 +14,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
+
+from conversations.chat.records import Answer
+
+if TYPE_CHECKING:
+    from inference import StreamDelta
 
 
 class AnswerDeltas:
@@ -23,9 +28,13 @@ class AnswerDeltas:
     __slots__ = ("gen", "timing", "emit", "poke", "done", "request_finished")
 
     def __init__(
-        self, gen: Any, timing: dict[str, float], emit: Callable[[int, dict], None], poke: Callable[[], None]
+        self,
+        gen: Answer,
+        timing: dict[str, float],
+        emit: Callable[[int, dict], None],
+        poke: Callable[[], None],
     ) -> None:
-        """``gen``: the ``Generation``; ``timing`` gets ``first_token``; ``emit(conversation
+        """``gen``: the answer's record; ``timing`` gets ``first_token``; ``emit(conversation
         id, event)`` fans an event out to the conversation's tabs; ``poke()`` tells the relay
         there is new text."""
         self.gen, self.timing, self.emit, self.poke = gen, timing, emit, poke
@@ -33,7 +42,7 @@ class AnswerDeltas:
         # The engine sent the request's last delta (or its failure): nothing to abort.
         self.request_finished = False
 
-    def put_nowait(self, item: Any) -> None:
+    def put_nowait(self, item: StreamDelta | BaseException) -> None:
         if self.done.done():  # stopped: what the engine still had in flight is dropped
             return
         if isinstance(item, BaseException):
@@ -45,7 +54,7 @@ class AnswerDeltas:
         except Exception as exc:  # fails the answer, as an error in its task would
             self.done.set_exception(exc)
 
-    def _add(self, delta: Any) -> None:
+    def _add(self, delta: StreamDelta) -> None:
         gen = self.gen
         if "first_token" not in self.timing and (delta.token_ids or delta.text):
             self.timing["first_token"] = time.monotonic()

@@ -1,4 +1,4 @@
-"""A live answer's database rows: its inputs, its partial saves, and orphans.
+"""A live answer's database rows: its inputs, its partial saves, the fence.
 
 Each step is synchronous Django ORM code; the async ones are wrapped with
 ``conversations.ops.db_thread.db_call`` for the generation manager's tasks.
@@ -12,15 +12,14 @@ back by the tab's process: then its writes match no row, and it stops that answe
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import Any
+from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from conversations.cluster import registry as cluster
+from conversations.chat.thread_dicts import message_dict
 from conversations.cluster.registry import PROCESS_ID
 from conversations.models import Message
 from conversations.ops.db_thread import db_call
@@ -43,20 +42,20 @@ _owned = PreparedUpdate(
 
 
 @db_call
-def update_message(message_id: int, **fields: Any) -> int:
+def update_message(message_id: int, **fields: object) -> int:
     """Write a live answer's row if this process still owns it (the fence); 0 if not (it
     was failed over, taken back, finished or deleted)."""
     fields.setdefault("updated_at", timezone.now())
     return _owned(message_id, PROCESS_ID, **fields)
 
 
-def _write_owned(message_id: int, fields: dict[str, Any], now: Any) -> int:
+def _write_owned(message_id: int, fields: dict[str, object], now: datetime) -> int:
     """One live answer's row behind the fence, touched at ``now`` (unless ``fields`` say)."""
     return _owned(message_id, PROCESS_ID, **{"updated_at": now, **fields})
 
 
 @db_call
-def save_partials(rows: list[tuple[int, dict[str, Any]]]) -> set[int]:
+def save_partials(rows: list[tuple[int, dict[str, object]]]) -> set[int]:
     """Write several live answers' rows, ``(message id, fields)``, in one transaction, each
     behind the fence; the ids of those this process no longer owns (nothing written)."""
     now = timezone.now()
@@ -65,7 +64,7 @@ def save_partials(rows: list[tuple[int, dict[str, Any]]]) -> set[int]:
 
 
 @db_call
-def save_finals(rows: list[tuple[int, dict[str, Any]]]) -> list[int | Exception]:
+def save_finals(rows: list[tuple[int, dict[str, object]]]) -> list[int | Exception]:
     """Several answers' final saves, ``(message id, fields)``, each behind the fence, in one
     transaction: per row, the rows it wrote (0: fenced). Should that transaction fail, each
     row is written in one of its own, and a row that fails alone gets its error."""
@@ -105,8 +104,6 @@ def take_over(message_id: int, previous_owner: str) -> bool:
 @db_call
 def stored_message(message_id: int) -> dict | None:
     """The row as stored, as the tabs get it; None if it is gone."""
-    from conversations.chat.tree import message_dict
-
     message = Message.objects.defer("token_ids").filter(pk=message_id).first()
     return None if message is None else message_dict(message)
 
@@ -116,31 +113,3 @@ def store_user_segment(message_id: int, ids: list[int], fingerprint: str) -> Non
     """Store a user message's segment unless it holds one made by the same tokenizer."""
     unusable = Q(token_ids__isnull=True) | ~Q(token_fingerprint=fingerprint)
     Message.objects.filter(unusable, pk=message_id).update(token_ids=ids, token_fingerprint=fingerprint)
-
-
-def mark_orphans_interrupted(
-    messages: list[Message], live_ids: set[int], liveness: cluster.Liveness | None = None
-) -> None:
-    """Synchronous: ``streaming`` messages left by a process that died are stored and shown
-    as interrupted: those whose owner is dead, and those of this process (or of no recorded
-    owner) that no generation here runs and nobody saved lately."""
-    cutoff = timezone.now() - timedelta(seconds=stale_after())
-    liveness = liveness or cluster.Liveness({PROCESS_ID})
-
-    def orphaned(m: Message) -> bool:
-        if m.status != Message.Status.STREAMING or m.pk in live_ids:
-            return False
-        if liveness.is_dead(m.owner_process):
-            return True
-        if m.owner_process and m.owner_process != PROCESS_ID:
-            return False
-        return bool(m.updated_at and m.updated_at < cutoff)
-
-    orphans = [m for m in messages if orphaned(m)]
-    if not orphans:
-        return
-    Message.objects.filter(pk__in=[m.pk for m in orphans], status=Message.Status.STREAMING).update(
-        status=Message.Status.INTERRUPTED, finish_reason="abort"
-    )
-    for m in orphans:
-        m.status, m.finish_reason = Message.Status.INTERRUPTED, "abort"

@@ -7,17 +7,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
 
 from django.conf import settings
 
 from conversations.chat.answer_rows import HEARTBEAT_SECONDS, save_partials
 from conversations.chat.groups import broadcast, conversation_group
+from conversations.chat.records import Answer, Emitter, LiveNode, StopReason
 from conversations.cluster import registry as cluster
-
-# The manager and its Generation records (conversations.chat.answers, which imports this module).
-GenerationManager = Any
-Generation = Any
 
 log = logging.getLogger(__name__)
 
@@ -32,29 +29,28 @@ RELAY_TICK_SECONDS = 1.0
 
 
 class AnswersTask:
-    """One task that works for every live answer of a manager it was given: it starts with
-    the first, and ends when none is left (``_run`` loops while ``live``)."""
+    """One task that works for every live answer given it: it starts with the first, and
+    ends when none is left (``_run`` loops while ``live``)."""
 
     name = ""
 
-    def __init__(self, manager: GenerationManager) -> None:
-        self.manager = manager
-        self.live: dict[int, Generation] = {}
+    def __init__(self) -> None:
+        self.live: dict[int, LiveNode] = {}
         self.task: asyncio.Task | None = None
 
-    def add(self, gen: Generation) -> None:
+    def add(self, gen: LiveNode) -> None:
         self.live[gen.message_id] = gen
         self.track(gen)
         if self.task is None or self.task.done():
             self.task = asyncio.get_running_loop().create_task(self._run(), name=self.name)
 
-    def discard(self, gen: Generation) -> None:
+    def discard(self, gen: LiveNode) -> None:
         """``gen`` is done: nothing more for it."""
         if self.live.get(gen.message_id) is gen:
             del self.live[gen.message_id]
             self.untrack(gen.message_id)
 
-    def track(self, gen: Generation) -> None:
+    def track(self, gen: LiveNode) -> None:
         """This task's own record of a new answer."""
 
     def untrack(self, message_id: int) -> None:
@@ -73,13 +69,14 @@ class Relays(AnswersTask):
 
     name = "relays"
 
-    def __init__(self, manager: GenerationManager) -> None:
-        super().__init__(manager)
+    def __init__(self, tabs: Emitter) -> None:
+        super().__init__()
+        self.tabs = tabs  # this process's tabs
         self.signalled: dict[int, float] = {}  # message id -> monotonic time of its last piece or heartbeat
         self.wake = asyncio.Event()
         self.relaying = False  # several processes (read as each answer starts)
 
-    def track(self, gen: Generation) -> None:
+    def track(self, gen: LiveNode) -> None:
         self.relaying = cluster.enabled()
         self.signalled[gen.message_id] = time.monotonic()
 
@@ -127,9 +124,9 @@ class Relays(AnswersTask):
                 log.warning("relay failed", exc_info=failure)
         return relaying and bool(sends)
 
-    async def _heartbeat(self, gen: Generation, relaying: bool) -> None:
+    async def _heartbeat(self, gen: LiveNode, relaying: bool) -> None:
         event = {"type": "heartbeat", "conversation_id": gen.conversation_id, "message_id": gen.message_id}
-        self.manager._emit(gen.conversation_id, event)
+        self.tabs.emit(gen.conversation_id, event)
         if relaying:
             await broadcast(
                 conversation_group(gen.conversation_id),
@@ -140,7 +137,7 @@ class Relays(AnswersTask):
             )
 
 
-async def relay_piece(gen: Generation) -> None:
+async def relay_piece(gen: LiveNode) -> None:
     """The text and reasoning not yet sent, as one group ``delta``: each part with the
     offset it starts at, so a tab elsewhere can tell a repeat from a gap."""
     if not unrelayed(gen):
@@ -168,12 +165,13 @@ class PartialSaves(AnswersTask):
 
     name = "partial-saves"
 
-    def __init__(self, manager: GenerationManager) -> None:
-        super().__init__(manager)
+    def __init__(self, stop: Callable[[int, str], bool]) -> None:
+        super().__init__()
+        self.stop = stop  # the manager's: a fenced answer stops
         # message id -> (tokens saved, monotonic time of the last save)
         self.saved: dict[int, tuple[int, float]] = {}
 
-    def track(self, gen: Generation) -> None:
+    def track(self, gen: LiveNode) -> None:
         self.saved[gen.message_id] = (0, time.monotonic())
 
     def untrack(self, message_id: int) -> None:
@@ -189,7 +187,7 @@ class PartialSaves(AnswersTask):
 
     async def save_due(self) -> None:
         now = time.monotonic()
-        due: list[tuple[Generation, int]] = []
+        due: list[tuple[Answer, int]] = []
         for message_id, gen in self.live.items():
             count, last = self.saved[message_id]
             if not gen.done.is_set() and (len(gen.token_ids) != count or now - last >= HEARTBEAT_SECONDS):
@@ -203,12 +201,12 @@ class PartialSaves(AnswersTask):
                 # Deleted, failed over or taken back: not this process's any more (unless
                 # it finished meanwhile, its final save already written).
                 if not gen.done.is_set():
-                    self.manager.stop(gen.message_id, "fenced")
+                    self.stop(gen.message_id, StopReason.FENCED)
             elif gen.message_id in self.saved:
                 self.saved[gen.message_id] = (count, now)
 
 
-def partial_fields(gen: Generation, count: int) -> dict[str, Any]:
+def partial_fields(gen: Answer, count: int) -> dict[str, object]:
     return {
         "content": gen.text,
         "reasoning": gen.reasoning.text,
@@ -219,5 +217,5 @@ def partial_fields(gen: Generation, count: int) -> dict[str, Any]:
     }
 
 
-def unrelayed(gen: Generation) -> bool:
+def unrelayed(gen: LiveNode) -> bool:
     return len(gen.text) > gen.relayed or len(gen.reasoning.text) > gen.relayed_reasoning

@@ -20,6 +20,9 @@ conversation:
   (final saves close together in one call: ``conversations.chat.final_saves``).
 - **The fence.** A write that matches no row this process owns (``answer_rows``) stops the
   answer (``fenced``) without another write or group event.
+- **The lifecycle.** The records are typed (``conversations.chat.records``: an ``Answer``, a
+  ``ToolRun``); every move of one, and every write of a row's status, goes through
+  ``conversations.chat.lifecycle``.
 - **Other processes.** With several processes (``conversations.cluster.registry``) each live answer
   has one owner, recorded in ``Message.owner_process``. The owner's relay task sends the
   new text and reasoning to the conversation's group at most ``RELAY_HZ`` times a second,
@@ -40,14 +43,14 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Protocol
 
 from django.conf import settings
 
-from conversations.chat import titles, tool_loop
+from conversations.chat import lifecycle, titles, tool_loop
 from conversations.chat.answer_deltas import AnswerDeltas
-from conversations.chat.answer_rows import store_user_segment, stored_message
+from conversations.chat.answer_rows import store_user_segment
 from conversations.chat.answer_tasks import (
     RELAY_HZ,
     STREAM_HEARTBEAT_SECONDS,
@@ -56,14 +59,16 @@ from conversations.chat.answer_tasks import (
     relay_piece,
 )
 from conversations.chat.final_saves import FinalSaves
-from conversations.chat.groups import broadcast, conversation_group
 from conversations.chat.prompt_history import answer_prompt
 from conversations.chat.prompts import cache_salt_options, engine_options
-from conversations.chat.reasoning import Reasoning
+from conversations.chat.records import Answer, LiveNode, StopReason, ToolRun, ToolStep
 from conversations.chat.retention import get_retention
 from conversations.cluster import registry as cluster
 from conversations.models import Message
 from conversations.ops.engine_handle import EngineLoadError, aget_engine
+
+if TYPE_CHECKING:
+    from conversations.chat.prompt_history import AnswerInputs
 
 log = logging.getLogger(__name__)
 
@@ -75,52 +80,16 @@ class Watcher(Protocol):
         """Take an event without blocking (a consumer queues it for its socket)."""
 
 
-@dataclass(eq=False)
-class Generation:
-    message_id: int
-    conversation_id: int
-    owner_id: int
-    request_id: str
-    text: str = ""
-    reasoning: Reasoning = field(default_factory=Reasoning)
-    token_ids: list[int] = field(default_factory=list)
-    # "user" | "grace" | "deleted" | "shutdown" | "fenced" (not ours any more)
-    stop_reason: str | None = None
-    finish_reason: str | None = None
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    dropped: int = 0
-    fingerprint: str = ""  # the tokenizer's, stored with the answer's ids
-    # The prompt's ids where the next turn's prompt starts with them and then the answer's
-    # (see ``_next_turn_prefix``), with its cache options: for KV retention.
-    prompt_ids: list[int] | None = None
-    cache_options: dict[str, Any] = field(default_factory=dict)
-    task: asyncio.Task | None = None
-    grace_handle: asyncio.TimerHandle | None = None
-    engine: Any = None
-    relayed: int = 0  # characters of text sent to the group so far
-    relayed_reasoning: int = 0  # ... of reasoning
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    # The tool loop (conversations.chat.tool_loop): a ``tool`` node's step; an answer's
-    # tool format and offer, and the calls it ended with.
-    tool: Any = None
-    tools: Any = None
-    tool_calls: list[dict] | None = None
-    # Its prompt's first read, made where the answer was created (``answer_inputs_from_tree``).
-    inputs: Any = None
-    start_fields: dict[str, Any] = field(default_factory=dict)  # the prompt's counts, the model
-
-
 class GenerationManager:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.generations: dict[int, Generation] = {}
-        # conversation id -> its live generations (message id -> Generation), as ``generations``
-        self._by_conversation: dict[int, dict[int, Generation]] = defaultdict(dict)
+        self.generations: dict[int, Answer | ToolRun] = {}
+        # conversation id -> its live generations (message id -> its record), as ``generations``
+        self._by_conversation: dict[int, dict[int, Answer | ToolRun]] = defaultdict(dict)
         self.watchers: dict[int, set[Watcher]] = defaultdict(set)
         self.background: set[asyncio.Task] = set()
         self.process_tasks: list[asyncio.Task] = []  # conversations.cluster.process_loop, if started
-        self.partials = PartialSaves(self)
+        self.partials = PartialSaves(self.stop)
         self.final_saves = FinalSaves()
         self.relays = Relays(self)
 
@@ -140,7 +109,7 @@ class GenerationManager:
             for gen in self.live_in(conversation_id):
                 self.check_grace(gen)
 
-    def check_grace(self, gen: Generation) -> None:
+    def check_grace(self, gen: LiveNode) -> None:
         """With no tab here, run the grace period unless a tab in another process shows the
         conversation (asked of Redis; the process loop repeats this every few seconds)."""
         if self.watcher_count(gen.conversation_id):
@@ -153,7 +122,7 @@ class GenerationManager:
             self.background.add(task)  # held until done: the loop keeps only weak references
             task.add_done_callback(self.background.discard)
 
-    async def _check_remote_watchers(self, gen: Generation) -> None:
+    async def _check_remote_watchers(self, gen: LiveNode) -> None:
         try:
             elsewhere = await cluster.watched_elsewhere(gen.conversation_id)
         except Exception:
@@ -169,7 +138,7 @@ class GenerationManager:
     def watcher_count(self, conversation_id: int) -> int:
         return len(self.watchers.get(conversation_id, ()))
 
-    def _emit(self, conversation_id: int, event: dict) -> None:
+    def emit(self, conversation_id: int, event: dict) -> None:
         for watcher in list(self.watchers.get(conversation_id, ())):
             try:
                 watcher.push(event)
@@ -177,11 +146,11 @@ class GenerationManager:
                 log.exception("a watcher refused an event")
 
     # Queries -----------------------------------------------------------------------
-    def live_in(self, conversation_id: int) -> list[Generation]:
+    def live_in(self, conversation_id: int) -> list[Answer | ToolRun]:
         live = self._by_conversation.get(conversation_id)
         return list(live.values()) if live else []
 
-    def get(self, message_id: int) -> Generation | None:
+    def get(self, message_id: int) -> Answer | ToolRun | None:
         return self.generations.get(message_id)
 
     def live_reasoning(self, message_id: int) -> str | None:
@@ -193,146 +162,133 @@ class GenerationManager:
         return gen.text if gen is not None else None
 
     # Control -----------------------------------------------------------------------
-    def start(
-        self, *, conversation_id: int, owner_id: int, message_id: int, tool: Any = None, inputs: Any = None
-    ) -> Generation:
-        """Generate the answer ``message_id`` (a ``streaming`` row already in the tree), or
-        with ``tool`` (a ``tool_loop.ToolStep``) work on the ``tool`` node ``message_id``.
+    def start_answer(
+        self, *, conversation_id: int, owner_id: int, message_id: int, inputs: AnswerInputs | None = None
+    ) -> Answer:
+        """Generate the answer ``message_id`` (a ``streaming`` row already in the tree).
         ``inputs``: the prompt's first read, if its creation made it."""
-        if message_id in self.generations:
-            return self.generations[message_id]
-        gen = Generation(
-            message_id=message_id,
-            conversation_id=conversation_id,
-            owner_id=owner_id,
-            request_id=f"chat-{message_id}-{uuid.uuid4().hex[:8]}",
-            tool=tool,
-            inputs=inputs,
-        )
-        self.generations[message_id] = gen
-        self._by_conversation[conversation_id][message_id] = gen
-        gen.task = self.loop.create_task(self._run(gen), name=gen.request_id)
-        self.relays.add(gen)
-        if not self.watcher_count(conversation_id):
-            self.check_grace(gen)
-        return gen
+        live = self.generations.get(message_id)
+        if isinstance(live, Answer):
+            return live
+        answer = Answer(message_id, conversation_id, owner_id, f"chat-{message_id}-{uuid.uuid4().hex[:8]}")
+        self._add(answer, self._run_answer(answer, inputs))
+        return answer
 
-    def stop(self, message_id: int, reason: str = "user") -> bool:
+    def start_tool_step(
+        self, *, conversation_id: int, owner_id: int, message_id: int, step: ToolStep
+    ) -> ToolRun:
+        """Work on the ``tool`` node ``message_id`` (a ``streaming`` row already in the tree)."""
+        live = self.generations.get(message_id)
+        if isinstance(live, ToolRun):
+            return live
+        run = ToolRun(
+            message_id, conversation_id, owner_id, f"tool-{message_id}-{uuid.uuid4().hex[:8]}", step=step
+        )
+        lifecycle.start_tool_step(run)
+        self._add(run, tool_loop.run_step(self, run))
+        return run
+
+    def _add(self, node: Answer | ToolRun, work: Coroutine[object, object, None]) -> None:
+        self.generations[node.message_id] = node
+        self._by_conversation[node.conversation_id][node.message_id] = node
+        node.task = self.loop.create_task(work, name=node.request_id)
+        self.relays.add(node)
+        if not self.watcher_count(node.conversation_id):
+            self.check_grace(node)
+
+    def stop(self, message_id: int, reason: str = StopReason.USER) -> bool:
         """Abort the answer (the engine frees it within a step); the text so far is kept."""
-        gen = self.generations.get(message_id)
-        if gen is None:
+        node = self.generations.get(message_id)
+        if node is None:
             return False
-        if gen.stop_reason is None:
-            gen.stop_reason = reason
-        self._cancel_grace(gen)
-        if gen.tool is not None:
-            tool_loop.stop_step(gen)
+        if node.stop_reason is None:
+            node.stop_reason = reason
+        self._cancel_grace(node)
+        if isinstance(node, ToolRun):
+            tool_loop.stop_step(node)
             return True
-        if gen.engine is not None:
+        if node.engine is not None:
             try:
-                gen.engine.abort(gen.request_id)
+                node.engine.abort(node.request_id)
             except Exception:
                 log.exception("engine.abort failed")
         # Should the engine never answer, stop waiting for it.
-        self.loop.call_later(STOP_FALLBACK_SECONDS, self._force_cancel, gen)
+        self.loop.call_later(STOP_FALLBACK_SECONDS, self._force_cancel, node)
         return True
 
     def decide(self, message_id: int, approved: bool) -> bool:
         """Approve or deny the call of ``tool`` node ``message_id``; False if none waits here."""
         return tool_loop.decide(self, message_id, approved)
 
-    def forget(self, gen: Generation) -> None:
-        """``gen`` is done (its final save was made): no longer live here."""
-        gen.done.set()
-        self._drop(gen)
-        self._cancel_grace(gen)
-        self.relays.discard(gen)
+    def forget(self, node: LiveNode) -> None:
+        """``node`` is done (its final save was made): no longer live here."""
+        node.done.set()
+        self._drop(node)
+        self._cancel_grace(node)
+        self.relays.discard(node)
 
-    def _drop(self, gen: Generation) -> None:
-        if self.generations.get(gen.message_id) is gen:
-            del self.generations[gen.message_id]
-        live = self._by_conversation.get(gen.conversation_id)
-        if live is not None and live.get(gen.message_id) is gen:
-            del live[gen.message_id]
+    def _drop(self, node: LiveNode) -> None:
+        if self.generations.get(node.message_id) is node:
+            del self.generations[node.message_id]
+        live = self._by_conversation.get(node.conversation_id)
+        if live is not None and live.get(node.message_id) is node:
+            del live[node.message_id]
             if not live:
-                del self._by_conversation[gen.conversation_id]
+                del self._by_conversation[node.conversation_id]
 
-    def stop_conversation(self, conversation_id: int, reason: str = "deleted") -> None:
-        for gen in self.live_in(conversation_id):
-            self.stop(gen.message_id, reason)
+    def stop_conversation(self, conversation_id: int, reason: str = StopReason.DELETED) -> None:
+        for node in self.live_in(conversation_id):
+            self.stop(node.message_id, reason)
 
-    def _force_cancel(self, gen: Generation) -> None:
-        if gen.task is not None and not gen.task.done() and not gen.done.is_set():
-            gen.task.cancel()
+    def _force_cancel(self, node: LiveNode) -> None:
+        if node.task is not None and not node.task.done() and not node.done.is_set():
+            node.task.cancel()
 
-    def _schedule_grace(self, gen: Generation) -> None:
-        self._cancel_grace(gen)
-        gen.grace_handle = self.loop.call_later(
-            settings.GENERATION_GRACE_SECONDS, self.stop, gen.message_id, "grace"
+    def _schedule_grace(self, node: LiveNode) -> None:
+        self._cancel_grace(node)
+        node.grace_handle = self.loop.call_later(
+            settings.GENERATION_GRACE_SECONDS, self.stop, node.message_id, StopReason.GRACE
         )
 
-    def _cancel_grace(self, gen: Generation) -> None:
-        if gen.grace_handle is not None:
-            gen.grace_handle.cancel()
-            gen.grace_handle = None
+    def _cancel_grace(self, node: LiveNode) -> None:
+        if node.grace_handle is not None:
+            node.grace_handle.cancel()
+            node.grace_handle = None
 
     # The task ----------------------------------------------------------------------
-    async def _run(self, gen: Generation) -> None:
-        from inference import EngineOverloadedError, InvalidPromptError, PromptTooLongError
-
-        if gen.tool is not None:
-            await tool_loop.run_step(self, gen)
-            return
+    async def _run_answer(self, answer: Answer, inputs: AnswerInputs | None) -> None:
         error = ""
         timing: dict[str, float] = {"started": time.monotonic()}
         try:
-            await self._generate(gen, timing)
+            await self._generate(answer, timing, inputs)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
-            gen.stop_reason = gen.stop_reason or "cancelled"
-        except PromptTooLongError as exc:
-            error = (
-                f"This message is too long for the model: the prompt needs {exc.num_tokens} tokens "
-                f"and the context has room for {exc.limit}. Shorten it or start a new chat."
-            )
-        except InvalidPromptError as exc:
-            # Token ids stored under another model (ENGINE_MODEL changed): this answer fails, no other.
-            error = (
-                f"This conversation holds a token the current model does not know ({exc.token_id}; "
-                f"its vocabulary has {exc.vocab_size}), probably from an earlier model. Start a new chat."
-            )
-        except EngineLoadError as exc:
-            error = f"The model is not available: {exc}."
-        except EngineOverloadedError:
-            error = "The server is busy (too many answers are waiting). Please try again in a moment."
-        except ValueError as exc:
-            error = f"These settings cannot be used: {exc}."
+            answer.stop_reason = answer.stop_reason or StopReason.CANCELLED
         except Exception as exc:
-            if gen.stop_reason != "shutdown":  # then the engine, stopping too, fails the request
-                log.exception("generation %s failed", gen.request_id)
-                error = f"The answer failed: {type(exc).__name__}: {exc}"
+            error = failure_text(exc, answer)
         finally:
-            gen.done.set()
-            self.partials.discard(gen)
-        await self._finish(gen, error, timing)
+            answer.done.set()
+            self.partials.discard(answer)
+        await self._finish(answer, error, timing)
         if not error:
-            await tool_loop.after_answer(self, gen)
+            await tool_loop.after_answer(self, answer)
 
-    async def _generate(self, gen: Generation, timing: dict[str, float]) -> None:
-        """Build the prompt and stream the answer into ``gen``, saved now and then."""
+    async def _generate(self, answer: Answer, timing: dict[str, float], inputs: AnswerInputs | None) -> None:
+        """Build the prompt and stream the answer into ``answer``, saved now and then."""
         from inference import SamplingParams
 
-        engine = gen.engine = await aget_engine()
+        engine = answer.engine = await aget_engine()
         # Built off the database thread, with the tools if the conversation has them on.
-        prompt = await answer_prompt(gen.message_id, engine, tool_loop.prompt_tools(gen), gen.inputs)
-        gen.inputs = None
+        tools_for = tool_loop.PromptTools(answer.owner_id)
+        prompt = await answer_prompt(answer.message_id, engine, tools_for, inputs)
+        answer.tools = tools_for.chosen
         if prompt is None:
-            gen.stop_reason = gen.stop_reason or "deleted"
+            answer.stop_reason = answer.stop_reason or StopReason.DELETED
             return
         conversation, history, plan = prompt.conversation, prompt.history.messages, prompt.plan
-        gen.fingerprint = prompt.fingerprint
+        answer.fingerprint = prompt.fingerprint
         params = SamplingParams(
             temperature=conversation.temperature,
             top_p=conversation.top_p,
@@ -340,123 +296,126 @@ class GenerationManager:
             max_tokens=plan.max_tokens,
             separate_reasoning=True,
         )
-        gen.prompt_tokens, gen.dropped = len(plan.token_ids), plan.dropped
+        answer.prompt_tokens, answer.dropped = len(plan.token_ids), plan.dropped
         if plan.exact and not plan.dropped:
-            gen.prompt_ids = plan.token_ids
-        gen.cache_options = cache_salt_options(gen.owner_id, plan.shared_prefix_tokens)
+            answer.prompt_ids = plan.token_ids
+        answer.cache_options = cache_salt_options(answer.owner_id, plan.shared_prefix_tokens)
         if plan.user_segment and history:
-            await store_user_segment(history[-1]["id"], plan.user_segment, gen.fingerprint)
+            await store_user_segment(history[-1]["id"], plan.user_segment, answer.fingerprint)
         # Written with every save of the row (no write of their own): a row this process no
         # longer owns stops the answer at its first partial save.
-        gen.start_fields = {
-            "prompt_tokens": gen.prompt_tokens,
+        answer.start_fields = {
+            "prompt_tokens": answer.prompt_tokens,
             "context_dropped": plan.dropped,
             "model_name": engine.model_name[:200],
         }
-        if gen.stop_reason:
+        if answer.stop_reason:
             return
         started = {
-            "message_id": gen.message_id,
+            "message_id": answer.message_id,
             "context_dropped": plan.dropped,
-            "prompt_tokens": gen.prompt_tokens,
+            "prompt_tokens": answer.prompt_tokens,
         }
-        self._emit(
-            gen.conversation_id, {"type": "started", "conversation_id": gen.conversation_id, **started}
-        )
-        await broadcast(conversation_group(gen.conversation_id), "started", **started)
-        self.partials.add(gen)
-        options = engine_options(gen.owner_id, plan, gen.cache_options)
-        deltas = AnswerDeltas(gen, timing, self._emit, self.relays.poke)
-        engine.submit(plan.token_ids, params, deltas, gen.request_id, **options)
+        await lifecycle.start_streaming(self, answer, started)
+        self.partials.add(answer)
+        options = engine_options(answer.owner_id, plan, answer.cache_options)
+        deltas = AnswerDeltas(answer, timing, self.emit, self.relays.poke)
+        engine.submit(plan.token_ids, params, deltas, answer.request_id, **options)
         try:
             await deltas.done
         finally:
             deltas.close()
             if not deltas.request_finished:
-                engine.abort(gen.request_id)
-        tool_loop.split_calls(gen)
+                engine.abort(answer.request_id)
+        tool_loop.split_calls(answer)
 
-    async def _finish(self, gen: Generation, error: str, timing: dict[str, float]) -> None:
-        """The final save, then the news to the watchers and the group."""
+    async def _finish(self, answer: Answer, error: str, timing: dict[str, float]) -> None:
+        """The final save, then the news to the watchers and the group (``lifecycle``)."""
         now = time.monotonic()
-        if error:
-            status = Message.Status.ERROR
-        elif gen.stop_reason or gen.finish_reason in (None, "abort"):
-            status = Message.Status.INTERRUPTED
-        else:
-            status = Message.Status.COMPLETE
-        if status == Message.Status.ERROR:
-            finish_reason = "error"
-        else:
-            finish_reason = gen.finish_reason or ("abort" if status == Message.Status.INTERRUPTED else "")
         first = timing.get("first_token")
-        count = len(gen.token_ids)
+        count = len(answer.token_ids)
         fields = {
-            "content": gen.text,
-            **gen.reasoning.message_fields(now),
-            "status": status,
-            "finish_reason": finish_reason,
-            "error": error,
+            "content": answer.text,
+            **answer.reasoning.message_fields(now),
             "completion_tokens": count,
-            "cached_tokens": gen.cached_tokens,
+            "cached_tokens": answer.cached_tokens,
             "time_to_first_token_ms": (first - timing["started"]) * 1000 if first else None,
             "tokens_per_s": count / (now - first) if first and count > 1 and now > first else None,
-            **tool_loop.answer_fields(gen),
+            **tool_loop.answer_fields(answer),
         }
-        written = None  # rows the final save matched; 0: fenced
-        try:
-            if gen.stop_reason != "deleted":
-                ids = {"token_ids": gen.token_ids or None, "token_fingerprint": gen.fingerprint}
-                written = await self.final_saves.save(gen.message_id, {**gen.start_fields, **ids, **fields})
-        except Exception:
-            log.exception("final save of message %s failed", gen.message_id)
-        finally:
-            self._drop(gen)
-            self._cancel_grace(gen)
-            self.relays.discard(gen)
-        if written == 0:
-            await self._fenced(gen)
-            return
-        if cluster.enabled():
-            # The last piece, so that relayed deltas add up to the final text everywhere.
-            await relay_piece(gen)
-        message = {"id": gen.message_id, "prompt_tokens": gen.prompt_tokens, "context_dropped": gen.dropped}
-        message.update(fields)
-        prefix = _next_turn_prefix(gen, status)
-        if prefix:  # before the watchers hear of it: their retention then reads nothing
-            get_retention().answered(gen.conversation_id, gen.message_id, prefix, gen.cache_options)
-        self._emit(
-            gen.conversation_id,
-            {"type": "finished", "conversation_id": gen.conversation_id, "message": message},
+        stored = {
+            **answer.start_fields,
+            "token_ids": answer.token_ids or None,
+            "token_fingerprint": answer.fingerprint,
+        }
+
+        def forget() -> None:
+            self._drop(answer)
+            self._cancel_grace(answer)
+            self.relays.discard(answer)
+
+        async def before_announce(status: str) -> None:
+            if cluster.enabled():
+                # The last piece, so that relayed deltas add up to the final text everywhere.
+                await relay_piece(answer)
+            prefix = _next_turn_prefix(answer, status)
+            if prefix:  # before the watchers hear of it: their retention then reads nothing
+                get_retention().answered(
+                    answer.conversation_id, answer.message_id, prefix, answer.cache_options
+                )
+
+        status = await lifecycle.end_answer(
+            self,
+            answer,
+            error=error,
+            fields=fields,
+            stored=stored,
+            save=self.final_saves.save,
+            forget=forget,
+            before_announce=before_announce,
         )
-        await broadcast(
-            conversation_group(gen.conversation_id), "finished", message_id=gen.message_id, message=message
+        if status is not None:
+            titles.answer_finished(answer.conversation_id, answer.message_id, status)
+
+
+def failure_text(exc: Exception, answer: Answer) -> str:
+    """What the tab is told of an answer that failed with ``exc`` (empty: not a failure)."""
+    from inference import EngineOverloadedError, InvalidPromptError, PromptTooLongError
+
+    if isinstance(exc, PromptTooLongError):
+        return (
+            f"This message is too long for the model: the prompt needs {exc.num_tokens} tokens "
+            f"and the context has room for {exc.limit}. Shorten it or start a new chat."
         )
-        titles.answer_finished(gen.conversation_id, gen.message_id, status)
+    if isinstance(exc, InvalidPromptError):
+        # Token ids stored under another model (ENGINE_MODEL changed): this answer fails, no other.
+        return (
+            f"This conversation holds a token the current model does not know ({exc.token_id}; "
+            f"its vocabulary has {exc.vocab_size}), probably from an earlier model. Start a new chat."
+        )
+    if isinstance(exc, EngineLoadError):
+        return f"The model is not available: {exc}."
+    if isinstance(exc, EngineOverloadedError):
+        return "The server is busy (too many answers are waiting). Please try again in a moment."
+    if isinstance(exc, ValueError):
+        return f"These settings cannot be used: {exc}."
+    if answer.stop_reason == StopReason.SHUTDOWN:  # then the engine, stopping too, fails the request
+        return ""
+    log.exception("generation %s failed", answer.request_id)
+    return f"The answer failed: {type(exc).__name__}: {exc}"
 
-    async def _fenced(self, gen: Generation) -> None:
-        """The answer is no longer this process's: whoever took it told every tab; this
-        process's tabs may have shown text generated here since, so they get the row."""
-        log.warning("answer %s is no longer this process's: its text here is dropped", gen.message_id)
-        stored = await stored_message(gen.message_id)
-        if stored is not None and stored["status"] != Message.Status.STREAMING:
-            self._emit(
-                gen.conversation_id,
-                {"type": "finished", "conversation_id": gen.conversation_id, "message": stored},
-            )
 
-
-def _next_turn_prefix(gen: Generation, status: str) -> list[int]:
+def _next_turn_prefix(answer: Answer, status: str) -> list[int]:
     """The ids the conversation's next prompt starts with, known without rendering it: this
     answer's prompt and its generated ids (the template renders a stored answer as the
     generation prompt, the ids and its end of turn). Empty where that does not hold or is
     not known: no exact prompt, a failed answer, reasoning (left out of later prompts),
     tools (rendered in the tools' format)."""
-    if gen.prompt_ids is None or not gen.token_ids or status == Message.Status.ERROR:
+    if answer.prompt_ids is None or not answer.token_ids or status == Message.Status.ERROR:
         return []
-    if gen.reasoning.text or gen.tools is not None or gen.tool_calls:
+    if answer.reasoning.text or answer.tools is not None or answer.tool_calls:
         return []
-    return gen.prompt_ids + gen.token_ids
+    return answer.prompt_ids + answer.token_ids
 
 
-__all__ = ["RELAY_HZ", "STREAM_HEARTBEAT_SECONDS", "Generation", "GenerationManager"]
+__all__ = ["RELAY_HZ", "STREAM_HEARTBEAT_SECONDS", "Answer", "GenerationManager", "ToolRun"]

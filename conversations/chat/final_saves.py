@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 from conversations.chat.answer_rows import save_finals
 
@@ -24,11 +23,11 @@ class FinalSaves:
     """One event loop's final saves (its thread only)."""
 
     def __init__(self) -> None:
-        self._waiting: list[tuple[int, dict[str, Any], asyncio.Future[int]]] = []
+        self._waiting: list[tuple[int, dict[str, object], asyncio.Future[int]]] = []
         self._writer: asyncio.Task | None = None  # the write under way, if any
         self._flush_soon = False
 
-    async def save(self, message_id: int, fields: dict[str, Any]) -> int:
+    async def save(self, message_id: int, fields: dict[str, object]) -> int:
         """Write the answer's final fields; the rows written (0: no longer this process's)."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[int] = loop.create_future()
@@ -44,9 +43,11 @@ class FinalSaves:
             batch, self._waiting = self._waiting, []
             self._writer = asyncio.get_running_loop().create_task(self._write(batch), name="final-saves")
 
-    async def _write(self, batch: list[tuple[int, dict[str, Any], asyncio.Future[int]]]) -> None:
+    async def _write(self, batch: list[tuple[int, dict[str, object], asyncio.Future[int]]]) -> None:
         try:
-            results: list[Any] = await save_finals([(message_id, fields) for message_id, fields, _ in batch])
+            results: list[int | BaseException] = await save_finals(
+                [(message_id, fields) for message_id, fields, _ in batch]
+            )
         except asyncio.CancelledError:  # the loop is going away: so are the answers' tasks
             for _, _, future in batch:
                 future.cancel()

@@ -7,7 +7,6 @@ the owner's relay of live text go to a group, reaching every tab in every proces
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from channels.layers import get_channel_layer
 
@@ -30,7 +29,7 @@ def user_group(user_id: int) -> str:
 OWN_ANSWER_EVENTS = frozenset({"started", "progress", "finished", "delta", "snapshot", "heartbeat"})
 
 
-async def broadcast(group: str, event: str, **data: Any) -> None:
+async def broadcast(group: str, event: str, **data: object) -> None:
     """A coarse event to every consumer in ``group`` (in any process)."""
     layer = get_channel_layer()
     if layer is None:

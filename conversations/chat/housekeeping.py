@@ -12,6 +12,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from conversations.chat import lifecycle
 from conversations.chat.answer_rows import stale_after
 from conversations.chat.groups import broadcast, conversation_group
 from conversations.chat.kv_purge import purge_user_kv
@@ -23,10 +24,7 @@ def interrupt_orphan_answers() -> int:
 
     A live generation touches its row every few seconds (the partial saver), in whichever
     process owns it, so an untouched one has no live owner: its process died."""
-    cutoff = timezone.now() - timedelta(seconds=stale_after())
-    return Message.objects.filter(status=Message.Status.STREAMING, updated_at__lt=cutoff).update(
-        status=Message.Status.INTERRUPTED, finish_reason="abort"
-    )
+    return lifecycle.interrupt_stale(timezone.now() - timedelta(seconds=stale_after()))
 
 
 def purge_conversation(pk: int) -> None:

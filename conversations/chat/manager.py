@@ -8,16 +8,14 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from typing import Any
 
 from django.conf import settings
-from django.utils import timezone
 
-from conversations.chat.answers import Generation, GenerationManager
+from conversations.chat import lifecycle
+from conversations.chat.answers import GenerationManager
+from conversations.chat.records import LiveNode, StopReason
 from conversations.cluster import registry as cluster
 from conversations.cluster.process_loop import start_process_loop
-from conversations.cluster.registry import PROCESS_ID
-from conversations.models import Message
 from conversations.ops.stopping import in_own_thread
 
 _managers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GenerationManager] = (
@@ -52,31 +50,21 @@ async def stop_live_answers(timeout: float) -> int:
     manager = current_manager()
     live = list(manager.generations.values()) if manager is not None else []
     for gen in live:
-        manager.stop(gen.message_id, "shutdown")
+        manager.stop(gen.message_id, StopReason.SHUTDOWN)
     tasks = [gen.task for gen in live if gen.task is not None]
     started = time.monotonic()
     if tasks:
         await asyncio.wait(tasks, timeout=timeout / 2)
     unsaved = [_interrupted_fields(gen) for gen in live if gen.message_id in manager.generations]
     left = max(0.5, timeout - (time.monotonic() - started))
-    await in_own_thread(_save_interrupted, unsaved, timeout=left)
+    await in_own_thread(lifecycle.interrupt_at_shutdown, unsaved, timeout=left)
     return len(live)
 
 
-def _interrupted_fields(gen: Generation) -> tuple[int, dict[str, Any]]:
+def _interrupted_fields(gen: LiveNode) -> tuple[int, dict[str, object]]:
     return gen.message_id, {
         "content": gen.text,
         **gen.reasoning.message_fields(),
         "token_ids": list(gen.token_ids) or None,
         "completion_tokens": len(gen.token_ids),
     }
-
-
-def _save_interrupted(unsaved: list[tuple[int, dict[str, Any]]]) -> None:
-    """Synchronous. Only rows still ``streaming``: an answer's own final save wins."""
-    now = timezone.now()
-    final = {"status": Message.Status.INTERRUPTED, "finish_reason": "abort", "updated_at": now}
-    streaming = Message.objects.filter(status=Message.Status.STREAMING)
-    for message_id, fields in unsaved:
-        streaming.filter(pk=message_id).update(**fields, **final)
-    streaming.filter(owner_process=PROCESS_ID).update(**final)

@@ -4,15 +4,18 @@ loop (``conversations.ops.db_thread.db_call``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
+from conversations.chat import lifecycle
 from conversations.chat import tree as tree_ops
-from conversations.chat.answer_rows import mark_orphans_interrupted
 from conversations.chat.prompt_history import AnswerInputs, answer_inputs_from_tree
 from conversations.cluster import registry as cluster
 from conversations.models import Conversation, Message
 from conversations.ops.db_thread import db_call
 from conversations.prepared_queries import PreparedRead
+
+if TYPE_CHECKING:
+    from inference import AsyncEngine
 
 
 class NotFound(Exception):
@@ -35,17 +38,28 @@ def get_conversation(user, conversation_id) -> Conversation:
     return found[0]
 
 
+@dataclass
+class LoadedThread:
+    tree: tree_ops.Tree
+    thread: dict  # the visible thread, as the tabs get it
+    # Orphans (``lifecycle.orphaned``) the thread shows as interrupted: for the caller to
+    # settle (``lifecycle.settle_orphans``), since a read writes nothing.
+    orphans: list[int]
+
+
 @db_call
 def load_thread(
     conversation: Conversation, live_ids: set[int], liveness: cluster.Liveness, refresh: bool = True
-) -> tuple[tree_ops.Tree, dict]:
-    """The tree and the visible thread; ``refresh``: read the conversation's row again first
-    (False where the caller has just read it)."""
+) -> LoadedThread:
+    """The tree and the visible thread, orphans shown as interrupted; ``refresh``: read the
+    conversation's row again first (False where the caller has just read it)."""
     if refresh:
         conversation.refresh_from_db()
     tree = tree_ops.Tree.load(conversation)
-    mark_orphans_interrupted(list(tree.by_id.values()), live_ids, liveness)
-    return tree, tree_ops.thread_dict(tree)
+    orphans = lifecycle.orphaned(tree.by_id.values(), live_ids, liveness)
+    thread = tree_ops.thread_dict(tree)
+    lifecycle.show_interrupted(thread["messages"], orphans)
+    return LoadedThread(tree, thread, orphans)
 
 
 @dataclass
@@ -63,7 +77,7 @@ def create_answer(
     *args,
     live_ids: set[int],
     liveness: cluster.Liveness,
-    engine: Any = None,
+    engine: AsyncEngine | None = None,
     **kwargs,
 ) -> CreatedAnswer:
     """Run a tree operation that adds an answer (``send_message``, ``edit_message``,
@@ -71,7 +85,7 @@ def create_answer(
     and changed under its locks (no second read); with ``engine`` (the loaded engine that
     generates it), also the first read of its prompt, in this same call."""
     tree, answer = operation(conversation, *args, **kwargs)
-    mark_orphans_interrupted(list(tree.by_id.values()), live_ids, liveness)
+    lifecycle.interrupt_orphans(list(tree.by_id.values()), live_ids, liveness)
     thread = tree_ops.thread_dict(tree)
     inputs = answer_inputs_from_tree(tree, answer.pk, engine) if engine is not None else None
     return CreatedAnswer(answer, tree, thread, inputs)

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from inference import StreamDelta
 
 
 @dataclass
@@ -15,7 +18,7 @@ class Reasoning:
     started: float | None = None  # monotonic time of the first reasoning text
     ended: float | None = None  # ... of the first answer text after it
 
-    def add(self, delta: Any, now: float | None = None) -> dict[str, str]:
+    def add(self, delta: StreamDelta, now: float | None = None) -> dict[str, str]:
         """Take an engine delta's reasoning; returns the fields for its ``delta`` event
         (``{"reasoning": new text}``, or nothing when it has none)."""
         now = time.monotonic() if now is None else now
@@ -36,6 +39,6 @@ class Reasoning:
         end = self.ended if self.ended is not None else (time.monotonic() if now is None else now)
         return round(end - self.started, 3)
 
-    def message_fields(self, now: float | None = None) -> dict[str, Any]:
+    def message_fields(self, now: float | None = None) -> dict[str, object]:
         """The ``Message`` fields (also the keys of a message dict)."""
         return {"reasoning": self.text, "reasoning_seconds": self.seconds(now)}

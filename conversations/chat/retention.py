@@ -27,13 +27,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from channels.db import database_sync_to_async
 
 from conversations.cluster import registry as cluster
 from conversations.cluster.registry import PROCESS_ID
+
+if TYPE_CHECKING:
+    from inference import AsyncEngine
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +80,7 @@ async def kv_holder(conversation_id: int) -> cluster.ProcessInfo | None:
     return info if info is not None and info.channel else None
 
 
-async def history_token_ids(conversation_id: int, engine: Any) -> tuple[list[int], dict[str, Any]]:
+async def history_token_ids(conversation_id: int, engine: AsyncEngine) -> tuple[list[int], dict[str, Any]]:
     """The ids the next turn's prompt will start with: the visible thread rendered with
     stored ids and cut to the context (as generation renders it), without a trailing
     generation prompt, and the cache-salt options its requests use. Empty when the template
@@ -252,7 +255,7 @@ class ConversationRetention:
             except Exception:
                 log.warning("cannot send %s to process %s", kind, pid, exc_info=True)
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[object, object, object]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -1,5 +1,5 @@
 """The chat consumer's base: Channels' JSON websocket consumer without a database hop per
-event; and its reads of the process registry, which never fail it.
+event.
 
 Channels' ``AsyncConsumer.dispatch`` closes stale database connections before every
 handler (one call to the database thread for each message received and each group event),
@@ -23,8 +23,6 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.sessions import InstanceSessionWrapper
 from daphne.server import Server as DaphneServer
 
-from conversations.cluster import registry as cluster
-from conversations.cluster.registry import PROCESS_ID
 from inference.engine.mailbox import Mailbox
 
 log = logging.getLogger(__name__)
@@ -69,6 +67,36 @@ class JsonSocketConsumer(AsyncJsonWebsocketConsumer):
         if handler is None:
             raise ValueError(f"No handler for message type {message['type']}")
         await handler(message)
+
+    # The groups this socket joined, and its outbox's sender (for subclasses that set
+    # ``groups_joined`` and ``outbox``).
+    groups_joined: list[str]
+    outbox: Outbox
+
+    async def _join(self, group: str) -> None:
+        if group not in self.groups_joined:
+            await self.channel_layer.group_add(group, self.channel_name)
+            self.groups_joined.append(group)
+
+    async def _leave(self, group: str) -> None:
+        if group in self.groups_joined:
+            await self.channel_layer.group_discard(group, self.channel_name)
+            self.groups_joined.remove(group)
+
+    async def _leave_all(self) -> None:
+        for group in getattr(self, "groups_joined", []):
+            await self.channel_layer.group_discard(group, self.channel_name)
+        self.groups_joined = []
+
+    async def _send_loop(self) -> None:
+        """Sends queued events in order (runs of deltas to a slow socket merged: ``Outbox``)."""
+        while True:
+            for event in await self.outbox.take():
+                try:
+                    await self.send_json(event)
+                except Exception:
+                    log.debug("send failed; the socket is closing", exc_info=True)
+                    return
 
     async def websocket_disconnect(self, message: dict) -> None:
         """As Channels', without its database hop after ``disconnect`` (see above)."""
@@ -132,21 +160,3 @@ def merge_deltas(first: dict, second: dict) -> dict:
     if reasoning:
         merged["reasoning"] = reasoning
     return merged
-
-
-async def live_processes() -> dict[str, cluster.ProcessInfo]:
-    """The live processes; should Redis fail, this one alone (it can still serve the tab)."""
-    try:
-        return await cluster.live_processes()
-    except Exception:
-        log.warning("cannot read the process registry", exc_info=True)
-        return {PROCESS_ID: cluster.ProcessInfo(PROCESS_ID, ready=True)}
-
-
-async def liveness_of(processes: dict[str, cluster.ProcessInfo]) -> cluster.Liveness:
-    """Which processes are alive or dead; should Redis fail, ``processes`` and this one."""
-    try:
-        return await cluster.liveness()
-    except Exception:
-        log.warning("cannot read the process registry", exc_info=True)
-        return cluster.Liveness(set(processes) | {PROCESS_ID}, known=set())

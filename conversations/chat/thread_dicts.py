@@ -3,10 +3,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Protocol
 
 from conversations.models import Conversation, Message
 from conversations.models.workspace import ratings_for
+
+
+class Thread(Protocol):
+    """What these dicts read of a ``conversations.chat.tree.Tree``."""
+
+    conversation: Conversation
+
+    def siblings(self, message: Message) -> Sequence[Message]: ...
+
+    def thread(self) -> Sequence[Message]: ...
 
 
 def conversation_dict(conversation: Conversation) -> dict:
@@ -28,7 +39,7 @@ def conversation_dict(conversation: Conversation) -> dict:
     }
 
 
-def message_dict(message: Message, tree: Any = None) -> dict:
+def message_dict(message: Message, tree: Thread | None = None) -> dict:
     data = {
         "id": message.pk,
         "parent_id": message.parent_id,
@@ -75,7 +86,7 @@ def tool_dict(message: Message) -> dict:
     }
 
 
-def thread_dict(tree: Any) -> dict:
+def thread_dict(tree: Thread) -> dict:
     thread = tree.thread()
     # Only a finished answer can be rated: a thread ending in a new one asks nothing.
     rated = ratings_for(

@@ -12,17 +12,20 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 from weakref import WeakKeyDictionary
+
+if TYPE_CHECKING:
+    from inference.tokenizer import Tokenizer
 
 # Room left for the model's name in Message.token_fingerprint (max_length 128).
 NAME_CHARS = 100
 
-_digests: WeakKeyDictionary[Any, str] = WeakKeyDictionary()
+_digests: WeakKeyDictionary[Tokenizer, str] = WeakKeyDictionary()
 _lock = threading.Lock()
 
 
-def token_fingerprint(model_name: str, tokenizer: Any) -> str:
+def token_fingerprint(model_name: str, tokenizer: Tokenizer) -> str:
     """``<model name>#<16 hex digits of the tokenizer's hash>``. The hash covers the whole
     tokenizer definition where the backend can write it out (vocabulary, merges,
     normalisation, added tokens), else the vocabulary, plus the special tokens and the chat
@@ -35,14 +38,14 @@ def token_fingerprint(model_name: str, tokenizer: Any) -> str:
     return f"{model_name[-NAME_CHARS:]}#{digest}"
 
 
-def cached_fingerprint(model_name: str, tokenizer: Any) -> str | None:
+def cached_fingerprint(model_name: str, tokenizer: Tokenizer) -> str | None:
     """``token_fingerprint`` if it was worked out for this tokenizer already (else None):
     cheap enough for the event loop."""
     digest = _digests.get(tokenizer)
     return f"{model_name[-NAME_CHARS:]}#{digest}" if digest is not None else None
 
 
-def _tokenizer_digest(tokenizer: Any) -> str:
+def _tokenizer_digest(tokenizer: Tokenizer) -> str:
     hf = tokenizer.hf
     backend = getattr(hf, "backend_tokenizer", None)
     if backend is not None:

@@ -33,6 +33,7 @@ from django.utils import timezone
 
 # What the browser receives, importable from here where callers look for it.
 from conversations.accounts.user_lock import lock_user
+from conversations.chat.lifecycle import queued_fields
 from conversations.chat.thread_dicts import (  # noqa: F401
     conversation_dict,
     message_dict,
@@ -304,9 +305,7 @@ def _new_message(tree: Tree, parent: Message | None, role: str, content: str = "
 
 
 def _new_answer(tree: Tree, parent: Message, owner_process: str) -> Message:
-    return _new_message(
-        tree, parent, Message.Role.ASSISTANT, status=Message.Status.STREAMING, owner_process=owner_process
-    )
+    return _new_message(tree, parent, Message.Role.ASSISTANT, **queued_fields(owner_process))
 
 
 @transaction.atomic
@@ -483,9 +482,7 @@ def add_tool_step(
     parent = tree.by_id.get(parent_id)
     if parent is None or parent.status != Message.Status.COMPLETE:
         return None
-    message = _new_message(
-        tree, parent, role, status=Message.Status.STREAMING, owner_process=owner_process, **fields
-    )
+    message = _new_message(tree, parent, role, **queued_fields(owner_process), **fields)
     select_leaf(tree, message)
     _touch(conversation)
     return message

@@ -16,8 +16,8 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
+from conversations.chat import lifecycle
 from conversations.chat import tree as tree_ops
-from conversations.chat.answer_rows import mark_orphans_interrupted
 from conversations.chat.groups import broadcast, conversation_group, user_group
 from conversations.chat.json_guard import json_body, login_required_json
 from conversations.cluster.registry import PROCESS_ID, Liveness
@@ -142,8 +142,12 @@ def conversation_detail(request: HttpRequest, pk: int) -> JsonResponse:
     tree = tree_ops.Tree.load(conversation)
     # With several processes, the owners' liveness is the failover loop's business.
     liveness = Liveness({PROCESS_ID}, known=set()) if cluster_enabled() else None
-    mark_orphans_interrupted(list(tree.by_id.values()), set(), liveness)
-    return JsonResponse(tree_ops.thread_dict(tree))
+    orphans = lifecycle.orphaned(tree.by_id.values(), set(), liveness)
+    thread = tree_ops.thread_dict(tree)
+    lifecycle.show_interrupted(thread["messages"], orphans)
+    if orphans:  # the read shows them interrupted; the lifecycle stores them so
+        lifecycle.interrupt_orphan_rows(orphans)
+    return JsonResponse(thread)
 
 
 class ConversationForm(forms.ModelForm):

@@ -29,16 +29,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from channels.db import database_sync_to_async
 from django.conf import settings
-from django.utils import timezone
 
+from conversations.chat import lifecycle
 from conversations.chat.answer_rows import take_over
 from conversations.chat.groups import broadcast, conversation_group
-from conversations.chat.tree import message_dict
 from conversations.cluster import registry as cluster
 from conversations.cluster.registry import PROCESS_ID
-from conversations.models import Message
 from conversations.ops.engine_handle import engine_status
 
 if TYPE_CHECKING:
@@ -140,20 +137,10 @@ async def _take_back(
     if not await take_over(handoff.message_id, owner):
         return  # stopped, deleted or failed over meanwhile
     if engine_status()["state"] != "error":
-        manager.start(**asdict(handoff))
+        manager.start_answer(**asdict(handoff))
         return
-    message = await _store_unavailable(handoff.message_id)
+    message = await lifecycle.fail_unavailable(handoff.message_id, UNAVAILABLE)
     notify({"type": "error", "detail": UNAVAILABLE, "code": "server_error", "message_id": handoff.message_id})
     if message is not None:
         group = conversation_group(handoff.conversation_id)
         await broadcast(group, "finished", message_id=handoff.message_id, message=message, process=TAKEN_BACK)
-
-
-@database_sync_to_async
-def _store_unavailable(message_id: int) -> dict | None:
-    fields = {"status": Message.Status.ERROR, "finish_reason": "error", "error": UNAVAILABLE}
-    if not Message.objects.filter(
-        pk=message_id, owner_process=PROCESS_ID, status=Message.Status.STREAMING
-    ).update(updated_at=timezone.now(), **fields):
-        return None
-    return message_dict(Message.objects.defer("token_ids").get(pk=message_id))

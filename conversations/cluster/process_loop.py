@@ -16,7 +16,7 @@ Started once per event loop with its :class:`~conversations.chat.answers.Generat
   ``conversations.chat.kv_purge``).
 - **Fail over** every ``REAP_SECONDS``: ``streaming`` answers owned by a process whose
   registry entry expired become ``interrupted`` with the text saved so far, and their
-  conversations' tabs are told (see :func:`interrupt_orphans`); the KV retention marks
+  conversations' tabs are told (see :func:`fail_over`); the KV retention marks
   made here for a process that died are released.
 - **Fence**: stop the answers whose rows are no longer this process's (failed over while
   it seemed dead); interrupt the rows it owns that nothing here generates
@@ -31,20 +31,16 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
-from django.db import transaction
-from django.utils import timezone
 
+from conversations.chat import lifecycle
 from conversations.chat.groups import announce_finished
 from conversations.chat.kv_purge import PURGE_MESSAGE, apply_purge_message
 from conversations.chat.retention import get_retention
-from conversations.chat.tree import message_dict
 from conversations.cluster import registry as cluster
 from conversations.cluster.fencing import fence, sweep_unattended
 from conversations.cluster.handoff import claim
 from conversations.cluster.registry import PROCESS_ID, ProcessInfo
-from conversations.models import Message
 from conversations.ops.engine_handle import current_engine
 
 if TYPE_CHECKING:
@@ -116,7 +112,7 @@ async def _handle(manager: GenerationManager, message: dict) -> None:
                 "answer %s was claimed elsewhere before it reached this process", message["message_id"]
             )
             return
-        manager.start(
+        manager.start_answer(
             conversation_id=message["conversation_id"],
             owner_id=message["owner_id"],
             message_id=message["message_id"],
@@ -176,37 +172,9 @@ async def _housekeeping(manager: GenerationManager, channel: str) -> None:
         await asyncio.sleep(cluster.ADVERTISE_SECONDS)
 
 
-@database_sync_to_async
-def interrupt_orphans(liveness: cluster.Liveness, message_ids: list[int] | None = None) -> list[dict]:
-    """Streaming answers whose owner is dead become interrupted, keeping the text saved so
-    far; returns their message dicts (with conversation ids)."""
-    dead = (liveness.known or set()) - liveness.live
-    if not dead:
-        return []
-    with transaction.atomic():
-        rows = (
-            Message.objects.select_for_update(skip_locked=True)
-            .filter(status=Message.Status.STREAMING, owner_process__in=dead)
-            .defer("token_ids")
-        )
-        if message_ids is not None:
-            rows = rows.filter(pk__in=message_ids)
-        rows = list(rows)
-        if not rows:
-            return []
-        Message.objects.filter(pk__in=[m.pk for m in rows]).update(
-            status=Message.Status.INTERRUPTED, finish_reason="abort", updated_at=timezone.now()
-        )
-    out = []
-    for m in rows:
-        m.status, m.finish_reason = Message.Status.INTERRUPTED, "abort"
-        out.append({**message_dict(m), "conversation_id": m.conversation_id})
-    return out
-
-
 async def fail_over(liveness: cluster.Liveness, message_ids: list[int] | None = None) -> int:
     """Interrupt the answers of dead processes and tell their conversations' tabs."""
-    reaped = await interrupt_orphans(liveness, message_ids)
+    reaped = await lifecycle.interrupt_dead_owners(liveness, message_ids)
     for message in reaped:
         log.warning("answer %s of a dead process is now interrupted", message["id"])
     await announce_finished(reaped, REAPER)

@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from conversations.chat.answer_deltas import AnswerDeltas
-from conversations.chat.answers import Generation
+from conversations.chat.records import Answer
 from inference.engine.outputs import StreamDelta
 
 
@@ -29,8 +29,8 @@ def delta(text: str, ids: list[int], *, reasoning: str = "", last: str | None = 
     )
 
 
-def sink() -> tuple[AnswerDeltas, Generation, list, list]:
-    gen = Generation(message_id=7, conversation_id=3, owner_id=1, request_id="r")
+def sink() -> tuple[AnswerDeltas, Answer, list, list]:
+    gen = Answer(message_id=7, conversation_id=3, owner_id=1, request_id="r")
     events: list[tuple[int, dict]] = []
     pokes: list[None] = []
     timing: dict[str, float] = {"started": 0.0}
@@ -79,7 +79,7 @@ async def test_the_engines_error_and_a_failure_in_handling_fail_the_answer():
         await deltas.done
     assert deltas.request_finished  # the engine dropped it: nothing to abort
 
-    gen = Generation(message_id=1, conversation_id=1, owner_id=1, request_id="r")
+    gen = Answer(message_id=1, conversation_id=1, owner_id=1, request_id="r")
 
     def broken_emit(conversation_id: int, event: dict) -> None:
         raise RuntimeError("emit failed")

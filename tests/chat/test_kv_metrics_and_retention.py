@@ -244,10 +244,11 @@ async def test_the_mark_goes_to_the_live_owner_else_stays_in_this_process(
 
 
 def test_an_answers_own_ids_stand_for_the_next_prompt_only_where_the_render_keeps_them():
-    from conversations.chat.answers import Generation, _next_turn_prefix
+    from conversations.chat.answers import _next_turn_prefix
+    from conversations.chat.records import Answer
 
-    def answer(**fields) -> Generation:
-        gen = Generation(message_id=1, conversation_id=2, owner_id=3, request_id="r")
+    def answer(**fields) -> Answer:
+        gen = Answer(message_id=1, conversation_id=2, owner_id=3, request_id="r")
         gen.prompt_ids, gen.token_ids = [10, 11, 12], [20, 21]
         for name, value in fields.items():
             setattr(gen, name, value)

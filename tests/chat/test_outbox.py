@@ -133,7 +133,7 @@ async def test_any_other_send_has_no_plain_call():
 async def test_a_tab_writes_an_event_at_once_unless_events_wait_before_it():
     written: list[dict] = []
     consumer = ChatConsumer()
-    consumer.conversation, consumer.outbox = None, Outbox()
+    consumer.outbox = Outbox()
     consumer.write_now = None  # not accepted yet: queued
     consumer.push(delta(1, "a"))
     consumer.write_now = written.append

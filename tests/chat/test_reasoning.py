@@ -121,7 +121,7 @@ async def test_a_tab_follows_the_reasoning_an_owner_elsewhere_relays_and_asks_it
     owner = "another-process"
     layer = get_channel_layer()
     owner_channel = await layer.new_channel()
-    monkeypatch.setattr("conversations.chat.remote_answers.SNAPSHOT_RETRY_SECONDS", 0.0)
+    monkeypatch.setattr("conversations.chat.tab_view.SNAPSHOT_RETRY_SECONDS", 0.0)
 
     async def processes() -> dict:
         return {owner: cluster.ProcessInfo(owner, channel=owner_channel, ready=True)}
@@ -129,8 +129,8 @@ async def test_a_tab_follows_the_reasoning_an_owner_elsewhere_relays_and_asks_it
     async def liveness() -> cluster.Liveness:
         return cluster.Liveness({cluster.PROCESS_ID, owner}, {cluster.PROCESS_ID, owner})
 
-    monkeypatch.setattr("conversations.chat.consumers.live_processes", processes)
-    monkeypatch.setattr("conversations.chat.remote_answers.live_processes", processes)
+    monkeypatch.setattr("conversations.chat.service.live_processes", processes)
+    monkeypatch.setattr("conversations.chat.tab_view.live_processes", processes)
     monkeypatch.setattr(cluster, "liveness", liveness)
 
     alice = await sync_to_async(make_user)("alice")

@@ -9,19 +9,19 @@ import time
 import pytest
 
 from conversations.chat.answer_tasks import STREAM_HEARTBEAT_SECONDS, Relays
-from conversations.chat.answers import Generation
+from conversations.chat.records import Answer
 
 
 class Manager:
     def __init__(self) -> None:
         self.emitted: list[tuple[int, dict]] = []
 
-    def _emit(self, conversation_id: int, event: dict) -> None:
+    def emit(self, conversation_id: int, event: dict) -> None:
         self.emitted.append((conversation_id, event))
 
 
-def generation(message_id: int) -> Generation:
-    return Generation(
+def generation(message_id: int) -> Answer:
+    return Answer(
         message_id=message_id, conversation_id=100 + message_id, owner_id=1, request_id=f"r{message_id}"
     )
 

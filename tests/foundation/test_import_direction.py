@@ -166,3 +166,46 @@ def test_runtime_modules_never_import_tooling() -> None:
         for module, targets in import_graph().items()
     }
     assert {module: names for module, names in offenders.items() if names} == {}
+
+
+# ``type X = ...`` is a statement of its own from Python 3.12.
+BINDINGS = (ast.Assign, ast.AnnAssign, *([ast.TypeAlias] if hasattr(ast, "TypeAlias") else []))
+
+
+def any_aliases(source: str) -> list[str]:
+    """Module-level names bound to ``Any`` (``Manager = Any``, ``X: TypeAlias = Any``,
+    ``type X = Any``): each stands in for a type, erasing it, so that an import (and the
+    circle it would show) need not be written."""
+    found = []
+    body = list(ast.parse(source).body)
+    while body:
+        node = body.pop()
+        if isinstance(node, ast.If | ast.Try):  # ``if TYPE_CHECKING: ... else: X = Any``
+            body.extend([*node.body, *node.orelse, *getattr(node, "finalbody", [])])
+            continue
+        value = getattr(node, "value", None)
+        if isinstance(node, BINDINGS) and value is not None:
+            if ast.unparse(value) in ("Any", "typing.Any", "t.Any"):
+                found.append(f"{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_the_alias_finder_finds_an_alias_of_any() -> None:
+    source = (
+        "from typing import Any, TYPE_CHECKING, TypeAlias\n"
+        "Manager = Any\n"
+        "Record: TypeAlias = Any\n"
+        "if not TYPE_CHECKING:\n    Engine = Any\n"
+        "fields: dict[str, Any] = {}\n"
+        "def f(x: Any) -> None:\n    local = Any\n"
+    )
+    assert sorted(int(hit.split(":")[0]) for hit in any_aliases(source)) == [2, 3, 5]
+
+
+def test_no_module_stands_any_in_for_a_project_type() -> None:
+    offenders = {
+        name: hits
+        for name, path in project_modules().items()
+        if name.split(".")[0] in LAYERS and (hits := any_aliases(path.read_text(encoding="utf-8")))
+    }
+    assert offenders == {}
