@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from channels.db import database_sync_to_async
 from django.db.models import BooleanField, ExpressionWrapper, Q
@@ -36,6 +36,9 @@ from conversations.chat.token_fingerprint import cached_fingerprint, token_finge
 from conversations.chat.tree import Tree, path_rows
 from conversations.documents.in_prompt import AttachedDocuments, attached, ground_question
 from conversations.models import Conversation, Message
+
+if TYPE_CHECKING:
+    from inference import AsyncEngine
 
 # Rows per query when reading a path newest first (well under SQLite's variable limit).
 PAGE = 256
@@ -216,7 +219,7 @@ class AnswerInputs:
         return (self.max_model_len, self.fingerprint) == (max_model_len, fingerprint)
 
 
-def answer_inputs_from_tree(tree: Tree, answer_id: int, engine: Any) -> AnswerInputs | None:
+def answer_inputs_from_tree(tree: Tree, answer_id: int, engine: AsyncEngine | None) -> AnswerInputs | None:
     """Synchronous, in the database call that created the answer ``answer_id``: its inputs
     from the tree that call loaded and changed under its locks, so the generation need not
     read the message, the conversation and the path again; messages that call wrote (the
@@ -252,7 +255,7 @@ def rows_in_tree(tree: Tree, leaf_id: int | None) -> dict[int, dict]:
     }
 
 
-async def _fingerprint(engine: Any) -> str:
+async def _fingerprint(engine: AsyncEngine) -> str:
     """The engine's token fingerprint; worked out off the event loop the first time."""
     known = cached_fingerprint(engine.model_name, engine.tokenizer)
     return known or await asyncio.to_thread(token_fingerprint, engine.model_name, engine.tokenizer)
@@ -261,7 +264,7 @@ async def _fingerprint(engine: Any) -> str:
 async def plan_prompt(
     conversation: Conversation,
     leaf_id: int | None,
-    engine: Any,
+    engine: AsyncEngine,
     *,
     add_generation_prompt: bool = True,
     streaming: bool = True,
@@ -346,7 +349,7 @@ def _answer_inputs(message_id: int, max_model_len: int, fingerprint: str) -> Ans
 
 async def answer_prompt(
     message_id: int,
-    engine: Any,
+    engine: AsyncEngine,
     tools_for: Callable[..., Awaitable[ToolPrompt | None]] | None = None,
     inputs: AnswerInputs | None = None,
 ) -> PlannedPrompt | None:
@@ -380,7 +383,9 @@ def _thread_inputs(
     return conversation, leaf_id, _first_read(conversation, leaf_id, max_model_len, fingerprint, False)
 
 
-async def thread_prompt(conversation_id: int, engine: Any, empty: bool = True) -> PlannedPrompt | None:
+async def thread_prompt(
+    conversation_id: int, engine: AsyncEngine, empty: bool = True
+) -> PlannedPrompt | None:
     """What the conversation's next prompt will start with: its visible thread as it stands
     (no streaming answer, no generation prompt), cut to the context as a prompt would be.
     None if the conversation is gone, or with ``empty`` False, if it has no message."""

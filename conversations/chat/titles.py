@@ -31,7 +31,7 @@ import re
 import time
 import uuid
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING
 
 from asgiref.sync import async_to_sync, sync_to_async
 from channels.db import database_sync_to_async
@@ -45,6 +45,9 @@ from conversations.enqueue import GENERATE_TITLE, enqueue_on_commit, tasks_run_h
 from conversations.models import Conversation, Message
 from conversations.ops import stopping
 from conversations.ops.engine_handle import aget_engine, engine_status
+
+if TYPE_CHECKING:
+    from inference import AsyncEngine
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +148,7 @@ async def announce_title(conversation_id: int, owner_id: int, title: str) -> Non
 # --- Asking an engine ------------------------------------------------------------------
 
 
-async def generate_with_engine(engine: Any, messages: list[dict], owner_id: int) -> str:
+async def generate_with_engine(engine: AsyncEngine, messages: list[dict], owner_id: int) -> str:
     """Greedy, short: the same title for the same exchange. Salted with ``owner_id``, the
     conversation's owner, from the end of the instruction (every user's same system prompt)."""
     from inference import SamplingParams
