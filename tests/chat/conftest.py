@@ -88,5 +88,14 @@ class Socket:
             if message_id is None or event["message"]["id"] == message_id:
                 return event["message"], everything
 
+    async def open_and_ask(self, conversation_id: int, content: str) -> dict:
+        """Open the conversation, send ``content`` and wait for the answer's ``finished``."""
+        await self.send(type="open", conversation_id=conversation_id)
+        await self.until("thread")
+        await self.send(type="send", conversation_id=conversation_id, content=content)
+        thread, _ = await self.until("thread")
+        answer, _ = await self.finished(thread["messages"][-1]["id"])
+        return answer
+
     async def close(self) -> None:
         await self.communicator.disconnect()

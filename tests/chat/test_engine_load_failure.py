@@ -48,11 +48,7 @@ async def test_without_preload_the_first_turn_fails_with_the_reason(missing_mode
     alice = await sync_to_async(make_user)("alice")
     conversation = await Conversation.objects.acreate(owner=alice, temperature=0.0, max_tokens=8)
     socket = await Socket.open(alice)
-    await socket.send(type="open", conversation_id=conversation.pk)
-    await socket.until("thread")
-    await socket.send(type="send", conversation_id=conversation.pk, content="Hello")
-    thread, _ = await socket.until("thread")
-    answer, _ = await socket.finished(thread["messages"][-1]["id"])
+    answer = await socket.open_and_ask(conversation.pk, "Hello")
     assert answer["status"] == "error"
     assert answer["error"].startswith("The model is not available: the model could not be loaded")
     assert "check ENGINE_MODEL" in answer["error"]

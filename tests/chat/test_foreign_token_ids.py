@@ -57,11 +57,7 @@ async def test_an_answer_over_ids_of_another_model_fails_alone_while_another_str
     await first.until("delta")  # streaming now
 
     second = await Socket.open(alice)
-    await second.send(type="open", conversation_id=stale.pk)
-    await second.until("thread")
-    await second.send(type="send", conversation_id=stale.pk, content="And again?")
-    thread, _ = await second.until("thread")
-    failed, _ = await second.finished(thread["messages"][-1]["id"])
+    failed = await second.open_and_ask(stale.pk, "And again?")
     assert failed["status"] == "error"
     assert "token the current model does not know" in failed["error"] and str(vocab + 17) in failed["error"]
     saved = await Message.objects.aget(pk=failed["id"])

@@ -149,11 +149,7 @@ async def test_an_answer_after_another_tokenizers_ids_is_built_from_text_and_sto
         await Message.objects.filter(pk=row.pk).aupdate(token_ids=OUT_OF_VOCAB)
     engine = await aget_engine()
     socket = await Socket.open(user)
-    await socket.send(type="open", conversation_id=conversation.pk)
-    await socket.until("thread")
-    await socket.send(type="send", conversation_id=conversation.pk, content="And in fog?")
-    thread, _ = await socket.until("thread")
-    answer, _ = await socket.finished(thread["messages"][-1]["id"])
+    answer = await socket.open_and_ask(conversation.pk, "And in fog?")
     await socket.close()
     assert answer["status"] == "complete", answer["error"]
     saved = await Message.objects.aget(pk=answer["id"])
