@@ -19,12 +19,18 @@ A template that fails a check gets ``inference.prompt.local``.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from weakref import WeakKeyDictionary
 
 from inference.prompt.types import ChatTokenizer, Message
 
 _MARK = "\u2063CHATSITE-SEGMENT-"
+# Role sequences whose probe is kept, per tokenizer (an API call's one or two messages, a
+# chat's recent lengths); older ones are dropped first.
+PROBES_KEPT = 512
 
 
 @dataclass
@@ -53,11 +59,65 @@ def marked_layout(
     of all but the last), or None where the checks in the module's docstring fail."""
     if not messages or any(_MARK in str(m["content"]) for m in messages):
         return None
-    probe = [{"role": m["role"], "content": _marker(i)} for i, m in enumerate(messages)]
-    glue = _glue(render(tokenizer, probe), len(messages))
-    tails = _tails(tokenizer, probe) if glue is not None else None
-    if glue is None or tails is None:
+    roles = tuple(str(m["role"]) for m in messages)
+    probe, kept = _PROBES.get(tokenizer, roles)
+    if probe is None:  # the template hides a content: never a marked layout
         return None
+    layout = _checked_layout(messages, text, before, probe)
+    if layout is None and kept:  # the template's output may have changed (a date it prints)
+        probe = _PROBES.fresh(tokenizer, roles)
+        layout = _checked_layout(messages, text, before, probe) if probe is not None else None
+    return layout
+
+
+@dataclass(frozen=True)
+class _Probe:
+    """The render of a role sequence with markers for contents: the text around each
+    content (``glue``) and what each role ends with as the last message (``tails``). It
+    depends on the roles alone, so one serves every conversation of that role sequence;
+    each use still checks it against the real render."""
+
+    glue: list[str]
+    tails: dict[str, str]
+
+
+class _ProbeStore:
+    """Probes per tokenizer and role sequence, most recently used kept; encodings run in
+    several threads at once, hence the lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_tokenizer: WeakKeyDictionary[ChatTokenizer, OrderedDict[tuple[str, ...], _Probe | None]]
+        self._by_tokenizer = WeakKeyDictionary()
+
+    def get(self, tokenizer: ChatTokenizer, roles: tuple[str, ...]) -> tuple[_Probe | None, bool]:
+        """The probe, and whether it was kept from an earlier call (else made now)."""
+        with self._lock:
+            kept = self._by_tokenizer.get(tokenizer)
+            if kept is not None and roles in kept:
+                kept.move_to_end(roles)
+                return kept[roles], True
+        return self.fresh(tokenizer, roles), False
+
+    def fresh(self, tokenizer: ChatTokenizer, roles: tuple[str, ...]) -> _Probe | None:
+        probe = [{"role": role, "content": _marker(i)} for i, role in enumerate(roles)]
+        glue = _glue(render(tokenizer, probe), len(roles))
+        tails = _tails(tokenizer, probe) if glue is not None else None
+        found = _Probe(glue, tails) if glue is not None and tails is not None else None
+        with self._lock:
+            kept = self._by_tokenizer.setdefault(tokenizer, OrderedDict())
+            kept[roles] = found
+            kept.move_to_end(roles)
+            if len(kept) > PROBES_KEPT:
+                kept.popitem(last=False)
+        return found
+
+
+_PROBES = _ProbeStore()
+
+
+def _checked_layout(messages: Sequence[Message], text: str, before: str, probe: _Probe) -> Layout | None:
+    glue, tails = probe.glue, probe.tails
     contents = [str(m["content"]) for m in messages]
     if "".join(g + c for g, c in zip(glue, [*contents, ""], strict=True)) != text:
         return None

@@ -270,3 +270,45 @@ def test_a_template_that_raises_raises_either_way(smollm2):
     tok = with_template(smollm2, MISTRAL_LIKE)
     with pytest.raises(TemplateError, match="alternate"):
         tok.apply_chat_template([{"role": "assistant", "content": "first"}])
+
+
+class CountingRenders:
+    """A tokenizer that counts the template renders it is asked for; ``day`` is a date the
+    template prints in its header, changed by the test as a day passes."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.inner, self.renders, self.day = tokenizer, 0, "1 Dec"
+        self.eos_token_ids = tokenizer.eos_token_ids
+
+    def encode(self, text: str) -> list[int]:
+        return self.inner.encode(text)
+
+    def encode_batch(self, texts):
+        return self.inner.encode_batch(texts)
+
+    def token_text(self, token_id: int) -> str:
+        return self.inner.token_text(token_id)
+
+    def apply_chat_template(self, messages, add_generation_prompt: bool = True) -> str:
+        self.renders += 1
+        return f"Today: {self.day}\n" + self.inner.apply_chat_template(messages, add_generation_prompt)
+
+
+def test_a_role_sequence_is_probed_once_and_again_when_the_template_output_changes(smollm2) -> None:
+    counting = CountingRenders(smollm2)
+    question = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello?"}]
+    first = encode_segments(counting, question)
+    renders_first = counting.renders
+    again = encode_segments(counting, [question[0], {"role": "user", "content": "Another question"}])
+    assert counting.renders - renders_first < renders_first  # the marked probe and the tails were kept
+    assert again.exact and first.exact
+
+    counting.day = "2 Dec"  # the kept probe no longer matches the render: probed afresh
+    renders_before = counting.renders
+    after = encode_segments(counting, question)
+    assert counting.renders - renders_before == renders_first  # probed again, as the first time
+    assert after.exact
+    unseen = CountingRenders(smollm2)  # a tokenizer with nothing kept
+    unseen.day = "2 Dec"
+    assert after == encode_segments(unseen, question)
+    assert after.segments[1:] == first.segments[1:] and after.segments[0] != first.segments[0]
