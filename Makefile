@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 UV := $(VENV)/bin/uv
 # Every package, with hashes (requirements/README.md). Its torch is the CPU build this kind of
 # machine keeps on disk; uv reads no pip.conf, so it is told where that file lies.
-LOCK := requirements/lock.txt
+LOCK := requirements.lock
 WHEELS_DIR ?= /opt/wheels
 FIND_LINKS := $(if $(wildcard $(WHEELS_DIR)),--find-links $(WHEELS_DIR))
 HOST ?= 127.0.0.1
