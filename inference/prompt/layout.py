@@ -81,14 +81,16 @@ class _Probe:
     tails: dict[str, str]
 
 
+_Kept = OrderedDict[tuple[str, ...], "_Probe | None"]  # role sequence -> its probe, oldest first
+
+
 class _ProbeStore:
     """Probes per tokenizer and role sequence, most recently used kept; encodings run in
     several threads at once, hence the lock."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_tokenizer: WeakKeyDictionary[ChatTokenizer, OrderedDict[tuple[str, ...], _Probe | None]]
-        self._by_tokenizer = WeakKeyDictionary()
+        self._by_tokenizer: WeakKeyDictionary[ChatTokenizer, _Kept] = WeakKeyDictionary()
 
     def get(self, tokenizer: ChatTokenizer, roles: tuple[str, ...]) -> tuple[_Probe | None, bool]:
         """The probe, and whether it was kept from an earlier call (else made now)."""
