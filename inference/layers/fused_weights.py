@@ -10,16 +10,23 @@ from __future__ import annotations
 
 import torch
 
+from chatsite_kernels.cpu.quant import QuantRows
 from inference.model_config import ModelConfig
 
 _LAYER = "model.layers."
 
+Weight = torch.Tensor | QuantRows  # GGUF blocks stay quantized through the split
 
-def split_fused_projections(weights: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
+
+def _rows(weight: Weight, start: int, end: int) -> Weight:
+    return weight.take_rows(slice(start, end)) if isinstance(weight, QuantRows) else weight[start:end]
+
+
+def split_fused_projections(weights: dict[str, Weight], config: ModelConfig) -> dict[str, Weight]:
     """``self_attn.qkv_proj`` -> ``q_proj``/``k_proj``/``v_proj`` (rows in that order)
     and ``mlp.gate_up_proj`` -> ``gate_proj``/``up_proj`` (gate rows first), weights and
     biases, in place; names already separate are left alone. The pieces are views of
-    the fused tensor (no copy)."""
+    the fused tensor (no copy); quantized GGUF rows split into quantized rows."""
     q_rows = config.num_heads * config.head_dim
     kv_rows = config.num_kv_heads * config.head_dim
     for name in [n for n in weights if n.startswith(_LAYER)]:
@@ -29,15 +36,15 @@ def split_fused_projections(weights: dict[str, torch.Tensor], config: ModelConfi
             fused = weights.pop(name)
             if fused.shape[0] != q_rows + 2 * kv_rows:
                 raise ValueError(f"{name}: {fused.shape[0]} rows, expected {q_rows + 2 * kv_rows} (q, k, v)")
-            for part, piece in zip(
-                ("q_proj", "k_proj", "v_proj"), fused.split([q_rows, kv_rows, kv_rows]), strict=True
-            ):
-                weights[f"{base}{part}.{kind}"] = piece
+            bounds = (0, q_rows, q_rows + kv_rows, q_rows + 2 * kv_rows)
+            for i, part in enumerate(("q_proj", "k_proj", "v_proj")):
+                weights[f"{base}{part}.{kind}"] = _rows(fused, bounds[i], bounds[i + 1])
         elif prefix.endswith(".mlp.gate_up_proj") and ".experts." not in prefix:
             base = prefix.removesuffix("gate_up_proj")
             fused = weights.pop(name)
             if fused.shape[0] != 2 * config.intermediate_size:
                 raise ValueError(f"{name}: {fused.shape[0]} rows, expected {2 * config.intermediate_size}")
-            gate, up = fused.chunk(2)
-            weights[f"{base}gate_proj.{kind}"], weights[f"{base}up_proj.{kind}"] = gate, up
+            inter = config.intermediate_size
+            weights[f"{base}gate_proj.{kind}"] = _rows(fused, 0, inter)
+            weights[f"{base}up_proj.{kind}"] = _rows(fused, inter, 2 * inter)
     return weights

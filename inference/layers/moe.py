@@ -141,7 +141,7 @@ class MoE(nn.Module):
 
     def set_quantized(self, rows: dict[str, QuantRows]) -> None:
         """Quantized GGUF rows of this block: the shared experts' keep the quantized
-        kernels; the routed experts' and the router's are de-quantized by the caller."""
+        kernels (the loader de-quantizes the router's and the routed experts')."""
         shared = {
             n.removeprefix("shared_experts."): r for n, r in rows.items() if n.startswith("shared_experts.")
         }
@@ -152,14 +152,20 @@ class MoE(nn.Module):
 def stack_expert_weights(
     weights: dict[str, torch.Tensor], num_layers: int, moe: MoEConfig
 ) -> dict[str, torch.Tensor]:
-    """HF's per-expert ``mlp.experts.{e}.{gate,up,down}_proj.weight`` -> the stacked
-    ``experts.gate_up_proj`` / ``experts.down_proj`` of ``RoutedExperts`` (in place);
-    layers already stacked (transformers' fused layout, or ours) are left alone."""
+    """HF's per-expert ``mlp.experts.{e}.{gate,up,down}_proj.weight``, or GGUF's
+    per-projection stacks ``mlp.experts.{gate,up,down}_proj.weight`` ``[E, N, K]``, ->
+    the stacked ``experts.gate_up_proj`` / ``experts.down_proj`` of ``RoutedExperts``
+    (in place); layers already stacked (transformers' fused layout, or ours) are left alone."""
     for layer in range(num_layers):
         if not moe.is_sparse(layer):
             continue
         prefix = f"model.layers.{layer}.mlp.experts."
         if f"{prefix}gate_up_proj" in weights:
+            continue
+        if f"{prefix}gate_proj.weight" in weights:  # stacked per projection (GGUF's ffn_*_exps)
+            gate, up = weights.pop(f"{prefix}gate_proj.weight"), weights.pop(f"{prefix}up_proj.weight")
+            weights[f"{prefix}gate_up_proj"] = torch.cat((gate, up), dim=1)
+            weights[f"{prefix}down_proj"] = weights.pop(f"{prefix}down_proj.weight")
             continue
         try:
             gate_up = [

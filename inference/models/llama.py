@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from chatsite_kernels.cpu.decode_stack import DecodeStack
+from chatsite_kernels.cpu.quant import QuantRows
 from inference.kv.spec import KVSpec
 from inference.layers import cpu_packing
 from inference.layers.attention_context import AttentionContext
@@ -40,6 +41,10 @@ def _mlp(config: ModelConfig, layer_idx: int) -> nn.Module:
     if config.moe is not None and config.moe.is_sparse(layer_idx):
         return MoE(config, config.moe)
     return MLP(config)
+
+
+def _is_routing(name: str) -> bool:
+    return ".mlp.gate." in name or ".mlp.experts." in name
 
 
 class DecoderLayer(nn.Module):
@@ -224,6 +229,12 @@ class LlamaForCausalLM(nn.Module):
         params = dict(self.named_parameters())  # a tied lm_head is deduplicated away here
         state_dict = split_fused_projections(dict(state_dict), self.config)
         if self.config.moe is not None:
+            # The router and the routed experts have no quantized kernel: GGUF blocks of
+            # theirs are de-quantized (exactly) before the experts are stacked.
+            state_dict = {
+                name: t.dequantize() if isinstance(t, QuantRows) and _is_routing(name) else t
+                for name, t in state_dict.items()
+            }
             state_dict = stack_expert_weights(state_dict, self.config.num_layers, self.config.moe)
         quantized, plain = cpu_packing.split_quantized(state_dict, params, device, dtype)
         state_dict = {**plain, **{name: torch.empty(0, device="meta") for name in quantized}}

@@ -33,6 +33,8 @@ from safetensors.torch import load_file, save_file
 from chatsite_kernels.cpu import quant as cpu_quant
 from inference.model_config import ModelConfig
 from inference.models import CausalLM, build_model
+from inference.runner.gguf.config_fixes import fix_gguf_config
+from inference.runner.gguf.names import gguf_index_names
 from inference.runner.gguf.weights import load_index, read_gguf_weights
 from inference.runner.model_files import default_model_path
 from inference.runner.weights_identity import source_identity, tag
@@ -131,7 +133,7 @@ def load_model(
     with torch.device("meta"):  # no allocation or random init: weights are assigned next
         model = build_model(model_config)
     if gguf_source is not None:
-        index = load_index(gguf_source, model_dir, [*model.state_dict(), "lm_head.weight"])
+        index = load_index(gguf_source, model_dir, gguf_index_names(model.state_dict(), model_config))
         state_dict = read_gguf_weights(gguf_source, index, hf_config)
     else:
         state_dict = load_state_dict(model_dir)
@@ -262,6 +264,7 @@ def read_gguf(gguf_path: Path) -> tuple[Any, Any, dict[str, torch.Tensor]]:
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
     config = AutoConfig.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    fix_gguf_config(config, gguf_path)
     ModelConfig.from_hf(config)  # fail fast on unsupported architectures, before de-quantising
     tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     with torch.device("meta"):

@@ -119,8 +119,14 @@ def read_gguf_weights(
     from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor
 
     processor = TENSOR_PROCESSORS.get(index["architecture"], TensorProcessor)(config=hf_config.to_dict())
-    # Only processors that permute rows (or nothing) commute with keeping the blocks.
-    keep_blocks = type(processor).process in (TensorProcessor.process, TENSOR_PROCESSORS["llama"].process)
+    # Only processors that permute rows (or nothing) commute with keeping the blocks. The
+    # MoE one (qwen2moe, qwen3moe) changes nothing of a 2-D tensor that is not a shared-expert
+    # gate; its 3-D expert stacks are de-quantized below in any case.
+    keep_blocks = type(processor).process in (
+        TensorProcessor.process,
+        TENSOR_PROCESSORS["llama"].process,
+        TENSOR_PROCESSORS["qwen3moe"].process,
+    )
     data = np.memmap(gguf_path, dtype=np.uint8, mode="r")
     if data.size != index["file_size"]:
         raise GGUFFormatError(f"{gguf_path.name} changed size since it was indexed")
@@ -131,7 +137,7 @@ def read_gguf_weights(
         raw = data[offset : offset + entry["nbytes"]]
         if len(shape) == 2 and raw.size % shape[0] == 0:
             raw = raw.reshape(shape[0], -1)
-        if keep_blocks and type_name in GGUF_TYPES and len(shape) == 2:
+        if keep_blocks and type_name in GGUF_TYPES and len(shape) == 2 and "_shexp" not in entry["gguf"]:
             raw = processor.process(weights=raw, name=entry["gguf"]).weights
             out[entry["hf"]] = parse_gguf_blocks(type_name, np.asarray(raw), shape)  # type: ignore[arg-type]
             continue
