@@ -17,6 +17,7 @@ from inference.layers.attention import paged_attention
 from inference.layers.attention_context import AttentionContext
 from inference.layers.linear import Linear, linear_released, packable, quant_linear, weight_key
 from inference.layers.rotary import apply_rotary
+from inference.layers.window_attention import AttentionFeatures, feature_attention
 from inference.model_config import ModelConfig
 
 
@@ -25,9 +26,14 @@ class Attention(nn.Module):
     _packed_key: tuple[tuple[int, int], ...] | None = None
     _qkv_quant: PackedQuant | None = None  # q, k and v rows of one quantized format
 
-    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+    def __init__(self, config: ModelConfig, layer_idx: int, kv_slot: tuple[int, int] | None = None) -> None:
+        """``kv_slot``: the layer's (KV group, slot in a block) when the model has several
+        KV groups (``KVSpec.layer_slots``); by default group 0, slot ``layer_idx``."""
         super().__init__()
         self.layer_idx = layer_idx
+        self.kv_group, self.kv_slot = kv_slot if kv_slot is not None else (0, layer_idx)
+        windows = config.layer_windows
+        self.features = AttentionFeatures(window=windows[layer_idx] if windows else None)
         self.num_heads = config.num_heads
         self.num_kv_heads = config.num_kv_heads
         self.head_dim = config.head_dim
@@ -49,7 +55,8 @@ class Attention(nn.Module):
         """``cos_sin`` ``[T, D]``: each token's rotary cos (first half) and sin (second)."""
         tokens, d = hidden.shape[0], self.head_dim
         hq, hkv = self.num_heads, self.num_kv_heads
-        k_cache, v_cache = kv_cache[:, 0, self.layer_idx], kv_cache[:, 1, self.layer_idx]
+        k_cache, v_cache = kv_cache[:, 0, self.kv_slot], kv_cache[:, 1, self.kv_slot]
+        ctx = ctx.for_group(self.kv_group)
         qkv = self.fused_qkv(hidden)
         if qkv is not None and cpu_layer_ops.is_cpu_f32(kv_cache) and cpu_layer_ops.available():
             # Decode steps are dominated by per-op overhead at these sizes: one packed
@@ -58,7 +65,7 @@ class Attention(nn.Module):
             q = qkv[:, : hq * d].view(tokens, hq, d)
             k = qkv[:, hq * d : (hq + hkv) * d].view(tokens, hkv, d)
             v = qkv[:, (hq + hkv) * d :].view(tokens, hkv, d)
-            out = paged_attention(q, k, v, k_cache, v_cache, ctx, self.scale, kv_stored=True)
+            out = self._attend(q, k, v, k_cache, v_cache, ctx, kv_stored=True)
         else:
             cos, sin = cos_sin[:, None, : d // 2], cos_sin[:, None, d // 2 :]  # broadcast over heads
             if qkv is not None:
@@ -67,8 +74,25 @@ class Attention(nn.Module):
                 q, k, v = self.q_proj(hidden), self.k_proj(hidden), self.v_proj(hidden)
             q = apply_rotary(q.reshape(tokens, hq, d), cos, sin)
             k = apply_rotary(k.reshape(tokens, hkv, d), cos, sin)
-            out = paged_attention(q, k, v.reshape(tokens, hkv, d), k_cache, v_cache, ctx, self.scale)
+            out = self._attend(q, k, v.reshape(tokens, hkv, d), k_cache, v_cache, ctx)
         return self.o_proj(out.reshape(tokens, hq * d))
+
+    def _attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        ctx: AttentionContext,
+        *,
+        kv_stored: bool = False,
+    ) -> torch.Tensor:
+        if self.features.plain:
+            return paged_attention(q, k, v, k_cache, v_cache, ctx, self.scale, kv_stored=kv_stored)
+        return feature_attention(
+            q, k, v, k_cache, v_cache, ctx, self.scale, self.features, kv_stored=kv_stored
+        )
 
     def fused_qkv(self, hidden: torch.Tensor) -> torch.Tensor | None:
         """``[T, (Hq + 2 Hkv) D]`` from one product over the packed q/k/v weights, or

@@ -34,7 +34,8 @@ from inference.model_config import ModelConfig
 class DecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
-        self.self_attn = Attention(config, layer_idx)
+        spec = LlamaForCausalLM.kv_spec_for(config)
+        self.self_attn = Attention(config, layer_idx, spec.layer_slots[layer_idx])
         self.mlp = MLP(config)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -79,7 +80,12 @@ class LlamaForCausalLM(nn.Module):
 
     @classmethod
     def kv_spec_for(cls, config: ModelConfig) -> KVSpec:
-        return KVSpec(config.num_layers, planes=2, token_shape=(config.num_kv_heads, config.head_dim))
+        return KVSpec(
+            config.num_layers,
+            planes=2,
+            token_shape=(config.num_kv_heads, config.head_dim),
+            windows=config.layer_windows,
+        )
 
     @property
     def kv_spec(self) -> KVSpec:
@@ -137,7 +143,10 @@ class LlamaForCausalLM(nn.Module):
         reads its rows from the LM head's panels). Nothing happens off the CPU, outside
         fp32, or when the kernels are unavailable; quantized weights were packed at load."""
         cpu_packing.pack_weights(self, release=True)
-        self.decode_stack = build_decode_stack(self)
+        # The one-call decode kernel attends over whole contexts: sliding layers keep
+        # their per-op path (``inference.layers.window_attention``).
+        if self.config.layer_windows is None:
+            self.decode_stack = build_decode_stack(self)
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
