@@ -18,6 +18,8 @@ SUPPORTED_ARCHITECTURES = (
     "MistralForCausalLM",
     "Qwen2ForCausalLM",
     "DeepseekV3ForCausalLM",
+    "Gemma2ForCausalLM",
+    "Gemma3ForCausalLM",
 )
 # GGUF-derived configs carry no ``architectures``; map their model_type instead.
 _MODEL_TYPE_TO_ARCH = {
@@ -25,6 +27,8 @@ _MODEL_TYPE_TO_ARCH = {
     "mistral": "MistralForCausalLM",
     "qwen2": "Qwen2ForCausalLM",
     "deepseek_v3": "DeepseekV3ForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
 }
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 DEEPSEEK_ROPE_TYPES = ("default", "yarn")
@@ -64,6 +68,17 @@ class MoEConfig:
 
 
 @dataclass
+class GemmaConfig:
+    """Gemma 2 / Gemma 3: what differs from the Llama decoder."""
+
+    query_pre_attn_scalar: float  # scores are scaled by its inverse square root
+    local_rope_theta: float  # the sliding layers' rotary base (Gemma 3; Gemma 2: rope_theta)
+    qk_norm: bool  # Gemma 3: (1 + w) RMSNorm of each head's q and k before rotary
+    attn_softcap: float | None  # Gemma 2: scores become cap * tanh(scores / cap)
+    final_softcap: float | None  # logits become cap * tanh(logits / cap)
+
+
+@dataclass
 class ModelConfig:
     architecture: str
     vocab_size: int
@@ -90,6 +105,7 @@ class ModelConfig:
     name: str = ""
     mla: MLAConfig | None = None  # DeepSeek: the attention caches a latent, not K and V
     moe: MoEConfig | None = None
+    gemma: GemmaConfig | None = None
 
     @property
     def max_model_len(self) -> int:
@@ -123,6 +139,8 @@ class ModelConfig:
             raise UnsupportedModelError(
                 architecture, f"supported architectures are {', '.join(SUPPORTED_ARCHITECTURES)}"
             )
+        if architecture in ("Gemma2ForCausalLM", "Gemma3ForCausalLM"):
+            return _gemma_from_hf(config, architecture, name)
         act = getattr(config, "hidden_act", "silu")
         if act != "silu":
             raise UnsupportedModelError(architecture, f"hidden_act {act!r} (only silu)")
@@ -247,6 +265,65 @@ def _deepseek_v3_from_hf(config: Any, architecture: str, name: str) -> ModelConf
             num_shared_experts=config.n_shared_experts or 0,
             intermediate_size=config.moe_intermediate_size,
             first_dense_layers=config.first_k_dense_replace or 0,
+        ),
+    )
+
+
+def _gemma_from_hf(config: Any, architecture: str, name: str) -> ModelConfig:
+    """Gemma 2 and Gemma 3 (text): GELU-tanh MLP, (1 + w) norms, sliding and full layers
+    (``layer_types``); Gemma 3's two rotary bases come per layer type in transformers 5
+    (``rope_parameters[layer_type]``), as ``rope_local_base_freq`` before."""
+    act = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", "gelu_pytorch_tanh")
+    if act != "gelu_pytorch_tanh":
+        raise UnsupportedModelError(architecture, f"hidden_activation {act!r} (only gelu_pytorch_tanh)")
+    if getattr(config, "use_bidirectional_attention", False):
+        raise UnsupportedModelError(architecture, "use_bidirectional_attention (an encoder, not a decoder)")
+    params = getattr(config, "rope_parameters", None)
+    if isinstance(params, dict) and "full_attention" in params:
+        full, local = params["full_attention"], params.get("sliding_attention") or params["full_attention"]
+        rope_theta, local_theta = float(full["rope_theta"]), float(local["rope_theta"])
+        if local.get("rope_type", "default") != "default":
+            raise UnsupportedModelError(architecture, f"sliding layers' rope type {local['rope_type']!r}")
+        scaling = {**full}
+        rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+        if rope_type not in ("default", "linear"):
+            raise UnsupportedModelError(architecture, f"rope type {rope_type!r} (supported: default, linear)")
+        rope_scaling = (
+            None if rope_type == "default" else {"rope_type": "linear", "factor": scaling["factor"]}
+        )
+    else:
+        rope_theta, rope_scaling = _rope_of(config, architecture, ("default", "linear"))
+        local_theta = float(getattr(config, "rope_local_base_freq", None) or rope_theta)
+    gemma3 = architecture == "Gemma3ForCausalLM"
+    eos = config.eos_token_id
+    layer_types = tuple(getattr(config, "layer_types", None) or ())
+    return ModelConfig(
+        architecture=architecture,
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_layers=config.num_hidden_layers,
+        num_heads=config.num_attention_heads,
+        num_kv_heads=config.num_key_value_heads,
+        head_dim=config.head_dim,
+        rms_norm_eps=float(config.rms_norm_eps),
+        rope_theta=rope_theta,
+        rope_scaling=rope_scaling,
+        max_position_embeddings=config.max_position_embeddings,
+        tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", True)),
+        attention_bias=bool(getattr(config, "attention_bias", False)),
+        attention_out_bias=bool(getattr(config, "attention_bias", False)),
+        sliding_window=getattr(config, "sliding_window", None),
+        layer_types=layer_types or ("full_attention",) * config.num_hidden_layers,
+        eos_token_ids=[] if eos is None else ([eos] if isinstance(eos, int) else list(eos)),
+        bos_token_id=getattr(config, "bos_token_id", None),
+        name=name or getattr(config, "name_or_path", "") or architecture,
+        gemma=GemmaConfig(
+            query_pre_attn_scalar=float(config.query_pre_attn_scalar),
+            local_rope_theta=local_theta if gemma3 else rope_theta,
+            qk_norm=gemma3,
+            attn_softcap=getattr(config, "attn_logit_softcapping", None),
+            final_softcap=getattr(config, "final_logit_softcapping", None),
         ),
     )
 

@@ -10,15 +10,18 @@ from torch import nn
 from inference.kv.spec import KVSpec
 from inference.model_config import ModelConfig
 from inference.models.deepseek_v3 import DeepseekV3ForCausalLM
+from inference.models.gemma import GemmaForCausalLM
 from inference.models.llama import LlamaForCausalLM
 
 # Llama, Mistral and Qwen2 share one decoder; the differences (q/k/v bias, tied head)
 # are ModelConfig flags.
-MODEL_REGISTRY: dict[str, type[LlamaForCausalLM] | type[DeepseekV3ForCausalLM]] = {
+MODEL_REGISTRY: dict[str, type[LlamaForCausalLM] | type[DeepseekV3ForCausalLM] | type[GemmaForCausalLM]] = {
     "LlamaForCausalLM": LlamaForCausalLM,
     "MistralForCausalLM": LlamaForCausalLM,
     "Qwen2ForCausalLM": LlamaForCausalLM,
     "DeepseekV3ForCausalLM": DeepseekV3ForCausalLM,
+    "Gemma2ForCausalLM": GemmaForCausalLM,
+    "Gemma3ForCausalLM": GemmaForCausalLM,
 }
 
 
@@ -31,4 +34,11 @@ def kv_spec_for(config: ModelConfig) -> KVSpec:
     return MODEL_REGISTRY[config.architecture].kv_spec_for(config)
 
 
-__all__ = ["MODEL_REGISTRY", "DeepseekV3ForCausalLM", "LlamaForCausalLM", "build_model", "kv_spec_for"]
+__all__ = [
+    "MODEL_REGISTRY",
+    "DeepseekV3ForCausalLM",
+    "GemmaForCausalLM",
+    "LlamaForCausalLM",
+    "build_model",
+    "kv_spec_for",
+]
