@@ -20,6 +20,7 @@ SUPPORTED_ARCHITECTURES = (
     "DeepseekV3ForCausalLM",
     "Gemma2ForCausalLM",
     "Gemma3ForCausalLM",
+    "GptOssForCausalLM",
 )
 # GGUF-derived configs carry no ``architectures``; map their model_type instead.
 _MODEL_TYPE_TO_ARCH = {
@@ -29,6 +30,7 @@ _MODEL_TYPE_TO_ARCH = {
     "deepseek_v3": "DeepseekV3ForCausalLM",
     "gemma2": "Gemma2ForCausalLM",
     "gemma3_text": "Gemma3ForCausalLM",
+    "gpt_oss": "GptOssForCausalLM",
 }
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 DEEPSEEK_ROPE_TYPES = ("default", "yarn")
@@ -79,6 +81,16 @@ class GemmaConfig:
 
 
 @dataclass
+class GptOssConfig:
+    """gpt-oss: every layer has learned attention sinks; the MLP is a mixture of experts."""
+
+    num_experts: int
+    top_k: int  # softmax over the top-k router logits
+    swiglu_alpha: float  # gate * sigmoid(alpha * gate)
+    swiglu_limit: float  # gate clamped above, up clamped both ways, at this value
+
+
+@dataclass
 class ModelConfig:
     architecture: str
     vocab_size: int
@@ -106,6 +118,7 @@ class ModelConfig:
     mla: MLAConfig | None = None  # DeepSeek: the attention caches a latent, not K and V
     moe: MoEConfig | None = None
     gemma: GemmaConfig | None = None
+    gpt_oss: GptOssConfig | None = None
 
     @property
     def max_model_len(self) -> int:
@@ -141,6 +154,8 @@ class ModelConfig:
             )
         if architecture in ("Gemma2ForCausalLM", "Gemma3ForCausalLM"):
             return _gemma_from_hf(config, architecture, name)
+        if architecture == "GptOssForCausalLM":
+            return _gpt_oss_from_hf(config, architecture, name)
         act = getattr(config, "hidden_act", "silu")
         if act != "silu":
             raise UnsupportedModelError(architecture, f"hidden_act {act!r} (only silu)")
@@ -324,6 +339,50 @@ def _gemma_from_hf(config: Any, architecture: str, name: str) -> ModelConfig:
             qk_norm=gemma3,
             attn_softcap=getattr(config, "attn_logit_softcapping", None),
             final_softcap=getattr(config, "final_logit_softcapping", None),
+        ),
+    )
+
+
+def _gpt_oss_from_hf(config: Any, architecture: str, name: str) -> ModelConfig:
+    """gpt-oss: sliding and full layers (``layer_types``), YaRN rotary, biases on every
+    projection, sinks, and experts whose weights may come as MXFP4 blocks (de-quantized
+    at load: ``inference.runner.mxfp4``)."""
+    quant = getattr(config, "quantization_config", None)
+    if quant:
+        method = (
+            quant.get("quant_method", "?") if isinstance(quant, dict) else getattr(quant, "quant_method", "?")
+        )
+        if str(method).lower().removeprefix("quantizationmethod.") != "mxfp4":
+            raise UnsupportedModelError(architecture, f"quantization_config {method!r} (supported: mxfp4)")
+    rope_theta, rope_scaling = _rope_of(config, architecture, ("default", "yarn"))
+    eos = config.eos_token_id
+    num_layers = config.num_hidden_layers
+    return ModelConfig(
+        architecture=architecture,
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_layers=num_layers,
+        num_heads=config.num_attention_heads,
+        num_kv_heads=config.num_key_value_heads,
+        head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
+        rms_norm_eps=float(config.rms_norm_eps),
+        rope_theta=rope_theta,
+        rope_scaling=rope_scaling,
+        max_position_embeddings=config.max_position_embeddings,
+        tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
+        attention_bias=bool(getattr(config, "attention_bias", True)),
+        attention_out_bias=bool(getattr(config, "attention_bias", True)),
+        sliding_window=getattr(config, "sliding_window", None),
+        layer_types=tuple(getattr(config, "layer_types", None) or ("full_attention",) * num_layers),
+        eos_token_ids=[] if eos is None else ([eos] if isinstance(eos, int) else list(eos)),
+        bos_token_id=getattr(config, "bos_token_id", None),
+        name=name or getattr(config, "name_or_path", "") or architecture,
+        gpt_oss=GptOssConfig(
+            num_experts=config.num_local_experts,
+            top_k=config.num_experts_per_tok,
+            swiglu_alpha=float(getattr(config, "swiglu_alpha", 1.702)),
+            swiglu_limit=float(config.swiglu_limit),
         ),
     )
 

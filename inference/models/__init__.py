@@ -11,17 +11,22 @@ from inference.kv.spec import KVSpec
 from inference.model_config import ModelConfig
 from inference.models.deepseek_v3 import DeepseekV3ForCausalLM
 from inference.models.gemma import GemmaForCausalLM
+from inference.models.gpt_oss import GptOssForCausalLM
 from inference.models.llama import LlamaForCausalLM
 
 # Llama, Mistral and Qwen2 share one decoder; the differences (q/k/v bias, tied head)
 # are ModelConfig flags.
-MODEL_REGISTRY: dict[str, type[LlamaForCausalLM] | type[DeepseekV3ForCausalLM] | type[GemmaForCausalLM]] = {
+MODEL_REGISTRY: dict[
+    str,
+    type[LlamaForCausalLM] | type[DeepseekV3ForCausalLM] | type[GemmaForCausalLM] | type[GptOssForCausalLM],
+] = {
     "LlamaForCausalLM": LlamaForCausalLM,
     "MistralForCausalLM": LlamaForCausalLM,
     "Qwen2ForCausalLM": LlamaForCausalLM,
     "DeepseekV3ForCausalLM": DeepseekV3ForCausalLM,
     "Gemma2ForCausalLM": GemmaForCausalLM,
     "Gemma3ForCausalLM": GemmaForCausalLM,
+    "GptOssForCausalLM": GptOssForCausalLM,
 }
 
 
@@ -38,6 +43,7 @@ __all__ = [
     "MODEL_REGISTRY",
     "DeepseekV3ForCausalLM",
     "GemmaForCausalLM",
+    "GptOssForCausalLM",
     "LlamaForCausalLM",
     "build_model",
     "kv_spec_for",
