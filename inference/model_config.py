@@ -13,25 +13,6 @@ from typing import Any
 
 from inference.errors import UnsupportedModelError
 
-SUPPORTED_ARCHITECTURES = (
-    "LlamaForCausalLM",
-    "MistralForCausalLM",
-    "Qwen2ForCausalLM",
-    "DeepseekV3ForCausalLM",
-    "Gemma2ForCausalLM",
-    "Gemma3ForCausalLM",
-    "GptOssForCausalLM",
-)
-# GGUF-derived configs carry no ``architectures``; map their model_type instead.
-_MODEL_TYPE_TO_ARCH = {
-    "llama": "LlamaForCausalLM",
-    "mistral": "MistralForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "deepseek_v3": "DeepseekV3ForCausalLM",
-    "gemma2": "Gemma2ForCausalLM",
-    "gemma3_text": "Gemma3ForCausalLM",
-    "gpt_oss": "GptOssForCausalLM",
-}
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
 DEEPSEEK_ROPE_TYPES = ("default", "yarn")
 
@@ -56,7 +37,8 @@ class MLAConfig:
 
 @dataclass
 class MoEConfig:
-    """DeepSeek-V3 mixture of experts (sigmoid router, group-limited top-k)."""
+    """A mixture of experts: DeepSeek-V3's (sigmoid router, group-limited top-k, shared
+    experts) or Qwen3-MoE's (softmax router, plain top-k, no shared expert)."""
 
     num_experts: int
     top_k: int
@@ -67,6 +49,15 @@ class MoEConfig:
     num_shared_experts: int
     intermediate_size: int  # of one routed expert
     first_dense_layers: int  # first_k_dense_replace: these layers use a dense MLP
+    scoring: str = "sigmoid"  # "sigmoid" (DeepSeek-V3) or "softmax" (Qwen3-MoE)
+    sparse_step: int = 1  # decoder_sparse_step: layer i is sparse when (i + 1) % step == 0
+    dense_layers: tuple[int, ...] = ()  # mlp_only_layers: always a dense MLP
+
+    def is_sparse(self, layer_idx: int) -> bool:
+        """Whether layer ``layer_idx`` routes to experts (else a dense MLP of ``intermediate_size``)."""
+        if layer_idx < self.first_dense_layers or layer_idx in self.dense_layers:
+            return False
+        return (layer_idx + 1) % self.sparse_step == 0
 
 
 @dataclass
@@ -119,6 +110,46 @@ class ModelConfig:
     moe: MoEConfig | None = None
     gemma: GemmaConfig | None = None
     gpt_oss: GptOssConfig | None = None
+    # Variations of the shared Llama decoder; the defaults are plain Llama.
+    qk_norm: str | None = (
+        None  # "head": RMSNorm of each head's q and k (Qwen3); "full": of the whole projection (OLMo 2)
+    )
+    post_norms: bool = False  # OLMo 2: RMSNorm of the attention and MLP outputs, none of their inputs
+    partial_rotary_dim: int | None = None  # Phi-3: only the first features of a head rotate; None = head_dim
+    rope_layers: tuple[bool, ...] = ()  # SmolLM3: False for a layer without rotary (NoPE); () = all rotate
+    embedding_multiplier: float = 1.0  # Granite: embeddings times this
+    attention_multiplier: float | None = None  # Granite: the softmax scale; None = head_dim**-0.5
+    residual_multiplier: float = 1.0  # Granite: each block's output times this before the residual add
+    logits_scaling: float = 1.0  # Granite: logits divided by this
+
+    @property
+    def rotary_dim(self) -> int:
+        """Features of each head that rotary embeddings turn (the first ones)."""
+        return self.partial_rotary_dim or self.head_dim
+
+    def layer_uses_rope(self, layer_idx: int) -> bool:
+        return not self.rope_layers or self.rope_layers[layer_idx]
+
+    @property
+    def softmax_scale(self) -> float:
+        return self.attention_multiplier if self.attention_multiplier is not None else self.head_dim**-0.5
+
+    @property
+    def is_plain_llama(self) -> bool:
+        """True where the decoder is exactly Llama's: the one-call CPU decode stack and
+        the fused rotary-and-store kernel assume it."""
+        return (
+            self.qk_norm is None
+            and not self.post_norms
+            and self.rotary_dim == self.head_dim
+            and all(self.rope_layers)
+            and self.moe is None
+            and self.mla is None
+            and self.embedding_multiplier == 1.0
+            and self.attention_multiplier is None
+            and self.residual_multiplier == 1.0
+            and self.logits_scaling == 1.0
+        )
 
     @property
     def max_model_len(self) -> int:
@@ -146,245 +177,12 @@ class ModelConfig:
 
     @classmethod
     def from_hf(cls, config: Any, name: str = "") -> ModelConfig:
-        """Build from a transformers config; raises ``UnsupportedModelError`` for what we lack."""
-        architecture = _architecture_of(config)
-        if architecture not in SUPPORTED_ARCHITECTURES:
-            raise UnsupportedModelError(
-                architecture, f"supported architectures are {', '.join(SUPPORTED_ARCHITECTURES)}"
-            )
-        if architecture in ("Gemma2ForCausalLM", "Gemma3ForCausalLM"):
-            return _gemma_from_hf(config, architecture, name)
-        if architecture == "GptOssForCausalLM":
-            return _gpt_oss_from_hf(config, architecture, name)
-        act = getattr(config, "hidden_act", "silu")
-        if act != "silu":
-            raise UnsupportedModelError(architecture, f"hidden_act {act!r} (only silu)")
-        if architecture == "DeepseekV3ForCausalLM":
-            return _deepseek_v3_from_hf(config, architecture, name)
+        """Build from a transformers config through the architecture table
+        (``inference.models.registry``); raises ``UnsupportedModelError`` for what we lack."""
+        # Imported here: the registry names the model classes, which import this module.
+        from inference.models.registry import read_model_config  # noqa: PLC0415
 
-        rope_theta, rope_scaling = _rope_of(config, architecture)
-        num_heads = config.num_attention_heads
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // num_heads
-        eos = config.eos_token_id
-        eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
-        is_qwen2 = architecture == "Qwen2ForCausalLM"
-        llama_bias = bool(getattr(config, "attention_bias", False)) and not is_qwen2
-        sliding = getattr(config, "sliding_window", None)
-        if is_qwen2 and not getattr(config, "use_sliding_window", False):
-            sliding = None  # Qwen2 configs carry a window they do not use
-        return cls(
-            architecture=architecture,
-            vocab_size=config.vocab_size,
-            hidden_size=config.hidden_size,
-            intermediate_size=config.intermediate_size,
-            num_layers=config.num_hidden_layers,
-            num_heads=num_heads,
-            num_kv_heads=getattr(config, "num_key_value_heads", None) or num_heads,
-            head_dim=head_dim,
-            rms_norm_eps=float(config.rms_norm_eps),
-            rope_theta=rope_theta,
-            rope_scaling=rope_scaling,
-            max_position_embeddings=config.max_position_embeddings,
-            tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
-            attention_bias=is_qwen2 or llama_bias,
-            attention_out_bias=llama_bias,
-            mlp_bias=bool(getattr(config, "mlp_bias", False)),
-            sliding_window=sliding,
-            eos_token_ids=eos_ids,
-            bos_token_id=getattr(config, "bos_token_id", None),
-            name=name or getattr(config, "name_or_path", "") or architecture,
-        )
-
-
-def _architecture_of(config: Any) -> str:
-    archs = getattr(config, "architectures", None) or []
-    if archs:
-        return archs[0]
-    model_type = getattr(config, "model_type", "") or "unknown"
-    return _MODEL_TYPE_TO_ARCH.get(model_type, model_type)
-
-
-def _deepseek_v3_from_hf(config: Any, architecture: str, name: str) -> ModelConfig:
-    """DeepSeek-V3: MLA + MoE. Features of the reference implementation we do not have
-    (other routers, quantised checkpoints, MoE every n-th layer) are refused by name."""
-
-    def refuse(detail: str) -> UnsupportedModelError:
-        return UnsupportedModelError(architecture, detail)
-
-    # Keys HF's config class does not declare (DeepSeek's own config.json has them) are
-    # kept as attributes; each must have the value our implementation assumes.
-    expected = {"topk_method": "noaux_tc", "scoring_func": "sigmoid", "moe_layer_freq": 1}
-    for key, value in expected.items():
-        found = getattr(config, key, value)
-        if found != value:
-            raise refuse(f"{key} {found!r} (supported: {value!r})")
-    quant = getattr(config, "quantization_config", None)
-    if quant:
-        method = quant.get("quant_method", "?") if isinstance(quant, dict) else type(quant).__name__
-        raise refuse(f"quantization_config {method!r} (de-quantise the checkpoint to bf16/fp32 first)")
-    num_experts, groups = config.n_routed_experts, config.n_group or 1
-    topk_groups = config.topk_group or groups
-    if num_experts % groups or not 1 <= topk_groups <= groups:
-        raise refuse(f"n_group {groups} / topk_group {topk_groups} for {num_experts} experts")
-    if config.num_experts_per_tok > topk_groups * (num_experts // groups):
-        raise refuse(
-            f"num_experts_per_tok {config.num_experts_per_tok} exceeds the experts of topk_group groups"
-        )
-
-    theta, scaling = _rope_of(config, architecture, DEEPSEEK_ROPE_TYPES)
-    qk_head_dim = config.qk_nope_head_dim + config.qk_rope_head_dim
-    softmax_scale = qk_head_dim**-0.5
-    if scaling is not None:  # YaRN (the only non-default type we accept here)
-        if scaling.get("factor") is None:
-            raise refuse("rope_scaling yarn without 'factor'")
-        mscale_all_dim = scaling.get("mscale_all_dim") or 0
-        if mscale_all_dim:
-            mscale = yarn_get_mscale(scaling["factor"], mscale_all_dim)
-            softmax_scale *= mscale * mscale
-    eos = config.eos_token_id
-    num_heads = config.num_attention_heads
-    return ModelConfig(
-        architecture=architecture,
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size,
-        num_layers=config.num_hidden_layers,
-        num_heads=num_heads,
-        num_kv_heads=num_heads,  # after kv_b_proj every head has its own K and V
-        head_dim=qk_head_dim,
-        rms_norm_eps=float(config.rms_norm_eps),
-        rope_theta=theta,
-        rope_scaling=scaling,
-        max_position_embeddings=config.max_position_embeddings,
-        tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
-        attention_bias=bool(getattr(config, "attention_bias", False)),
-        eos_token_ids=[] if eos is None else ([eos] if isinstance(eos, int) else list(eos)),
-        bos_token_id=getattr(config, "bos_token_id", None),
-        name=name or getattr(config, "name_or_path", "") or architecture,
-        mla=MLAConfig(
-            q_lora_rank=config.q_lora_rank,
-            kv_lora_rank=config.kv_lora_rank,
-            qk_nope_head_dim=config.qk_nope_head_dim,
-            qk_rope_head_dim=config.qk_rope_head_dim,
-            v_head_dim=config.v_head_dim,
-            softmax_scale=softmax_scale,
-            rope_interleave=bool(getattr(config, "rope_interleave", True)),
-        ),
-        moe=MoEConfig(
-            num_experts=num_experts,
-            top_k=config.num_experts_per_tok,
-            num_groups=groups,
-            topk_groups=topk_groups,
-            norm_topk_prob=bool(config.norm_topk_prob),
-            routed_scaling_factor=float(config.routed_scaling_factor),
-            num_shared_experts=config.n_shared_experts or 0,
-            intermediate_size=config.moe_intermediate_size,
-            first_dense_layers=config.first_k_dense_replace or 0,
-        ),
-    )
-
-
-def _gemma_from_hf(config: Any, architecture: str, name: str) -> ModelConfig:
-    """Gemma 2 and Gemma 3 (text): GELU-tanh MLP, (1 + w) norms, sliding and full layers
-    (``layer_types``); Gemma 3's two rotary bases come per layer type in transformers 5
-    (``rope_parameters[layer_type]``), as ``rope_local_base_freq`` before."""
-    act = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", "gelu_pytorch_tanh")
-    if act != "gelu_pytorch_tanh":
-        raise UnsupportedModelError(architecture, f"hidden_activation {act!r} (only gelu_pytorch_tanh)")
-    if getattr(config, "use_bidirectional_attention", False):
-        raise UnsupportedModelError(architecture, "use_bidirectional_attention (an encoder, not a decoder)")
-    params = getattr(config, "rope_parameters", None)
-    if isinstance(params, dict) and "full_attention" in params:
-        full, local = params["full_attention"], params.get("sliding_attention") or params["full_attention"]
-        rope_theta, local_theta = float(full["rope_theta"]), float(local["rope_theta"])
-        if local.get("rope_type", "default") != "default":
-            raise UnsupportedModelError(architecture, f"sliding layers' rope type {local['rope_type']!r}")
-        scaling = {**full}
-        rope_type = scaling.get("rope_type", scaling.get("type", "default"))
-        if rope_type not in ("default", "linear"):
-            raise UnsupportedModelError(architecture, f"rope type {rope_type!r} (supported: default, linear)")
-        rope_scaling = (
-            None if rope_type == "default" else {"rope_type": "linear", "factor": scaling["factor"]}
-        )
-    else:
-        rope_theta, rope_scaling = _rope_of(config, architecture, ("default", "linear"))
-        local_theta = float(getattr(config, "rope_local_base_freq", None) or rope_theta)
-    gemma3 = architecture == "Gemma3ForCausalLM"
-    eos = config.eos_token_id
-    layer_types = tuple(getattr(config, "layer_types", None) or ())
-    return ModelConfig(
-        architecture=architecture,
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size,
-        num_layers=config.num_hidden_layers,
-        num_heads=config.num_attention_heads,
-        num_kv_heads=config.num_key_value_heads,
-        head_dim=config.head_dim,
-        rms_norm_eps=float(config.rms_norm_eps),
-        rope_theta=rope_theta,
-        rope_scaling=rope_scaling,
-        max_position_embeddings=config.max_position_embeddings,
-        tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", True)),
-        attention_bias=bool(getattr(config, "attention_bias", False)),
-        attention_out_bias=bool(getattr(config, "attention_bias", False)),
-        sliding_window=getattr(config, "sliding_window", None),
-        layer_types=layer_types or ("full_attention",) * config.num_hidden_layers,
-        eos_token_ids=[] if eos is None else ([eos] if isinstance(eos, int) else list(eos)),
-        bos_token_id=getattr(config, "bos_token_id", None),
-        name=name or getattr(config, "name_or_path", "") or architecture,
-        gemma=GemmaConfig(
-            query_pre_attn_scalar=float(config.query_pre_attn_scalar),
-            local_rope_theta=local_theta if gemma3 else rope_theta,
-            qk_norm=gemma3,
-            attn_softcap=getattr(config, "attn_logit_softcapping", None),
-            final_softcap=getattr(config, "final_logit_softcapping", None),
-        ),
-    )
-
-
-def _gpt_oss_from_hf(config: Any, architecture: str, name: str) -> ModelConfig:
-    """gpt-oss: sliding and full layers (``layer_types``), YaRN rotary, biases on every
-    projection, sinks, and experts whose weights may come as MXFP4 blocks (de-quantized
-    at load: ``inference.runner.mxfp4``)."""
-    quant = getattr(config, "quantization_config", None)
-    if quant:
-        method = (
-            quant.get("quant_method", "?") if isinstance(quant, dict) else getattr(quant, "quant_method", "?")
-        )
-        if str(method).lower().removeprefix("quantizationmethod.") != "mxfp4":
-            raise UnsupportedModelError(architecture, f"quantization_config {method!r} (supported: mxfp4)")
-    rope_theta, rope_scaling = _rope_of(config, architecture, ("default", "yarn"))
-    eos = config.eos_token_id
-    num_layers = config.num_hidden_layers
-    return ModelConfig(
-        architecture=architecture,
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size,
-        num_layers=num_layers,
-        num_heads=config.num_attention_heads,
-        num_kv_heads=config.num_key_value_heads,
-        head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
-        rms_norm_eps=float(config.rms_norm_eps),
-        rope_theta=rope_theta,
-        rope_scaling=rope_scaling,
-        max_position_embeddings=config.max_position_embeddings,
-        tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
-        attention_bias=bool(getattr(config, "attention_bias", True)),
-        attention_out_bias=bool(getattr(config, "attention_bias", True)),
-        sliding_window=getattr(config, "sliding_window", None),
-        layer_types=tuple(getattr(config, "layer_types", None) or ("full_attention",) * num_layers),
-        eos_token_ids=[] if eos is None else ([eos] if isinstance(eos, int) else list(eos)),
-        bos_token_id=getattr(config, "bos_token_id", None),
-        name=name or getattr(config, "name_or_path", "") or architecture,
-        gpt_oss=GptOssConfig(
-            num_experts=config.num_local_experts,
-            top_k=config.num_experts_per_tok,
-            swiglu_alpha=float(getattr(config, "swiglu_alpha", 1.702)),
-            swiglu_limit=float(config.swiglu_limit),
-        ),
-    )
+        return read_model_config(config, name)
 
 
 def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
@@ -392,7 +190,7 @@ def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
     return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
 
 
-def _rope_of(
+def rope_of(
     config: Any, architecture: str, supported: tuple[str, ...] = SUPPORTED_ROPE_TYPES
 ) -> tuple[float, dict[str, Any] | None]:
     """(theta, scaling dict or None). transformers 5 keeps both in ``rope_parameters``;
@@ -414,9 +212,13 @@ def _rope_of(
             scaling.pop("type", None)
             scaling["rope_type"] = rope_type
             scaling.pop("rope_theta", None)
-    partial = getattr(config, "partial_rotary_factor", 1.0) or 1.0
-    if scaling is not None:
-        partial = scaling.get("partial_rotary_factor", partial)
-    if not math.isclose(partial, 1.0):
-        raise UnsupportedModelError(architecture, f"partial_rotary_factor {partial}")
     return theta, scaling
+
+
+def partial_rotary_factor(config: Any) -> float:
+    """The fraction of each head that rotates (1.0 for most models; Phi-3 may have less)."""
+    partial = getattr(config, "partial_rotary_factor", None)
+    params = getattr(config, "rope_parameters", None)
+    if isinstance(params, dict) and params.get("partial_rotary_factor") is not None:
+        partial = params["partial_rotary_factor"]
+    return float(partial or 1.0)

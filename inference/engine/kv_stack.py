@@ -23,6 +23,7 @@ from inference.kv.fingerprint import kv_fingerprint
 from inference.kv.retention import Retention
 from inference.kv.tiers import TierStack, build_tiers
 from inference.model_config import ModelConfig
+from inference.models.contract import CausalLM
 from inference.runner.cuda_graphs import MAX_GRAPH_BATCH
 from inference.runner.model_runner import ModelRunner
 from inference.runner.weights_identity import weights_identity
@@ -44,7 +45,7 @@ class KVStack:
 
 
 def build_kv_stack(
-    config: EngineConfig, model: torch.nn.Module, model_config: ModelConfig, tokenizer: Tokenizer
+    config: EngineConfig, model: CausalLM, model_config: ModelConfig, tokenizer: Tokenizer
 ) -> KVStack:
     """Size the pool for ``model`` (on its device, in its dtype, laid out by its
     ``kv_spec``) and build the parts that use it, each given its collaborators whole."""

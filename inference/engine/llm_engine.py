@@ -30,6 +30,7 @@ from inference.engine.stats import engine_stats, observe_kv_usage
 from inference.kv.salt import cache_salt as derive_cache_salt
 from inference.kv.salt import salt_hash
 from inference.model_config import ModelConfig
+from inference.models.contract import CausalLM
 from inference.runner.model_loader import load_model
 from inference.sampling.beam_search import (
     BeamDecision,
@@ -53,7 +54,7 @@ class LLMEngine:
         self,
         config: EngineConfig | None = None,
         *,
-        loaded: tuple[torch.nn.Module, Tokenizer, ModelConfig] | None = None,
+        loaded: tuple[CausalLM, Tokenizer, ModelConfig] | None = None,
         **overrides: object,
     ) -> None:
         """Load ``config.model`` (or reuse ``loaded`` = ``load_model``'s result, so tests and

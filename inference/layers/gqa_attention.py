@@ -1,8 +1,12 @@
-"""Grouped-query self-attention of the Llama family (Llama, Mistral, Qwen2): q/k/v
-projections, rotary embeddings, paged attention over the KV cache, output projection.
+"""Grouped-query self-attention of the Llama family (Llama, Mistral, Qwen2 and the
+families sharing their decoder): q/k/v projections, optional q/k RMSNorm (per head as
+Qwen3, over the whole projection as OLMo 2), rotary embeddings (of the whole head, of
+its first features, or none on a NoPE layer), paged attention over the KV cache,
+output projection.
 
 On the CPU in fp32 q, k and v are one product over packed (or quantized) weights,
-and one C call rotates q and k and stores k and v."""
+and where the whole head rotates one C call rotates q and k and stores k and v; a
+partial rotary or NoPE layer rotates in PyTorch and lets attention store k and v."""
 
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from chatsite_kernels.cpu.quant import PackedQuant, QuantRows
 from inference.layers.attention import paged_attention
 from inference.layers.attention_context import AttentionContext
 from inference.layers.linear import Linear, linear_released, packable, quant_linear, weight_key
+from inference.layers.norm import RMSNorm
 from inference.layers.rotary import apply_rotary
 from inference.layers.window_attention import AttentionFeatures, feature_attention
 from inference.model_config import ModelConfig
@@ -37,7 +42,10 @@ class Attention(nn.Module):
         self.num_heads = config.num_heads
         self.num_kv_heads = config.num_kv_heads
         self.head_dim = config.head_dim
-        self.scale = config.head_dim**-0.5
+        self.scale = config.softmax_scale
+        self.use_rope = config.layer_uses_rope(layer_idx)
+        # The C rotary-and-store call turns the whole head; anything else rotates in PyTorch.
+        self.whole_head_rotary = self.use_rope and config.rotary_dim == config.head_dim
         qkv_bias = config.attention_bias
         hidden, q_size, kv_size = (
             config.hidden_size,
@@ -48,6 +56,12 @@ class Attention(nn.Module):
         self.k_proj = Linear(hidden, kv_size, bias=qkv_bias)
         self.v_proj = Linear(hidden, kv_size, bias=qkv_bias)
         self.o_proj = Linear(q_size, hidden, bias=config.attention_out_bias)
+        self.q_norm: RMSNorm | None = None
+        self.k_norm: RMSNorm | None = None
+        if config.qk_norm is not None:
+            per_head = config.qk_norm == "head"
+            self.q_norm = RMSNorm(self.head_dim if per_head else q_size, config.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim if per_head else kv_size, config.rms_norm_eps)
 
     def forward(
         self, hidden: torch.Tensor, cos_sin: torch.Tensor, ctx: AttentionContext, kv_cache: torch.Tensor
@@ -58,22 +72,35 @@ class Attention(nn.Module):
         k_cache, v_cache = kv_cache[:, 0, self.kv_slot], kv_cache[:, 1, self.kv_slot]
         ctx = ctx.for_group(self.kv_group)
         qkv = self.fused_qkv(hidden)
-        if qkv is not None and cpu_layer_ops.is_cpu_f32(kv_cache) and cpu_layer_ops.available():
+        if (
+            qkv is not None
+            and self.whole_head_rotary
+            and cpu_layer_ops.is_cpu_f32(kv_cache)
+            and cpu_layer_ops.available()
+        ):
             # Decode steps are dominated by per-op overhead at these sizes: one packed
             # q/k/v product, then one call rotates q and k in place and stores k and v.
+            if self.q_norm is not None:
+                q, k = self.norm_qk(qkv[:, : hq * d], qkv[:, hq * d : (hq + hkv) * d])
+                qkv[:, : hq * d] = q.view(tokens, hq * d)
+                qkv[:, hq * d : (hq + hkv) * d] = k.view(tokens, hkv * d)
             cpu_layer_ops.rotary_store(qkv, hq, hkv, cos_sin, ctx.slot_mapping, k_cache, v_cache)
             q = qkv[:, : hq * d].view(tokens, hq, d)
             k = qkv[:, hq * d : (hq + hkv) * d].view(tokens, hkv, d)
             v = qkv[:, (hq + hkv) * d :].view(tokens, hkv, d)
             out = self._attend(q, k, v, k_cache, v_cache, ctx, kv_stored=True)
         else:
-            cos, sin = cos_sin[:, None, : d // 2], cos_sin[:, None, d // 2 :]  # broadcast over heads
             if qkv is not None:
                 q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
             else:
                 q, k, v = self.q_proj(hidden), self.k_proj(hidden), self.v_proj(hidden)
-            q = apply_rotary(q.reshape(tokens, hq, d), cos, sin)
-            k = apply_rotary(k.reshape(tokens, hkv, d), cos, sin)
+            if self.q_norm is not None:
+                q, k = self.norm_qk(q, k)
+            q, k = q.reshape(tokens, hq, d), k.reshape(tokens, hkv, d)
+            if self.use_rope:
+                half = cos_sin.shape[-1] // 2  # half the rotary features: the whole head or its first part
+                cos, sin = cos_sin[:, None, :half], cos_sin[:, None, half:]  # broadcast over heads
+                q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
             out = self._attend(q, k, v.reshape(tokens, hkv, d), k_cache, v_cache, ctx)
         return self.o_proj(out.reshape(tokens, hq * d))
 
@@ -93,6 +120,16 @@ class Attention(nn.Module):
         return feature_attention(
             q, k, v, k_cache, v_cache, ctx, self.scale, self.features, kv_stored=kv_stored
         )
+
+    def norm_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """RMSNorm of q ``[T, Hq*D]`` and k ``[T, Hkv*D]``, per head or over the whole
+        projection; returns new contiguous tensors of the same shapes."""
+        assert self.q_norm is not None and self.k_norm is not None
+        q_rows = q.reshape(
+            -1, self.q_norm.weight.shape[0]
+        ).contiguous()  # [T * Hq, D] per head, else [T, Hq * D]
+        k_rows = k.reshape(-1, self.k_norm.weight.shape[0]).contiguous()
+        return self.q_norm(q_rows).view(q.shape), self.k_norm(k_rows).view(k.shape)
 
     def fused_qkv(self, hidden: torch.Tensor) -> torch.Tensor | None:
         """``[T, (Hq + 2 Hkv) D]`` from one product over the packed q/k/v weights, or

@@ -1,5 +1,6 @@
-"""Rotary position embeddings: the cos/sin tables (default, ``linear``, ``llama3`` and
-YaRN scaling, computed as transformers does) and the rotations that apply them."""
+"""Rotary position embeddings: the cos/sin tables (default, ``linear``, ``llama3``,
+``longrope`` and YaRN scaling, computed as transformers does) and the rotations that
+apply them, to the whole head or (partial rotary) to its first features."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from inference.model_config import ModelConfig
 
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
-    """Inverse frequencies ``[head_dim/2]`` (fp32), computed as transformers does for
+    """Inverse frequencies ``[rotary_dim/2]`` (fp32), computed as transformers does for
     the default, ``linear`` and ``llama3`` rope types."""
-    dim = config.head_dim
+    dim = config.rotary_dim
     # Explicit CPU: the model may be constructed under a `torch.device("meta")` context.
     inv_freq = 1.0 / (
         config.rope_theta ** (torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").float() / dim)
@@ -46,11 +47,49 @@ def _llama3_inv_freq(inv_freq: torch.Tensor, scaling: dict, max_positions: int) 
 
 
 def rope_cos_sin_cache(config: ModelConfig) -> torch.Tensor:
-    """``[max_position_embeddings, head_dim]`` fp32: cos in the first half, sin in the
-    second (the layout ``chatsite_kernels.reference.rotary_ref`` and the Triton kernel take)."""
+    """``[max_position_embeddings, rotary_dim]`` fp32: cos in the first half, sin in the
+    second (the layout ``chatsite_kernels.reference.rotary_ref`` and the Triton kernel take).
+
+    LongRoPE has two tables, stacked: rows ``[0, max)`` with the short factors and
+    ``[max, 2 max)`` with the long ones (``longrope_rows`` picks between them)."""
     positions = torch.arange(config.max_position_embeddings, dtype=torch.float32, device="cpu")
+    scaling = config.rope_scaling
+    if scaling is not None and scaling["rope_type"] == "longrope":
+        short, long, factor = longrope_inv_freqs(config)
+        tables = []
+        for inv_freq in (short, long):
+            freqs = torch.outer(positions, inv_freq)
+            tables.append(torch.cat((freqs.cos() * factor, freqs.sin() * factor), dim=-1))
+        return torch.cat(tables)
     freqs = torch.outer(positions, rope_inv_freq(config))
     return torch.cat((freqs.cos(), freqs.sin()), dim=-1)
+
+
+def longrope_inv_freqs(config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """(short inverse frequencies, long ones, the cos/sin factor) of LongRoPE (Phi-3),
+    as transformers' ``_compute_longrope_parameters`` computes them."""
+    scaling = config.rope_scaling or {}
+    dim = config.rotary_dim
+    original = scaling["original_max_position_embeddings"]
+    factor = scaling.get("factor") or config.max_position_embeddings / original
+    attention_factor = scaling.get("attention_factor")
+    if attention_factor is None:
+        attention_factor = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    shape = torch.arange(0, dim, 2, dtype=torch.int64, device="cpu").float() / dim
+    base = config.rope_theta**shape
+    short = 1.0 / (torch.tensor(scaling["short_factor"], dtype=torch.float32, device="cpu") * base)
+    long = 1.0 / (torch.tensor(scaling["long_factor"], dtype=torch.float32, device="cpu") * base)
+    return short, long, float(attention_factor)
+
+
+def longrope_rows(config: ModelConfig, positions: torch.Tensor, ctx_ends: torch.Tensor) -> torch.Tensor:
+    """Rows of the stacked LongRoPE table for tokens at ``positions`` whose sequences
+    reach ``ctx_ends`` tokens this step. As transformers does in ``generate``, a step
+    of a sequence longer than ``original_max_position_embeddings`` rotates all its
+    new tokens with the long factors, a shorter one with the short factors (the keys
+    already cached keep the rotation they were stored with)."""
+    original = (config.rope_scaling or {})["original_max_position_embeddings"]
+    return positions.long() + (ctx_ends > original).long() * config.max_position_embeddings
 
 
 def yarn_inv_freq(theta: float, dim: int, scaling: dict, max_positions: int) -> tuple[torch.Tensor, float]:
@@ -103,7 +142,11 @@ def yarn_cos_sin_cache(config: ModelConfig, dim: int) -> torch.Tensor:
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate-half RoPE of ``x`` ``[T, heads, D]`` with ``cos``/``sin`` ``[T, 1, D/2]`` (fp32)."""
+    """Rotate-half RoPE of ``x`` ``[T, heads, D]`` with ``cos``/``sin`` ``[T, 1, R/2]`` (fp32).
+    ``R < D`` (partial rotary, Phi-3): the first ``R`` features rotate, the rest pass."""
+    rotary = 2 * cos.shape[-1]
+    if rotary < x.shape[-1]:
+        return torch.cat((apply_rotary(x[..., :rotary], cos, sin), x[..., rotary:]), dim=-1)
     x1, x2 = x.float().chunk(2, dim=-1)
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
 

@@ -22,7 +22,7 @@ from inference.layers.attention_context import AttentionContext
 from inference.layers.linear import Linear
 from inference.layers.mla_attention import MLAttention
 from inference.layers.mlp import MLP
-from inference.layers.moe import MoE
+from inference.layers.moe import MoE, stack_expert_weights
 from inference.layers.norm import RMSNorm
 from inference.layers.rotary import yarn_cos_sin_cache
 from inference.model_config import MLAConfig, ModelConfig
@@ -39,7 +39,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         moe = config.moe
         self.self_attn = MLAttention(config, _mla(config), layer_idx)
-        dense = moe is None or layer_idx < moe.first_dense_layers
+        dense = moe is None or not moe.is_sparse(layer_idx)
         self.mlp: nn.Module = MLP(config) if dense else MoE(config, moe)  # type: ignore[arg-type]
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -138,7 +138,10 @@ class DeepseekV3ForCausalLM(nn.Module):
         the multi-token-prediction layers past ``num_hidden_layers`` (DeepSeek's MTP
         module, unused for plain decoding) are skipped; the router stays fp32, as in
         the reference implementation."""
-        weights = _stack_experts(dict(state_dict), self.config)
+        moe = self.config.moe
+        weights = dict(state_dict)
+        if moe is not None:
+            weights = stack_expert_weights(weights, self.config.num_layers, moe)
         params = dict(self.named_parameters())
         missing = [name for name in params if name not in weights]
         if missing:
@@ -165,27 +168,3 @@ class DeepseekV3ForCausalLM(nn.Module):
             setattr(self.get_submodule(module_name), attr, nn.Parameter(tensor, requires_grad=False))
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
-
-
-def _stack_experts(weights: dict[str, torch.Tensor], config: ModelConfig) -> dict[str, torch.Tensor]:
-    """HF's ``mlp.experts.{e}.{gate,up,down}_proj.weight`` -> our stacked tensors."""
-    moe = config.moe
-    if moe is None:
-        return weights
-    for layer in range(moe.first_dense_layers, config.num_layers):
-        prefix = f"model.layers.{layer}.mlp.experts."
-        if f"{prefix}gate_up_proj" in weights:
-            continue  # already stacked (our own or transformers' fused layout)
-        try:
-            gate_up = [
-                torch.cat(
-                    (weights.pop(f"{prefix}{e}.gate_proj.weight"), weights.pop(f"{prefix}{e}.up_proj.weight"))
-                )
-                for e in range(moe.num_experts)
-            ]
-            down = [weights.pop(f"{prefix}{e}.down_proj.weight") for e in range(moe.num_experts)]
-        except KeyError as exc:
-            raise KeyError(f"checkpoint lacks expert weight {exc.args[0]}") from None
-        weights[f"{prefix}gate_up_proj"] = torch.stack(gate_up)
-        weights[f"{prefix}down_proj"] = torch.stack(down)
-    return weights

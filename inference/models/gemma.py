@@ -146,6 +146,10 @@ class GemmaForCausalLM(nn.Module):
     """``forward(input_ids[T], positions[T], ctx, kv_cache) -> hidden[T, H]``;
     ``compute_logits(hidden[N, H]) -> [N, vocab]`` fp32 (soft-capped where configured)."""
 
+    # Sliding layers and soft-capped scores attend through ``window_attention``, which
+    # reads the step's plan on the host: decode steps run eagerly on CUDA.
+    supports_cuda_graphs = False
+
     @classmethod
     def kv_spec_for(cls, config: ModelConfig) -> KVSpec:
         return KVSpec(
@@ -191,6 +195,9 @@ class GemmaForCausalLM(nn.Module):
         for layer in self.model.layers:
             hidden = layer(hidden, cos_sin[layer.self_attn.is_sliding], ctx, kv_cache)
         return self.model.norm(hidden)
+
+    def prepare_cpu_kernels(self) -> None:
+        """Nothing to pack: the products run on PyTorch's own CPU kernels."""
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -193,6 +193,9 @@ class GptOssForCausalLM(nn.Module):
             hidden = layer(hidden, cos_sin, ctx, kv_cache)
         return self.model.norm(hidden)
 
+    def prepare_cpu_kernels(self) -> None:
+        """Nothing to pack: the products run on PyTorch's own CPU kernels."""
+
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.lm_head(hidden).float()

@@ -1,4 +1,6 @@
-"""Llama-family decoder (Llama, Mistral, Qwen2) over a paged KV cache.
+"""Llama-family decoder over a paged KV cache: Llama, Mistral and Qwen2, and the
+families that differ from them by ModelConfig flags (Qwen3 and Qwen3-MoE, Phi-3,
+OLMo 2, Granite, SmolLM3).
 
 Parameter names match Hugging Face's ``*ForCausalLM`` exactly, so loading a
 checkpoint is a straight ``state_dict`` copy. The forward pass works on packed
@@ -23,22 +25,35 @@ from inference.layers import cpu_packing
 from inference.layers.attention_context import AttentionContext
 from inference.layers.cpu_decode_stack import build_decode_stack
 from inference.layers.embedding import Embedding
+from inference.layers.fused_weights import split_fused_projections
 from inference.layers.gqa_attention import Attention
 from inference.layers.linear import Linear
 from inference.layers.mlp import MLP
+from inference.layers.moe import MoE, stack_expert_weights
 from inference.layers.norm import RMSNorm
-from inference.layers.rotary import rope_cos_sin_cache
+from inference.layers.rotary import longrope_rows, rope_cos_sin_cache
 from inference.model_config import ModelConfig
 
 
+def _mlp(config: ModelConfig, layer_idx: int) -> nn.Module:
+    """The layer's feed-forward block: a SwiGLU MLP, or routed experts (Qwen3-MoE)."""
+    if config.moe is not None and config.moe.is_sparse(layer_idx):
+        return MoE(config, config.moe)
+    return MLP(config)
+
+
 class DecoderLayer(nn.Module):
+    """Pre-norm: ``h += attn(norm(h)); h += mlp(norm(h))``, each block's output times
+    ``residual_multiplier`` (Granite; 1 elsewhere) before the add."""
+
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
         spec = LlamaForCausalLM.kv_spec_for(config)
         self.self_attn = Attention(config, layer_idx, spec.layer_slots[layer_idx])
-        self.mlp = MLP(config)
+        self.mlp = _mlp(config, layer_idx)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.residual_multiplier = config.residual_multiplier
 
     def forward(
         self,
@@ -56,15 +71,46 @@ class DecoderLayer(nn.Module):
         else:
             hidden, residual = self.input_layernorm.add_norm(hidden, residual)
         hidden = self.self_attn(hidden, cos_sin, ctx, kv_cache)
+        if self.residual_multiplier != 1.0:
+            hidden = hidden * self.residual_multiplier
         hidden, residual = self.post_attention_layernorm.add_norm(hidden, residual)
-        return self.mlp(hidden), residual
+        hidden = self.mlp(hidden)
+        if self.residual_multiplier != 1.0:
+            hidden = hidden * self.residual_multiplier
+        return hidden, residual
+
+
+class PostNormDecoderLayer(nn.Module):
+    """OLMo 2: ``h += norm(attn(h)); h += norm(mlp(h))``, no norm of the blocks' inputs.
+    Same residual form as ``DecoderLayer``: returns (the MLP's normed output, the sum
+    before it), and the next layer (or the final norm) adds them."""
+
+    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.self_attn = Attention(config, layer_idx)
+        self.mlp = _mlp(config, layer_idx)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.post_feedforward_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        residual: torch.Tensor | None,
+        cos_sin: torch.Tensor,
+        ctx: AttentionContext,
+        kv_cache: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        residual = hidden if residual is None else residual + hidden
+        residual = residual + self.post_attention_layernorm(self.self_attn(residual, cos_sin, ctx, kv_cache))
+        return self.post_feedforward_layernorm(self.mlp(residual)), residual
 
 
 class LlamaModel(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(config.num_layers))
+        layer_class = PostNormDecoderLayer if config.post_norms else DecoderLayer
+        self.layers = nn.ModuleList(layer_class(config, i) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
@@ -103,8 +149,15 @@ class LlamaForCausalLM(nn.Module):
         self._cos_sin_cache = rope_cos_sin_cache(config)
 
     @property
+    def supports_cuda_graphs(self) -> bool:
+        """Routed experts count their tokens on the host, and sliding layers read their
+        attention plan there (syncs a graph cannot capture)."""
+        return self.config.moe is None and self.config.layer_windows is None
+
+    @property
     def cos_sin_cache(self) -> torch.Tensor:
-        """``[max_pos, head_dim]`` fp32 on the model's device (for the Triton rotary kernel)."""
+        """``[max_pos, rotary_dim]`` fp32 on the model's device (for the Triton rotary
+        kernel); LongRoPE's short and long tables stacked (``rotary.longrope_rows``)."""
         device = self.model.norm.weight.device
         if self._cos_sin_cache.device != device:
             self._cos_sin_cache = self._cos_sin_cache.to(device)
@@ -118,8 +171,16 @@ class LlamaForCausalLM(nn.Module):
         ctx: AttentionContext,
         kv_cache: torch.Tensor,
     ) -> torch.Tensor:
-        cos_sin = self.cos_sin_cache[positions.long()]
+        config = self.config
+        if config.rope_scaling is not None and config.rope_scaling["rope_type"] == "longrope":
+            query_lens = ctx.query_start_loc.diff()
+            ends = ctx.context_lens.repeat_interleave(query_lens, output_size=len(positions))
+            cos_sin = self.cos_sin_cache[longrope_rows(config, positions, ends)]
+        else:
+            cos_sin = self.cos_sin_cache[positions.long()]
         hidden = self.model.embed_tokens(input_ids)
+        if config.embedding_multiplier != 1.0:
+            hidden = hidden * config.embedding_multiplier
         stack = self.decode_stack
         if (
             stack is not None
@@ -141,16 +202,22 @@ class LlamaForCausalLM(nn.Module):
         SmolLM2-135M) rather than in the first request's forward pass, then drop the
         fp32 originals they replace, so each weight is held once (a tied embedding then
         reads its rows from the LM head's panels). Nothing happens off the CPU, outside
-        fp32, or when the kernels are unavailable; quantized weights were packed at load."""
+        fp32, or when the kernels are unavailable; quantized weights were packed at load.
+
+        The one-call decode stack is Llama's layer exactly; the other families keep the
+        per-op path (each product still on the packed kernels)."""
         cpu_packing.pack_weights(self, release=True)
-        # The one-call decode kernel attends over whole contexts: sliding layers keep
-        # their per-op path (``inference.layers.window_attention``).
-        if self.config.layer_windows is None:
-            self.decode_stack = build_decode_stack(self)
+        # The one-call decode kernel is Llama's layer exactly and attends over whole
+        # contexts: sliding layers keep their per-op path (``inference.layers.window_attention``).
+        plain = self.config.is_plain_llama and self.config.layer_windows is None
+        self.decode_stack = build_decode_stack(self) if plain else None
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(hidden).float()
+        logits = self.lm_head(hidden)
+        if self.config.logits_scaling != 1.0:
+            logits = logits / self.config.logits_scaling
+        return logits.float()
 
     def load_weights(
         self,
@@ -165,6 +232,9 @@ class LlamaForCausalLM(nn.Module):
         ``lm_head.weight`` may be absent when embeddings are tied; rotary buffers that
         old checkpoints saved are ignored. Anything else missing or extra is an error."""
         params = dict(self.named_parameters())  # a tied lm_head is deduplicated away here
+        state_dict = split_fused_projections(dict(state_dict), self.config)
+        if self.config.moe is not None:
+            state_dict = stack_expert_weights(state_dict, self.config.num_layers, self.config.moe)
         quantized, plain = cpu_packing.split_quantized(state_dict, params, device, dtype)
         state_dict = {**plain, **{name: torch.empty(0, device="meta") for name in quantized}}
         missing = [name for name in params if name not in state_dict]

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import torch
 
 from inference.layers.attention_context import AttentionContext
+from inference.models.contract import CausalLM
 from inference.runner.packed_batch import PackedBatch
 
 # Captured batch sizes: 1, 2, 4, 8, then every multiple of 8 (vLLM's and nano-vllm's
@@ -171,7 +172,7 @@ class CUDAGraphRunner:
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: CausalLM,
         kv_cache: torch.Tensor,
         block_size: int,
         max_batch: int,

@@ -29,11 +29,10 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
-from torch import nn
 
 from chatsite_kernels.cpu import quant as cpu_quant
 from inference.model_config import ModelConfig
-from inference.models import build_model
+from inference.models import CausalLM, build_model
 from inference.runner.gguf.weights import load_index, read_gguf_weights
 from inference.runner.model_files import default_model_path
 from inference.runner.weights_identity import source_identity, tag
@@ -98,7 +97,7 @@ def load_model(
     weights_cache_dir: str | os.PathLike[str] | None = None,
     *,
     quantized: bool | None = None,
-) -> tuple[nn.Module, Tokenizer, ModelConfig]:
+) -> tuple[CausalLM, Tokenizer, ModelConfig]:
     """Load ``path`` (HF dir or ``.gguf``; None = the default SmolLM2 GGUF) into our model.
 
     Returns ``(model, tokenizer, model_config)``; the model is in eval mode on

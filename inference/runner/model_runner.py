@@ -24,6 +24,7 @@ from inference.engine.scheduler import ScheduledBatch
 from inference.kv.spec import KVSpec
 from inference.layers.attention_context import AttentionContext
 from inference.model_config import ModelConfig
+from inference.models.contract import CausalLM
 from inference.runner.cuda_graphs import CUDAGraphRunner
 from inference.runner.packed_batch import PackedBatch
 
@@ -35,7 +36,7 @@ _TYPECODES = {torch.int64: "q", torch.int32: "i"}
 class ModelRunner:
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: CausalLM,
         model_config: ModelConfig,
         num_blocks: int,
         block_size: int,
@@ -50,7 +51,7 @@ class ModelRunner:
         ``min(max_num_seqs, max_num_batched_tokens)``); ``max_model_len`` bounds a block
         table's width (None = the whole pool). Both size the CUDA graphs' static inputs."""
         self.model = model
-        if device.type == "cpu" and hasattr(model, "prepare_cpu_kernels"):
+        if device.type == "cpu":
             model.prepare_cpu_kernels()
         self.block_size = block_size
         self.device = device
@@ -63,8 +64,7 @@ class ModelRunner:
         self.cuda_graphs: CUDAGraphRunner | None = None
         # Sliding-window layers attend through PyTorch code that reads its plan on the host
         # (``inference.layers.window_attention``), which a graph cannot replay: eager.
-        graphs_ok = getattr(model, "supports_cuda_graphs", True) and not self._sliding
-        if device.type == "cuda" and not enforce_eager and graphs_ok:
+        if device.type == "cuda" and not enforce_eager and model.supports_cuda_graphs and not self._sliding:
             max_len = max_model_len if max_model_len is not None else num_blocks * block_size
             self.cuda_graphs = self._capture_cuda_graphs(max_num_seqs, -(-max_len // block_size))
 
