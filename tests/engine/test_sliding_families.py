@@ -21,7 +21,7 @@ from inference.runner.model_loader import load_model
 from tests.engine.engine_fixtures import greedy, run_to_completion
 from tests.support.sliding_models import WINDOW, load_reference, make_sliding_model_dir
 
-NEW_TOKENS = 6
+NEW_TOKENS = 5
 SHARED = 160  # tokens the last prompt shares with the 230-token one (10 blocks of 16)
 
 
@@ -32,6 +32,7 @@ class Family:
     hf: Any
     prompts: list[list[int]]
     expected: list[list[int]]
+    first_logprobs: torch.Tensor  # HF's log-softmax at the end of the 230-token prompt
 
     def engine(self) -> LLMEngine:
         config = EngineConfig(
@@ -68,7 +69,8 @@ def family(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
                 do_sample=False,
             )
             expected.append(out[0, len(p) :].tolist())
-    return Family(str(path), load_model(path, device="cpu"), hf, prompts, expected)
+        first = torch.log_softmax(hf(torch.tensor([prompts[3]])).logits[0, -1].float(), dim=-1)
+    return Family(str(path), load_model(path, device="cpu"), hf, prompts, expected, first)
 
 
 def test_the_model_has_sliding_layers_and_no_context_cap(family: Family) -> None:
@@ -90,19 +92,11 @@ def test_greedy_equals_transformers_one_at_a_time_with_a_prefix_hit(family: Fami
     assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
 
 
-def test_greedy_equals_transformers_as_one_batch(family: Family) -> None:
+def test_greedy_and_logprobs_equal_transformers_as_one_batch(family: Family) -> None:
     engine = family.engine()
-    outs = run_to_completion(engine, family.prompts, greedy(NEW_TOKENS))
+    outs = run_to_completion(engine, family.prompts, greedy(NEW_TOKENS, logprobs=5))
     assert [o.outputs[0].token_ids for o in outs] == family.expected
     assert engine.block_manager.num_free_blocks == engine.block_manager.num_blocks
-
-
-def test_first_token_logprobs_equal_transformers(family: Family) -> None:
-    prompt = family.prompts[3]  # 230 tokens: past every window
-    (out,) = run_to_completion(family.engine(), [prompt], greedy(1, logprobs=5))
-    ours = out.outputs[0].logprobs[0]
-    with torch.no_grad():
-        logits = family.hf(torch.tensor([prompt])).logits[0, -1].float()
-    ref = torch.log_softmax(logits, dim=-1)
-    for token, logprob in ours.items():
-        assert logprob == pytest.approx(ref[token].item(), abs=1e-4)
+    # The first token after 230 tokens (past every window): fp32 log-probabilities.
+    for token, logprob in outs[3].outputs[0].logprobs[0].items():
+        assert logprob == pytest.approx(family.first_logprobs[token].item(), abs=1e-4)

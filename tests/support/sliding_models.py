@@ -51,7 +51,9 @@ def sliding_config(family: str, num_layers: int = 4, **overrides: Any) -> Any:
     if family == "mistral":
         config, arch = MistralConfig(**{**kw, **overrides}), "MistralForCausalLM"
     elif family in ("gemma3", "gemma2"):
-        kw["layer_types"] = ["full_attention" if i % 4 == 3 else "sliding_attention" for i in range(num_layers)]
+        kw["layer_types"] = [
+            "full_attention" if i % 4 == 3 else "sliding_attention" for i in range(num_layers)
+        ]
         kw["query_pre_attn_scalar"] = 16
         if family == "gemma3":
             kw["rope_parameters"] = {
@@ -61,7 +63,9 @@ def sliding_config(family: str, num_layers: int = 4, **overrides: Any) -> Any:
             kw["final_logit_softcapping"] = 30.0
             config, arch = Gemma3TextConfig(**{**kw, **overrides}), "Gemma3ForCausalLM"
         else:
-            kw["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(num_layers)]
+            kw["layer_types"] = [
+                "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(num_layers)
+            ]
             config, arch = Gemma2Config(**{**kw, **overrides}), "Gemma2ForCausalLM"
     elif family == "gpt_oss":
         kw["num_local_experts"], kw["num_experts_per_tok"] = 8, 2
@@ -81,7 +85,9 @@ def sliding_config(family: str, num_layers: int = 4, **overrides: Any) -> Any:
     return config
 
 
-def make_sliding_model_dir(path: str | os.PathLike[str], family: str, seed: int = 0, **overrides: Any) -> Path:
+def make_sliding_model_dir(
+    path: str | os.PathLike[str], family: str, seed: int = 0, **overrides: Any
+) -> Path:
     """A random-weight HF model directory for ``family`` at ``path`` (reused when finished)."""
     from transformers import AutoModelForCausalLM
 
