@@ -33,6 +33,13 @@ logger = logging.getLogger(__name__)
 _TYPECODES = {torch.int64: "q", torch.int32: "i"}
 
 
+def captures_cuda_graphs(model: CausalLM, spec: KVSpec, device: torch.device, enforce_eager: bool) -> bool:
+    """Whether decode steps replay CUDA graphs: on CUDA, unless ``enforce_eager`` or the
+    model cannot be captured. A model with sliding-window layers runs eagerly: their
+    attention (``inference.layers.window_attention``) reads its plan on the host."""
+    return device.type == "cuda" and not enforce_eager and model.supports_cuda_graphs and not spec.is_hybrid
+
+
 class ModelRunner:
     def __init__(
         self,
@@ -62,9 +69,7 @@ class ModelRunner:
         self._sliding = self.kv_spec.is_hybrid
         self._pin = device.type == "cuda"
         self.cuda_graphs: CUDAGraphRunner | None = None
-        # Sliding-window layers attend through PyTorch code that reads its plan on the host
-        # (``inference.layers.window_attention``), which a graph cannot replay: eager.
-        if device.type == "cuda" and not enforce_eager and model.supports_cuda_graphs and not self._sliding:
+        if captures_cuda_graphs(model, self.kv_spec, device, enforce_eager):
             max_len = max_model_len if max_model_len is not None else num_blocks * block_size
             self.cuda_graphs = self._capture_cuda_graphs(max_num_seqs, -(-max_len // block_size))
 
