@@ -84,10 +84,17 @@ def longrope_inv_freqs(config: ModelConfig) -> tuple[torch.Tensor, torch.Tensor,
 
 def longrope_rows(config: ModelConfig, positions: torch.Tensor, ctx_ends: torch.Tensor) -> torch.Tensor:
     """Rows of the stacked LongRoPE table for tokens at ``positions`` whose sequences
-    reach ``ctx_ends`` tokens this step. As transformers does in ``generate``, a step
-    of a sequence longer than ``original_max_position_embeddings`` rotates all its
-    new tokens with the long factors, a shorter one with the short factors (the keys
-    already cached keep the rotation they were stored with)."""
+    reach ``ctx_ends`` tokens this step: a step of a sequence longer than
+    ``original_max_position_embeddings`` rotates all its new tokens with the long
+    factors, a shorter one with the short factors, as transformers does for one forward.
+
+    Exact against transformers' ``generate`` for sequences that stay on one side of the
+    boundary (prompts that are already longer are prefilled in one step). Where a
+    sequence crosses it while decoding, transformers throws its cache away and
+    recomputes every key with the long factors; here the keys already cached keep the
+    short rotation, so the tokens after the crossing may differ (vLLM does the same).
+    A chunked prefill or a prefix-cache hit that straddles the boundary mixes the two
+    rotations likewise."""
     original = (config.rope_scaling or {})["original_max_position_embeddings"]
     return positions.long() + (ctx_ends > original).long() * config.max_position_embeddings
 

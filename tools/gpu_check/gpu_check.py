@@ -1,13 +1,16 @@
 """One prepared check for a GPU machine: ``python -m tools.gpu_check.gpu_check``.
 
-Needs no network and no model files. Three parts, one table at the end:
+Needs no network and no model files. Four parts, one table at the end:
 
 1. correctness of every Triton kernel against the PyTorch references
    (``tools.gpu_check.gpu_check_kernels``);
 2. kernel timings against PyTorch (``tools.gpu_check.gpu_check_bench``);
 3. the engine on random weights: greedy tokens with CUDA graphs against eager ones, then
    throughput eager and with CUDA graphs (``tools.gpu_check.gpu_check_engine``). This part is
-   guarded: if the engine cannot be imported or fails, the kernel rows still print.
+   guarded: if the engine cannot be imported or fails, the kernel rows still print;
+4. one row per model family of the shared Llama decoder (Qwen3, Qwen3-MoE, Phi-3, OLMo 2,
+   Granite, SmolLM3) on random weights of its real shapes: greedy tokens, eager and with CUDA
+   graphs, against transformers (``tools.gpu_check.gpu_check_families``).
 
 Rows and the report are in ``tools.gpu_check.gpu_check_common``. Everything is budgeted to fit
 in 10 minutes (``--budget-s``). Exit status: 0 all checks passed, 1 a check failed, 2 no
@@ -32,6 +35,7 @@ import torch
 from tools.gpu_check.gpu_check_bench import bench_kernels
 from tools.gpu_check.gpu_check_common import Report, Row
 from tools.gpu_check.gpu_check_engine import bench_engine
+from tools.gpu_check.gpu_check_families import check_families
 from tools.gpu_check.gpu_check_kernels import check_correctness
 
 # ---- main ------------------------------------------------------------------------------------
@@ -53,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=540.0, help="stop starting new work after this")
     parser.add_argument("--skip-engine", action="store_true")
     parser.add_argument("--skip-timing", action="store_true")
+    parser.add_argument("--skip-families", action="store_true")
     parser.add_argument("--json", help="also write the rows to this JSON file")
     parser.add_argument(
         "--cpu-smoke",
@@ -101,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
             if device.type == "cuda":
                 torch.cuda.empty_cache()  # give the engine's KV sizing the memory the benchmarks held
             bench_engine(rep, device, tiny=args.cpu_smoke)
+        if not args.skip_families:
+            check_families(rep, device, tiny=args.cpu_smoke)
     except TimeoutError as exc:  # raised between guarded checks
         rep.add(Row("run", "time budget", str(exc), status="ERROR"))
     finally:
