@@ -137,7 +137,7 @@ def _experts_as_mxfp4(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]
     return out
 
 
-def load_reference(path: Path, family: str) -> Any:
+def load_reference(path: Path, family: str, **overrides: Any) -> Any:
     """transformers' model of ``path`` (fp32, eval, fixed-length greedy); for gpt-oss the
     experts are the MXFP4 values, de-quantized by the test's own spec decoder."""
     from safetensors.torch import load_file
@@ -145,7 +145,7 @@ def load_reference(path: Path, family: str) -> Any:
 
     from tests.support.mxfp4_spec import dequantize_mxfp4
 
-    config = sliding_config(family)
+    config = sliding_config(family, **overrides)
     hf = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     state: dict[str, torch.Tensor] = {}
     for file in sorted(path.glob("*.safetensors")):
