@@ -61,6 +61,27 @@ class MoEConfig:
 
 
 @dataclass
+class GemmaConfig:
+    """Gemma 2 / Gemma 3: what differs from the Llama decoder."""
+
+    query_pre_attn_scalar: float  # scores are scaled by its inverse square root
+    local_rope_theta: float  # the sliding layers' rotary base (Gemma 3; Gemma 2: rope_theta)
+    qk_norm: bool  # Gemma 3: (1 + w) RMSNorm of each head's q and k before rotary
+    attn_softcap: float | None  # Gemma 2: scores become cap * tanh(scores / cap)
+    final_softcap: float | None  # logits become cap * tanh(logits / cap)
+
+
+@dataclass
+class GptOssConfig:
+    """gpt-oss: every layer has learned attention sinks; the MLP is a mixture of experts."""
+
+    num_experts: int
+    top_k: int  # softmax over the top-k router logits
+    swiglu_alpha: float  # gate * sigmoid(alpha * gate)
+    swiglu_limit: float  # gate clamped above, up clamped both ways, at this value
+
+
+@dataclass
 class ModelConfig:
     architecture: str
     vocab_size: int
@@ -78,12 +99,17 @@ class ModelConfig:
     attention_bias: bool  # bias on q/k/v projections (Qwen2 always, Llama when attention_bias)
     attention_out_bias: bool = False  # bias on o_proj (Llama's attention_bias also covers it)
     mlp_bias: bool = False
-    sliding_window: int | None = None  # Mistral; we attend fully, so max_model_len is capped by it
+    sliding_window: int | None = None  # the window of the sliding layers (Mistral: every layer)
+    # Per layer: "sliding_attention" or "full_attention" (None: every layer slides when
+    # ``sliding_window`` is set, else none does).
+    layer_types: tuple[str, ...] | None = None
     eos_token_ids: list[int] = field(default_factory=list)
     bos_token_id: int | None = None
     name: str = ""
     mla: MLAConfig | None = None  # DeepSeek: the attention caches a latent, not K and V
     moe: MoEConfig | None = None
+    gemma: GemmaConfig | None = None
+    gpt_oss: GptOssConfig | None = None
     # Variations of the shared Llama decoder; the defaults are plain Llama.
     qk_norm: str | None = (
         None  # "head": RMSNorm of each head's q and k (Qwen3); "full": of the whole projection (OLMo 2)
@@ -127,10 +153,19 @@ class ModelConfig:
 
     @property
     def max_model_len(self) -> int:
-        """Longest context we compute exactly (full attention equals sliding-window attention below it)."""
-        if self.sliding_window:
-            return min(self.max_position_embeddings, self.sliding_window)
+        """Longest context the model takes (sliding layers attend within their window at
+        any length: ``inference.layers.window_attention``)."""
         return self.max_position_embeddings
+
+    @property
+    def layer_windows(self) -> tuple[int | None, ...] | None:
+        """Each layer's attention window (None: full attention), or None when no layer has one."""
+        if not self.sliding_window:
+            return None
+        if self.layer_types is None:
+            return (self.sliding_window,) * self.num_layers
+        windows = tuple(self.sliding_window if t == "sliding_attention" else None for t in self.layer_types)
+        return windows if any(w is not None for w in windows) else None
 
     @property
     def kv_bytes_per_token(self) -> int:

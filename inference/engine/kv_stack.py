@@ -84,7 +84,12 @@ def build_kv_stack(
         is_retained=retention.is_retained,
     )
     block_manager = BlockManager(
-        pool.num_blocks, bs, config.enable_prefix_caching, tiers=tiers, retention=retention
+        pool.num_blocks,
+        bs,
+        config.enable_prefix_caching,
+        tiers=tiers,
+        retention=retention,
+        groups=model.kv_spec.groups,
     )
     scheduler = _build_scheduler(config, block_manager, pool.max_model_len, runner.kv_cache, workers)
     logger.info(

@@ -293,9 +293,7 @@ class Scheduler:
         computed = seq.num_computed_tokens
         if len(seq.token_ids) - computed != 1:
             return False
-        i = computed // self.block_manager.block_size
-        table = seq.block_table
-        if i >= len(table) or self.block_manager.blocks[table[i]].ref_count != 1:
+        if not self.block_manager.holds_next_slot(seq):
             return False
         batch.seqs.append(seq)
         batch.num_new_tokens.append(1)

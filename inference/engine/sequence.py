@@ -62,6 +62,7 @@ class Sequence:
     # function of token_ids, so kept across preemption), and how many leading
     # blocks are registered in the prefix cache.
     block_table: list[int] = field(default_factory=list)
+    group_tables: list[list[int]] = field(default_factory=list)  # KV groups 1.. (sliding models)
     block_hashes: list[int] = field(default_factory=list)
     num_registered_blocks: int = 0
     # Prefix-cache privacy: a non-zero salt is mixed into the chain hash from block
@@ -109,6 +110,7 @@ class Sequence:
         """After preemption: nothing is cached any more (blocks already freed)."""
         self.num_computed_tokens = 0
         self.block_table = []
+        self.group_tables = []
         self.num_registered_blocks = 0
         self.pending_loads = []
 

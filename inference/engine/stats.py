@@ -14,7 +14,7 @@ def observe_kv_usage(metrics: EngineMetrics, scheduler: Scheduler) -> None:
     (after ``Scheduler.finish_step``): only each sequence's last block can be partly filled.
     Sequences of one request share blocks once forked, so their tails count once each, at
     their fullest; another request's partial tail is its own (the prefix cache shares full
-    blocks only)."""
+    blocks only). A model with several KV groups has a tail in each group's table."""
     block_manager = scheduler.block_manager
     bs = block_manager.block_size
     partial_slots = partial_blocks = 0
@@ -22,17 +22,18 @@ def observe_kv_usage(metrics: EngineMetrics, scheduler: Scheduler) -> None:
     for request in scheduler.running:
         seqs = request.seqs
         if len(seqs) == 1 and not request.forked:
-            table = seqs[0].block_table
-            if table:
-                fill = seqs[0].num_computed_tokens - (len(table) - 1) * bs
-                if fill < bs:
-                    partial_slots += fill
-                    partial_blocks += 1
+            for table in block_manager.tables(seqs[0]):
+                if table:
+                    fill = seqs[0].num_computed_tokens - (len(table) - 1) * bs
+                    if fill < bs:
+                        partial_slots += fill
+                        partial_blocks += 1
             continue
         for seq in seqs:
-            if seq.block_table:
-                block, fill = seq.block_table[-1], seq.num_computed_tokens - (len(seq.block_table) - 1) * bs
-                forked_tails[block] = max(forked_tails.get(block, 0), fill)
+            for table in block_manager.tables(seq):
+                if table:
+                    block, fill = table[-1], seq.num_computed_tokens - (len(table) - 1) * bs
+                    forked_tails[block] = max(forked_tails.get(block, 0), fill)
     for fill in forked_tails.values():
         if fill < bs:
             partial_slots += fill

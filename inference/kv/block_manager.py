@@ -22,6 +22,14 @@
   ``purge_namespace`` drops a namespace's cached blocks here and in the tiers, and
   unregisters its blocks still in use, so they are never served again and go back
   empty when freed.
+- **KV groups** (``inference.kv.spec``): a model with sliding-window layers has one block
+  table per group of layers (``seq.block_table`` is group 0's, ``seq.group_tables`` the
+  rest's; all index the same pool). A sliding group's blocks that no future query can
+  reach (entirely before ``next position - window + 1``) go back to the pool after each
+  step (``NO_BLOCK`` marks their place). A prefix hit of ``k`` blocks then needs the full
+  groups' blocks ``0..k-1`` and each sliding group's blocks of the last window before
+  position ``k * block_size`` only; every group keeps its own ``hash -> block`` map, and
+  the tiers store group ``g``'s copy under ``tier_hash(hash, g)``.
 - Forking shares a table (counts + 1). A sequence about to write into a block that
   others also hold (the partly filled tail after a fork) gets a private copy first:
   the block manager allocates the copy and queues ``(src, dst)`` for the runner.
@@ -34,12 +42,17 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import xxhash
+
 from inference.engine.sequence import Sequence
 from inference.kv.block_stats import BlockStats
 from inference.kv.blocks import CachedBlock, PrefixBlocks
 from inference.kv.chain_hash import chain_hash, prefix_hashes, salted_parent
 from inference.kv.retention import Retention
 from inference.kv.salt import salt_hash as salt_hash  # re-exported: callers hash salts here
+from inference.kv.spec import KVGroup
+
+NO_BLOCK = -1  # a sliding group's table entry whose block left the window (freed)
 
 if TYPE_CHECKING:
     from inference.kv.tiers import TierStack
@@ -53,6 +66,15 @@ class Block:
     token_ids: tuple[int, ...] = ()  # a registered block's tokens, compared on a hit
     parent_hash: int = 0
     namespace: int = 0  # the salt's namespace id (0: unsalted, shared by everyone)
+    group: int = 0  # the KV group whose table holds it (while registered or in use)
+
+
+def tier_hash(block_hash: int, group: int) -> int:
+    """The name of group ``group``'s copy of a block in the tiers below the pool: every
+    group caches the same token blocks, each in its own page."""
+    if not group:
+        return block_hash
+    return xxhash.xxh64_intdigest(block_hash.to_bytes(8, "little") + group.to_bytes(4, "little"))
 
 
 def block_namespace(seq: Sequence, i: int) -> int:
@@ -68,20 +90,25 @@ class BlockManager:
         enable_prefix_caching: bool = True,
         tiers: TierStack | None = None,
         retention: Retention | None = None,
+        groups: tuple[KVGroup, ...] = (KVGroup(None, ()),),
     ) -> None:
         """``tiers`` (the stack below the pool, if any) and ``retention`` (the registry those
-        tiers ask too; a private one by default) are this manager's for its lifetime."""
+        tiers ask too; a private one by default) are this manager's for its lifetime.
+        ``groups``: the model's KV groups (``KVSpec.groups``); only their windows matter here."""
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.tiers = tiers
         self.retention = retention if retention is not None else Retention()
+        self.windows: tuple[int | None, ...] = tuple(g.window for g in groups)
+        self._sliding = any(w is not None for w in self.windows)
         self.blocks = [Block(i) for i in range(num_blocks)]
         # Never-hashed free blocks (a stack: reuse is order-free) are handed out before
         # cached ones, so that a cached prefix survives as long as possible.
         self._empty: list[int] = list(range(num_blocks - 1, -1, -1))
         self._cached_free: OrderedDict[int, None] = OrderedDict()  # oldest first
         self._retained_free: OrderedDict[int, None] = OrderedDict()  # cached-free and retained
-        self._by_hash: dict[int, int] = {}
+        self._by_hash: dict[int, int] = {}  # group 0's; the others' follow in _hash_maps
+        self._hash_maps: list[dict[int, int]] = [self._by_hash, *({} for _ in self.windows[1:])]
         self._copies: list[tuple[int, int]] = []
         self.hit_tokens = 0
         self.queried_tokens = 0
@@ -90,6 +117,10 @@ class BlockManager:
     @property
     def num_blocks(self) -> int:
         return len(self.blocks)
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.windows)
 
     @property
     def num_free_blocks(self) -> int:
@@ -106,6 +137,26 @@ class BlockManager:
 
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
+
+    def tables(self, seq: Sequence) -> list[list[int]]:
+        """``seq``'s block table of each group (the lists themselves, for editing)."""
+        if self.num_groups == 1:
+            return [seq.block_table]
+        while len(seq.group_tables) < self.num_groups - 1:
+            seq.group_tables.append([])
+        return [seq.block_table, *seq.group_tables]
+
+    def num_held_blocks(self, seq: Sequence) -> int:
+        """Pool blocks ``seq``'s tables hold (sliding groups' dropped entries not counted)."""
+        return sum(1 for table in self.tables(seq) for b in table if b != NO_BLOCK)
+
+    def first_needed_block(self, group: int, position: int) -> int:
+        """The first block of ``group`` a query at ``position`` (or later) still reads: 0
+        for a full-attention group; a sliding one reads keys from ``position - window + 1``."""
+        window = self.windows[group]
+        if window is None:
+            return 0
+        return max(0, position - window + 1) // self.block_size
 
     def stats(self) -> BlockStats:
         free, cached = len(self._empty), len(self._cached_free) + len(self._retained_free)
@@ -131,40 +182,86 @@ class BlockManager:
     def _parent_hash(seq: Sequence, i: int) -> int:
         return salted_parent(seq.block_hashes, i, seq.cache_salt, seq.cache_salt_block)
 
+    def _lookup(self, seq: Sequence, group: int, i: int) -> int | None:
+        """The pool block of ``group`` cached for ``seq``'s block ``i`` (hashes computed),
+        or None; a 64-bit collision (other parent, namespace or tokens) is a miss."""
+        block_id = self._hash_maps[group].get(seq.block_hashes[i])
+        if block_id is None:
+            return None
+        bs, block = self.block_size, self.blocks[block_id]
+        if (
+            block.parent_hash != self._parent_hash(seq, i)
+            or block.namespace != block_namespace(seq, i)
+            or block.token_ids != tuple(seq.token_ids[i * bs : (i + 1) * bs])
+        ):
+            return None
+        return block_id
+
     def match_prefix(self, seq: Sequence) -> list[int]:
-        """Cached blocks that can serve ``seq``'s leading tokens; read-only.
+        """Group 0's table for the longest cached prefix that can serve ``seq``'s leading
+        tokens (``NO_BLOCK`` where a sliding group needs nothing); read-only. The prefix
+        is ``len(result)`` blocks long; ``admit`` finds the other groups' blocks again.
 
         At least the last token is left out, because the model must run it to produce
         the logits of the next one; so only blocks entirely before it count."""
         if not self.enable_prefix_caching:
             return []
-        bs = self.block_size
-        hits: list[int] = []
-        for i, h in enumerate(self._hashes(seq, (seq.num_tokens - 1) // bs)):
-            block_id = self._by_hash.get(h)
-            if block_id is None:
-                break
-            block = self.blocks[block_id]
-            parent = self._parent_hash(seq, i)
-            if (
-                block.parent_hash != parent
-                or block.namespace != block_namespace(seq, i)
-                or block.token_ids != tuple(seq.token_ids[i * bs : (i + 1) * bs])
-            ):
-                break  # a 64-bit collision: treat as a miss
-            hits.append(block_id)
-        return hits
+        return self._prefix_tables(seq)[0]
 
-    def num_revived(self, hits: Collection[int]) -> int:
-        """How many of ``hits`` are currently free (taking them shrinks the free pool)."""
-        return sum(1 for b in hits if self.blocks[b].ref_count == 0)
+    def _prefix_tables(self, seq: Sequence, length: int | None = None) -> list[list[int]]:
+        """Every group's table for the longest servable prefix (of at most ``length``
+        blocks). Full groups need each block from the start; a sliding group needs an
+        unbroken run of its blocks from ``first_needed_block`` up to the prefix's end."""
+        limit = (seq.num_tokens - 1) // self.block_size
+        hashes = self._hashes(seq, limit if length is None else min(limit, length))
+        found: list[list[int | None]] = []
+        end = len(hashes)
+        for g, window in enumerate(self.windows):
+            column: list[int | None] = []
+            for i in range(end):
+                block_id = self._lookup(seq, g, i)
+                if block_id is None and window is None:
+                    end = i  # a full group's first miss ends the prefix
+                    break
+                column.append(block_id)
+            found.append(column)
+        # The longest prefix every sliding group can serve: its needed blocks all present.
+        while end:
+            if all(
+                all(
+                    found[g][i] is not None
+                    for i in range(self.first_needed_block(g, end * self.block_size), end)
+                )
+                for g, w in enumerate(self.windows)
+                if w is not None
+            ):
+                break
+            end -= 1
+        tables = []
+        for g, column in enumerate(found):
+            first = self.first_needed_block(g, end * self.block_size)
+            tables.append([NO_BLOCK if i < first else column[i] for i in range(end)])  # type: ignore[misc]
+        return tables
+
+    def num_revived(self, hits: Collection[int], seq: Sequence | None = None) -> int:
+        """How many of ``hits`` are currently free (taking them shrinks the free pool); with
+        ``seq`` (the sequence ``hits`` were matched for), over every group's blocks."""
+        if seq is not None and self.num_groups > 1:
+            hits = [b for table in self._prefix_tables(seq, len(hits)) for b in table]
+        return sum(1 for b in hits if b != NO_BLOCK and self.blocks[b].ref_count == 0)
 
     def admit(self, seq: Sequence, hits: Collection[int]) -> None:
-        """Give a sequence with no blocks the cached ``hits`` as its leading blocks."""
+        """Give a sequence with no blocks the cached ``hits`` (``match_prefix``'s answer for
+        it) as its leading blocks, and the other groups' blocks of the same prefix."""
         assert not seq.block_table and seq.num_computed_tokens == 0
-        for block_id in hits:
-            self._take(block_id)
-        seq.block_table = list(hits)
+        tables = self._prefix_tables(seq, len(hits)) if self.num_groups > 1 else [list(hits)]
+        assert len(tables[0]) == len(hits), "admit takes match_prefix's answer for this sequence"
+        for table, found in zip(self.tables(seq), tables, strict=True):
+            assert not table
+            for block_id in found:
+                if block_id != NO_BLOCK:
+                    self._take(block_id)
+            table.extend(found)
         seq.num_registered_blocks = len(hits)
         seq.num_computed_tokens = len(hits) * self.block_size
 
@@ -177,39 +274,76 @@ class BlockManager:
             self.tiers.counters.hit_tokens["pool"] += max(0, num_hit_tokens - num_loaded_tokens)
 
     def registered_blocks(self, seq: Sequence) -> list[CachedBlock]:
-        """``seq``'s blocks in the prefix cache, in order."""
-        blocks = (self.blocks[b] for b in seq.block_table[: seq.num_registered_blocks])
-        return [
-            CachedBlock(b.hash, b.parent_hash, b.token_ids, b.block_id, b.namespace)
-            for b in blocks
-            if b.hash is not None
-        ]
+        """``seq``'s blocks in the prefix cache (every group's, named as the tiers name
+        them), in order."""
+        out = []
+        for table in self.tables(seq):
+            for block_id in table[: seq.num_registered_blocks]:
+                b = self.blocks[block_id] if block_id != NO_BLOCK else None
+                if b is not None and b.hash is not None:
+                    out.append(
+                        CachedBlock(
+                            tier_hash(b.hash, b.group), b.parent_hash, b.token_ids, b.block_id, b.namespace
+                        )
+                    )
+        return out
 
     def register_full_blocks(self, seq: Sequence) -> None:
-        """After a step: publish blocks that became full (and computed) to the cache."""
+        """After a step: publish blocks that became full (and computed) to the cache, then
+        return the sliding groups' blocks no later query reads."""
         full = seq.num_computed_tokens // self.block_size
         # A purged namespace's running request publishes nothing more (see purge_namespace).
-        if not self.enable_prefix_caching or seq.cache_private or full <= seq.num_registered_blocks:
-            return
+        if self.enable_prefix_caching and not seq.cache_private and full > seq.num_registered_blocks:
+            self._register(seq, full)
+        self.drop_out_of_window(seq)
+
+    def _register(self, seq: Sequence, full: int) -> None:
         hashes, bs = self._hashes(seq, full), self.block_size
-        for i in range(seq.num_registered_blocks, full):
-            block = self.blocks[seq.block_table[i]]
-            # Another sequence may have computed the same prefix into a different block
-            # at the same time; the first one registered stays canonical.
-            if block.hash is None and hashes[i] not in self._by_hash:
-                block.hash, block.parent_hash = hashes[i], self._parent_hash(seq, i)
-                block.token_ids = tuple(seq.token_ids[i * bs : (i + 1) * bs])
-                block.namespace = block_namespace(seq, i)
-                self._by_hash[block.hash] = block.block_id
-                if self.tiers is not None:
-                    self.tiers.block_cached(
-                        block.hash, block.parent_hash, block.token_ids, block.block_id, block.namespace
-                    )
+        for g, table in enumerate(self.tables(seq)):
+            by_hash = self._hash_maps[g]
+            for i in range(seq.num_registered_blocks, full):
+                if table[i] == NO_BLOCK:
+                    continue
+                block = self.blocks[table[i]]
+                # Another sequence may have computed the same prefix into a different block
+                # at the same time; the first one registered stays canonical.
+                if block.hash is None and hashes[i] not in by_hash:
+                    block.hash, block.parent_hash = hashes[i], self._parent_hash(seq, i)
+                    block.token_ids = tuple(seq.token_ids[i * bs : (i + 1) * bs])
+                    block.namespace = block_namespace(seq, i)
+                    block.group = g
+                    by_hash[block.hash] = block.block_id
+                    if self.tiers is not None:
+                        self.tiers.block_cached(
+                            tier_hash(block.hash, g),
+                            block.parent_hash,
+                            block.token_ids,
+                            block.block_id,
+                            block.namespace,
+                        )
         seq.num_registered_blocks = full
 
-    def cached_block(self, block_hash: int) -> int | None:
-        """The pool block registered under ``block_hash``, if any."""
-        return self._by_hash.get(block_hash)
+    def drop_out_of_window(self, seq: Sequence) -> int:
+        """Return each sliding group's blocks that no query from ``seq``'s next position on
+        reads (registered ones stay revivable in the prefix cache). Returns how many."""
+        dropped = 0
+        if not self._sliding:
+            return 0
+        for g, table in enumerate(self.tables(seq)):
+            if self.windows[g] is None:
+                continue
+            first = min(self.first_needed_block(g, seq.num_computed_tokens), len(table))
+            for i in range(first - 1, -1, -1):
+                if table[i] == NO_BLOCK:
+                    break  # everything before was dropped earlier
+                self._release(table[i])
+                table[i] = NO_BLOCK
+                dropped += 1
+        return dropped
+
+    def cached_block(self, block_hash: int, group: int = 0) -> int | None:
+        """The pool block of ``group`` registered under ``block_hash``, if any."""
+        return self._hash_maps[group].get(block_hash)
 
     def import_block(
         self,
@@ -218,24 +352,27 @@ class BlockManager:
         tokens: tuple[int, ...],
         namespace: int,
         fill: Callable[[int], None],
+        group: int = 0,
     ) -> bool:
         """Register a block computed elsewhere (a prefill worker) as cached and free, as if
         a finished sequence had left it: ``fill(block_id)`` writes its K/V into the pool
         first. False (nothing changed) when that hash is cached already or no block is free."""
-        if not self.enable_prefix_caching or block_hash in self._by_hash or not self.num_free_blocks:
+        by_hash = self._hash_maps[group]
+        if not self.enable_prefix_caching or block_hash in by_hash or not self.num_free_blocks:
             return False
         block_id = self._allocate()
         fill(block_id)
         block = self.blocks[block_id]
-        block.hash, block.parent_hash, block.token_ids, block.namespace = (
+        block.hash, block.parent_hash, block.token_ids, block.namespace, block.group = (
             block_hash,
             parent,
             tokens,
             namespace,
+            group,
         )
-        self._by_hash[block_hash] = block_id
+        by_hash[block_hash] = block_id
         if self.tiers is not None:
-            self.tiers.block_cached(block_hash, parent, tokens, block_id, namespace)
+            self.tiers.block_cached(tier_hash(block_hash, group), parent, tokens, block_id, namespace)
         self._release(block_id)
         return True
 
@@ -281,18 +418,20 @@ class BlockManager:
         hashes = prefix_hashes(token_ids, self.block_size, salt, salt_block)
         self.retention.mark(key, hashes)
         for h in hashes:
-            block_id = self._by_hash.get(h)
-            if block_id is not None and block_id in self._cached_free:
-                del self._cached_free[block_id]
-                self._retained_free[block_id] = None
+            for by_hash in self._hash_maps:
+                block_id = by_hash.get(h)
+                if block_id is not None and block_id in self._cached_free:
+                    del self._cached_free[block_id]
+                    self._retained_free[block_id] = None
         return len(hashes)
 
     def release(self, key: str) -> None:
         for h in self.retention.unmark(key):
-            block_id = self._by_hash.get(h)
-            if block_id is not None and block_id in self._retained_free:
-                del self._retained_free[block_id]
-                self._cached_free[block_id] = None  # most recently used end
+            for by_hash in self._hash_maps:
+                block_id = by_hash.get(h)
+                if block_id is not None and block_id in self._retained_free:
+                    del self._retained_free[block_id]
+                    self._cached_free[block_id] = None  # most recently used end
 
     def is_retained(self, block_hash: int) -> bool:
         return self.retention.is_retained(block_hash)
@@ -301,20 +440,26 @@ class BlockManager:
     def match_lower(self, seq: Sequence, start: int) -> list[str]:
         """The tiers holding ``seq``'s blocks ``start, start + 1, ...`` (the hash chain
         continued below the pool), up to the first block no tier has; same rule as
-        ``match_prefix`` about the last token."""
+        ``match_prefix`` about the last token. With several KV groups, one entry per
+        group of each block (block-major), and a block counts only when every group's
+        copy is below the pool."""
         if self.tiers is None or not self.enable_prefix_caching:
             return []
         bs = self.block_size
         found: list[str] = []
         hashes = self._hashes(seq, (seq.num_tokens - 1) // bs)
         for i in range(start, len(hashes)):
-            if hashes[i] in self._by_hash:
+            if any(hashes[i] in by_hash for by_hash in self._hash_maps):
                 break  # in the pool after all (a later admission will revive it)
             tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
-            tier = self.tiers.find(hashes[i], self._parent_hash(seq, i), tokens, block_namespace(seq, i))
-            if tier is None:
+            parent, namespace = self._parent_hash(seq, i), block_namespace(seq, i)
+            tiers = [
+                self.tiers.find(tier_hash(hashes[i], g), parent, tokens, namespace)
+                for g in range(self.num_groups)
+            ]
+            if any(t is None for t in tiers):
                 break
-            found.append(tier)
+            found.extend(tiers)  # type: ignore[arg-type]
         return found
 
     def prefix_to_load(self, seq: Sequence) -> PrefixBlocks | None:
@@ -324,9 +469,10 @@ class BlockManager:
             return None
         hits = self.match_prefix(seq)
         lower = self.match_lower(seq, len(hits))
-        if not lower or not self.tiers.worth_loading(lower):
+        num_tokens = len(lower) // self.num_groups * self.block_size
+        if not lower or not self.tiers.worth_loading(lower, num_tokens):
             return None
-        return PrefixBlocks(tuple(hits), tuple(lower), self.num_revived(hits))
+        return PrefixBlocks(tuple(hits), tuple(lower), self.num_revived(hits, seq))
 
     def swap_out(self, seq: Sequence) -> bool:
         """``seq`` is preempted: True when the tiers took its cached blocks (a swap; a lookup
@@ -336,20 +482,29 @@ class BlockManager:
         )
 
     def start_loads(self, seq: Sequence, tiers: Collection[str]) -> None:
-        """Fresh pool blocks for the next ``len(tiers)`` blocks of ``seq`` (admitted with
-        its pool hits), each filled from its tier; ``complete_loads`` finishes them."""
+        """Fresh pool blocks for the next ``len(tiers) / num_groups`` blocks of ``seq``
+        (admitted with its pool hits) in every group, each filled from its tier;
+        ``complete_loads`` finishes them."""
         assert self.tiers is not None and len(seq.block_table) * self.block_size == seq.num_computed_tokens
-        bs, start = self.block_size, len(seq.block_table)
-        for i, tier in enumerate(tiers, start):
-            block_id = self._allocate()
-            seq.block_table.append(block_id)
+        bs, start, groups = self.block_size, len(seq.block_table), self.tables(seq)
+        names = list(tiers)
+        for n in range(len(names) // self.num_groups):
+            i = start + n
             parent = self._parent_hash(seq, i)
             tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
-            seq.pending_loads.append(
-                self.tiers.start_load(
-                    tier, seq.block_hashes[i], parent, tokens, block_id, block_namespace(seq, i)
+            for g, table in enumerate(groups):
+                block_id = self._allocate()
+                table.append(block_id)
+                seq.pending_loads.append(
+                    self.tiers.start_load(
+                        names[n * self.num_groups + g],
+                        tier_hash(seq.block_hashes[i], g),
+                        parent,
+                        tokens,
+                        block_id,
+                        block_namespace(seq, i),
+                    )
                 )
-            )
 
     def loads_done(self, seq: Sequence) -> bool:
         return all(load.done() for load in seq.pending_loads)
@@ -357,15 +512,19 @@ class BlockManager:
     def complete_loads(self, seq: Sequence, count_hits: bool = True) -> int:
         """Copy the finished reads into the pool and count the served blocks as computed
         (registered in the prefix cache); stops at the first block that could not be
-        served, whose tokens are then recomputed. Returns the tokens served."""
+        served (in any group), whose tokens are then recomputed. Returns the tokens served."""
         assert self.tiers is not None
         served = 0
-        for load in seq.pending_loads:
-            if not self.tiers.finish_load(load):
-                break
+        loads = seq.pending_loads
+        for n in range(0, len(loads), self.num_groups):
+            block_loads = loads[n : n + self.num_groups]
+            # Every read is finished (copied in or failed) whatever happened before it.
+            ok = [self.tiers.finish_load(load) for load in block_loads]
+            if not all(ok) or served < n // self.num_groups * self.block_size:
+                continue
             if count_hits:  # a first admission's prefix hit (not a swap-in)
-                self.tiers.counters.hit_tokens[load.tier] += self.block_size
-            self.tiers.counters.loaded_blocks += 1
+                self.tiers.counters.hit_tokens[block_loads[0].tier] += self.block_size
+            self.tiers.counters.loaded_blocks += len(block_loads)
             served += self.block_size
         seq.pending_loads = []
         seq.num_computed_tokens += served
@@ -376,31 +535,41 @@ class BlockManager:
     def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
         """Free blocks ``allocate_slots(seq, num_new_tokens)`` would consume (an upper
         bound: forks sharing one tail each count a copy, though the last needs none)."""
-        end = seq.num_computed_tokens + num_new_tokens
-        new = max(0, self.blocks_for(end) - len(seq.block_table))
-        return new + self._needs_copy(seq)
+        need = self.blocks_for(seq.num_computed_tokens + num_new_tokens)
+        return sum(max(0, need - len(table)) + self._needs_copy(seq, table) for table in self.tables(seq))
 
     def allocate_slots(self, seq: Sequence, num_new_tokens: int) -> bool:
         """Make positions ``[computed, computed + num_new_tokens)`` writable. Returns False
         (changing nothing) when the pool is short."""
         if self.blocks_needed(seq, num_new_tokens) > self.num_free_blocks:
             return False
-        if self._needs_copy(seq):
-            i = seq.num_computed_tokens // self.block_size
-            src = seq.block_table[i]
-            dst = self._allocate()
-            self._copies.append((src, dst))
-            self._release(src)
-            seq.block_table[i] = dst
-        end = seq.num_computed_tokens + num_new_tokens
-        while len(seq.block_table) < self.blocks_for(end):
-            seq.block_table.append(self._allocate())
+        need = self.blocks_for(seq.num_computed_tokens + num_new_tokens)
+        for table in self.tables(seq):
+            if self._needs_copy(seq, table):
+                i = seq.num_computed_tokens // self.block_size
+                src = table[i]
+                dst = self._allocate()
+                self._copies.append((src, dst))
+                self._release(src)
+                table[i] = dst
+            while len(table) < need:
+                table.append(self._allocate())
         return True
 
-    def _needs_copy(self, seq: Sequence) -> bool:
+    def _needs_copy(self, seq: Sequence, table: list[int] | None = None) -> bool:
         """Is the next write into a block that another table also holds?"""
+        table = seq.block_table if table is None else table
         i = seq.num_computed_tokens // self.block_size
-        return i < len(seq.block_table) and self.blocks[seq.block_table[i]].ref_count > 1
+        return i < len(table) and table[i] != NO_BLOCK and self.blocks[table[i]].ref_count > 1
+
+    def holds_next_slot(self, seq: Sequence) -> bool:
+        """Does ``seq`` alone hold the block its next token is written to, in every group
+        (so that decoding it needs no allocation and no copy)?"""
+        i = seq.num_computed_tokens // self.block_size
+        for table in self.tables(seq):
+            if i >= len(table) or self.blocks[table[i]].ref_count != 1:
+                return False
+        return True
 
     def take_copies(self) -> list[tuple[int, int]]:
         """Copy-on-write work for the runner: ``pool[dst] = pool[src]`` before the step."""
@@ -409,9 +578,11 @@ class BlockManager:
 
     def fork(self, parent: Sequence, child: Sequence) -> None:
         """``child`` shares all of ``parent``'s blocks (its token state is set by the caller)."""
-        for block_id in parent.block_table:
-            self.blocks[block_id].ref_count += 1
-        child.block_table = list(parent.block_table)
+        for parent_table, child_table in zip(self.tables(parent), self.tables(child), strict=True):
+            for block_id in parent_table:
+                if block_id != NO_BLOCK:
+                    self.blocks[block_id].ref_count += 1
+            child_table[:] = parent_table
         child.block_hashes = list(parent.block_hashes)
         child.num_registered_blocks = parent.num_registered_blocks
         child.num_computed_tokens = parent.num_computed_tokens
@@ -422,15 +593,22 @@ class BlockManager:
         registered: only computed, accepted tokens are)."""
         keep = self.blocks_for(num_tokens)
         assert keep >= seq.num_registered_blocks, "truncating into registered blocks"
-        while len(seq.block_table) > keep:
-            self._release(seq.block_table.pop())
+        for table in self.tables(seq):
+            while len(table) > keep:
+                block_id = table.pop()
+                if block_id != NO_BLOCK:
+                    self._release(block_id)
 
     def free(self, seq: Sequence) -> None:
         """Return a sequence's blocks, tail first, so the tail is evicted before the prefix
         that other conversations are likelier to share."""
-        for block_id in reversed(seq.block_table):
-            self._release(block_id)
+        for table in self.tables(seq):
+            for block_id in reversed(table):
+                if block_id != NO_BLOCK:
+                    self._release(block_id)
+            table.clear()
         seq.block_table = []
+        seq.group_tables = []
 
     # ---- internals ------------------------------------------------------------------
     def _take(self, block_id: int) -> None:
@@ -453,7 +631,7 @@ class BlockManager:
             block = self.blocks[block_id]
             if self.tiers is not None:
                 self.tiers.block_evicted(
-                    block.hash,  # type: ignore[arg-type]
+                    tier_hash(block.hash, block.group),  # type: ignore[arg-type]
                     block.parent_hash,
                     block.token_ids,
                     block_id,
@@ -465,8 +643,8 @@ class BlockManager:
         return block_id
 
     def _evict(self, block: Block) -> None:
-        del self._by_hash[block.hash]  # type: ignore[arg-type]
-        block.hash, block.token_ids, block.parent_hash, block.namespace = None, (), 0, 0
+        del self._hash_maps[block.group][block.hash]  # type: ignore[arg-type]
+        block.hash, block.token_ids, block.parent_hash, block.namespace, block.group = None, (), 0, 0, 0
 
     def _release(self, block_id: int) -> None:
         block = self.blocks[block_id]

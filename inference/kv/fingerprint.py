@@ -24,17 +24,16 @@ from inference.tokenizer import Tokenizer
 def kv_fingerprint(
     weights: dict[str, Any], tokenizer: Tokenizer, spec: KVSpec, block_size: int, dtype: torch.dtype
 ) -> dict[str, Any]:
-    return {
-        "weights": weights,
-        "tokenizer": tokenizer_digest(tokenizer),
-        "kv": {
-            "num_layers": spec.num_layers,
-            "planes": spec.planes,
-            "token_shape": list(spec.token_shape),
-            "block_size": block_size,
-            "dtype": str(dtype),
-        },
+    kv: dict[str, Any] = {
+        "num_layers": spec.num_layers,
+        "planes": spec.planes,
+        "token_shape": list(spec.token_shape),
+        "block_size": block_size,
+        "dtype": str(dtype),
     }
+    if spec.windows is not None:  # a page then holds one KV group's layers (named only here,
+        kv["windows"] = list(spec.windows)  # so models without windows keep their fingerprint)
+    return {"weights": weights, "tokenizer": tokenizer_digest(tokenizer), "kv": kv}
 
 
 def tokenizer_digest(tokenizer: Tokenizer) -> str:

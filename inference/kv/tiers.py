@@ -238,10 +238,12 @@ class TierStack:
         per_token = self.prefill_s_per_token
         return float("inf") if per_token is None else num_tokens * per_token
 
-    def worth_loading(self, tiers: list[str]) -> bool:
-        """Is reading these blocks faster than recomputing their tokens?"""
+    def worth_loading(self, tiers: list[str], num_tokens: int | None = None) -> bool:
+        """Is reading these blocks faster than recomputing their ``num_tokens`` tokens (by
+        default a block's worth each; fewer when several KV groups hold each block)?"""
         move = sum(self.block_bytes / self.bandwidth(t, reading=True) for t in tiers)
-        return move < self.recompute_seconds(len(tiers) * self.block_size)
+        tokens = len(tiers) * self.block_size if num_tokens is None else num_tokens
+        return move < self.recompute_seconds(tokens)
 
     def prefer_swap(self, num_blocks: int, num_to_write: int, num_tokens: int) -> bool:
         """Swap a preempted request's blocks out and back in, or recompute its tokens?"""

@@ -21,11 +21,18 @@ class AttentionContext:
     block_tables: torch.Tensor  # [B, max_blocks] int32, padded with 0
     max_query_len: int  # 1 means a decode-only step
     max_context_len: int
+    # KV groups 1.. of a sliding-window model (``inference.kv.spec``): their own slot
+    # mappings and block tables, the rest shared. Empty for a model with one group.
+    group_contexts: list[AttentionContext] = field(default_factory=list)
 
     # (rows to keep or None, block ids, offsets) of slot_mapping: the same for every layer.
     _store_index: tuple[torch.Tensor | None, torch.Tensor, torch.Tensor] | None = field(
         default=None, init=False, repr=False, compare=False
     )
+
+    def for_group(self, group: int) -> AttentionContext:
+        """The context of KV group ``group`` (this one for group 0)."""
+        return self.group_contexts[group - 1] if group else self
 
     @property
     def is_decode_only(self) -> bool:

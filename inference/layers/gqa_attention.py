@@ -22,6 +22,7 @@ from inference.layers.attention_context import AttentionContext
 from inference.layers.linear import Linear, linear_released, packable, quant_linear, weight_key
 from inference.layers.norm import RMSNorm
 from inference.layers.rotary import apply_rotary
+from inference.layers.window_attention import AttentionFeatures, feature_attention
 from inference.model_config import ModelConfig
 
 
@@ -30,9 +31,14 @@ class Attention(nn.Module):
     _packed_key: tuple[tuple[int, int], ...] | None = None
     _qkv_quant: PackedQuant | None = None  # q, k and v rows of one quantized format
 
-    def __init__(self, config: ModelConfig, layer_idx: int) -> None:
+    def __init__(self, config: ModelConfig, layer_idx: int, kv_slot: tuple[int, int] | None = None) -> None:
+        """``kv_slot``: the layer's (KV group, slot in a block) when the model has several
+        KV groups (``KVSpec.layer_slots``); by default group 0, slot ``layer_idx``."""
         super().__init__()
         self.layer_idx = layer_idx
+        self.kv_group, self.kv_slot = kv_slot if kv_slot is not None else (0, layer_idx)
+        windows = config.layer_windows
+        self.features = AttentionFeatures(window=windows[layer_idx] if windows else None)
         self.num_heads = config.num_heads
         self.num_kv_heads = config.num_kv_heads
         self.head_dim = config.head_dim
@@ -63,7 +69,8 @@ class Attention(nn.Module):
         """``cos_sin`` ``[T, D]``: each token's rotary cos (first half) and sin (second)."""
         tokens, d = hidden.shape[0], self.head_dim
         hq, hkv = self.num_heads, self.num_kv_heads
-        k_cache, v_cache = kv_cache[:, 0, self.layer_idx], kv_cache[:, 1, self.layer_idx]
+        k_cache, v_cache = kv_cache[:, 0, self.kv_slot], kv_cache[:, 1, self.kv_slot]
+        ctx = ctx.for_group(self.kv_group)
         qkv = self.fused_qkv(hidden)
         if (
             qkv is not None
@@ -81,7 +88,7 @@ class Attention(nn.Module):
             q = qkv[:, : hq * d].view(tokens, hq, d)
             k = qkv[:, hq * d : (hq + hkv) * d].view(tokens, hkv, d)
             v = qkv[:, (hq + hkv) * d :].view(tokens, hkv, d)
-            out = paged_attention(q, k, v, k_cache, v_cache, ctx, self.scale, kv_stored=True)
+            out = self._attend(q, k, v, k_cache, v_cache, ctx, kv_stored=True)
         else:
             if qkv is not None:
                 q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
@@ -94,8 +101,25 @@ class Attention(nn.Module):
                 half = cos_sin.shape[-1] // 2  # half the rotary features: the whole head or its first part
                 cos, sin = cos_sin[:, None, :half], cos_sin[:, None, half:]  # broadcast over heads
                 q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-            out = paged_attention(q, k, v.reshape(tokens, hkv, d), k_cache, v_cache, ctx, self.scale)
+            out = self._attend(q, k, v.reshape(tokens, hkv, d), k_cache, v_cache, ctx)
         return self.o_proj(out.reshape(tokens, hq * d))
+
+    def _attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+        ctx: AttentionContext,
+        *,
+        kv_stored: bool = False,
+    ) -> torch.Tensor:
+        if self.features.plain:
+            return paged_attention(q, k, v, k_cache, v_cache, ctx, self.scale, kv_stored=kv_stored)
+        return feature_attention(
+            q, k, v, k_cache, v_cache, ctx, self.scale, self.features, kv_stored=kv_stored
+        )
 
     def norm_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """RMSNorm of q ``[T, Hq*D]`` and k ``[T, Hkv*D]``, per head or over the whole

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from inference.models.contract import CausalLM
 from inference.models.deepseek_v3 import DeepseekV3ForCausalLM
+from inference.models.gemma import GemmaForCausalLM
+from inference.models.gpt_oss import GptOssForCausalLM
 from inference.models.llama import LlamaForCausalLM
 from inference.models.registry import (
     ARCHITECTURES,
@@ -22,6 +24,8 @@ __all__ = [
     "SUPPORTED_ARCHITECTURES",
     "CausalLM",
     "DeepseekV3ForCausalLM",
+    "GemmaForCausalLM",
+    "GptOssForCausalLM",
     "LlamaForCausalLM",
     "build_model",
     "kv_spec_for",

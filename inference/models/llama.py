@@ -53,7 +53,8 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
-        self.self_attn = Attention(config, layer_idx)
+        spec = LlamaForCausalLM.kv_spec_for(config)
+        self.self_attn = Attention(config, layer_idx, spec.layer_slots[layer_idx])
         self.mlp = _mlp(config, layer_idx)
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
@@ -130,7 +131,12 @@ class LlamaForCausalLM(nn.Module):
 
     @classmethod
     def kv_spec_for(cls, config: ModelConfig) -> KVSpec:
-        return KVSpec(config.num_layers, planes=2, token_shape=(config.num_kv_heads, config.head_dim))
+        return KVSpec(
+            config.num_layers,
+            planes=2,
+            token_shape=(config.num_kv_heads, config.head_dim),
+            windows=config.layer_windows,
+        )
 
     @property
     def kv_spec(self) -> KVSpec:
@@ -149,8 +155,9 @@ class LlamaForCausalLM(nn.Module):
 
     @property
     def supports_cuda_graphs(self) -> bool:
-        """Routed experts count their tokens on the host (a sync a graph cannot capture)."""
-        return self.config.moe is None
+        """Routed experts count their tokens on the host, and sliding layers read their
+        attention plan there (syncs a graph cannot capture)."""
+        return self.config.moe is None and self.config.layer_windows is None
 
     @property
     def cos_sin_cache(self) -> torch.Tensor:
@@ -205,7 +212,10 @@ class LlamaForCausalLM(nn.Module):
         The one-call decode stack is Llama's layer exactly; the other families keep the
         per-op path (each product still on the packed kernels)."""
         cpu_packing.pack_weights(self, release=True)
-        self.decode_stack = build_decode_stack(self) if self.config.is_plain_llama else None
+        # The one-call decode kernel is Llama's layer exactly and attends over whole
+        # contexts: sliding layers keep their per-op path (``inference.layers.window_attention``).
+        plain = self.config.is_plain_llama and self.config.layer_windows is None
+        self.decode_stack = build_decode_stack(self) if plain else None
 
     @torch.inference_mode()
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

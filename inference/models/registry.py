@@ -28,7 +28,10 @@ from inference.models.config_readers import (
 )
 from inference.models.contract import CausalLM, CausalLMClass
 from inference.models.deepseek_v3 import DeepseekV3ForCausalLM
+from inference.models.gemma import GemmaForCausalLM
+from inference.models.gpt_oss import GptOssForCausalLM
 from inference.models.llama import LlamaForCausalLM
+from inference.models.sliding_readers import read_gemma, read_gpt_oss
 
 ConfigReader = Callable[[Any, str, str], ModelConfig]  # (hf_config, architecture, name)
 
@@ -41,8 +44,8 @@ class Architecture:
     read_config: ConfigReader
 
 
-# The Llama decoder serves every family but DeepSeek-V3; the differences between
-# them are ModelConfig flags, set by each family's reader.
+# The Llama decoder serves every family but DeepSeek-V3, Gemma and gpt-oss; the
+# differences between them are ModelConfig flags, set by each family's reader.
 _TABLE: tuple[Architecture, ...] = (
     Architecture("LlamaForCausalLM", "llama", LlamaForCausalLM, read_llama),
     Architecture("MistralForCausalLM", "mistral", LlamaForCausalLM, read_llama),
@@ -54,6 +57,9 @@ _TABLE: tuple[Architecture, ...] = (
     Architecture("GraniteForCausalLM", "granite", LlamaForCausalLM, read_granite),
     Architecture("SmolLM3ForCausalLM", "smollm3", LlamaForCausalLM, read_smollm3),
     Architecture("DeepseekV3ForCausalLM", "deepseek_v3", DeepseekV3ForCausalLM, read_deepseek_v3),
+    Architecture("Gemma2ForCausalLM", "gemma2", GemmaForCausalLM, read_gemma),
+    Architecture("Gemma3ForCausalLM", "gemma3_text", GemmaForCausalLM, read_gemma),
+    Architecture("GptOssForCausalLM", "gpt_oss", GptOssForCausalLM, read_gpt_oss),
 )
 ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in _TABLE}
 _BY_MODEL_TYPE: dict[str, Architecture] = {a.model_type: a for a in _TABLE}

@@ -64,6 +64,10 @@ class PrefillDone:
     nbytes: int
     prefill_s: float
     write_s: float
+    # The (KV group, block index) of each shipped block, in order, for a model with several
+    # KV groups (a sliding group ships the blocks of its last window only); empty: group
+    # 0's blocks 0..num_blocks-1.
+    block_groups: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,7 @@ class DisaggregatedScheduler(Scheduler):
 
     def _import(self, request: Request, result: PrefillDone) -> None:
         seq, bm = request.seqs[0], self.block_manager
-        bs, n = bm.block_size, result.num_blocks
+        bs, n = bm.block_size, len(result.block_hashes)  # the prefix's blocks (one group's)
         started = time.monotonic()
         hashes = prefix_hashes(seq.token_ids[: n * bs], bs, seq.cache_salt, seq.cache_salt_block)
         if hashes != result.block_hashes or seq.cache_private:
@@ -160,19 +160,21 @@ class DisaggregatedScheduler(Scheduler):
         if result.shm_name is None:
             return
         pool = self.kv_cache
-        mapped = MappedBlocks(result.shm_name, n, tuple(pool.shape[1:]), pool.dtype)
+        mapped = MappedBlocks(result.shm_name, result.num_blocks, tuple(pool.shape[1:]), pool.dtype)
+        shipped = result.block_groups or tuple((0, i) for i in range(n))
         try:
             bm.retain(_key(request.request_id), seq.token_ids[: n * bs], seq.cache_salt, seq.cache_salt_block)
             self._imported[request.request_id] = request
-            for i, block_hash in enumerate(hashes):
+            for j, (group, i) in enumerate(shipped):
                 parent = salted_parent(hashes, i, seq.cache_salt, seq.cache_salt_block)
                 tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
                 bm.import_block(
-                    block_hash,
+                    hashes[i],
                     parent,
                     tokens,
                     block_namespace(seq, i),
-                    lambda b, i=i: pool[b].copy_(mapped.blocks[i]),
+                    lambda b, j=j: pool[b].copy_(mapped.blocks[j]),
+                    group=group,
                 )
         finally:
             mapped.close()

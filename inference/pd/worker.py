@@ -129,9 +129,16 @@ def _finish(
     seq = (request.finished_seqs or request.seqs)[0]
     if seq.num_tokens <= request.num_prompt_tokens:  # finished without a token (its pool was too small)
         return PrefillFailed(job.request_id, f"the worker finished it without a token ({seq.finish_reason})")
-    bs = engine.block_manager.block_size
+    bm = engine.block_manager
+    bs = bm.block_size
     hashes = prefix_hashes(job.token_ids[: job.num_blocks * bs], bs, job.cache_salt, job.cache_salt_block)
-    block_ids = [engine.block_manager.cached_block(h) for h in hashes]
+    # Every group's blocks a prefix hit of the whole prompt needs (a sliding group's last window).
+    shipped = [
+        (g, i)
+        for g in range(bm.num_groups)
+        for i in range(bm.first_needed_block(g, len(hashes) * bs), len(hashes))
+    ]
+    block_ids = [bm.cached_block(hashes[i], g) for g, i in shipped]
     if any(b is None for b in block_ids):  # evicted in the step that finished it: a tiny pool
         return PrefillFailed(job.request_id, "the worker's pool no longer holds the prompt's blocks")
     prefill_s = time.monotonic() - started
@@ -148,4 +155,5 @@ def _finish(
         nbytes=nbytes,
         prefill_s=prefill_s,
         write_s=time.monotonic() - written,
+        block_groups=tuple(shipped) if bm.num_groups > 1 or bm.windows[0] is not None else (),
     )

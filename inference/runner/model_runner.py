@@ -33,6 +33,13 @@ logger = logging.getLogger(__name__)
 _TYPECODES = {torch.int64: "q", torch.int32: "i"}
 
 
+def captures_cuda_graphs(model: CausalLM, spec: KVSpec, device: torch.device, enforce_eager: bool) -> bool:
+    """Whether decode steps replay CUDA graphs: on CUDA, unless ``enforce_eager`` or the
+    model cannot be captured. A model with sliding-window layers runs eagerly: their
+    attention (``inference.layers.window_attention``) reads its plan on the host."""
+    return device.type == "cuda" and not enforce_eager and model.supports_cuda_graphs and not spec.is_hybrid
+
+
 class ModelRunner:
     def __init__(
         self,
@@ -59,9 +66,10 @@ class ModelRunner:
         # every layer is one contiguous slab (copy-on-write and CPU offload move it as a unit).
         self.kv_spec: KVSpec = model.kv_spec
         self.kv_cache = self.kv_spec.allocate(num_blocks, block_size, dtype, device)
+        self._sliding = self.kv_spec.is_hybrid
         self._pin = device.type == "cuda"
         self.cuda_graphs: CUDAGraphRunner | None = None
-        if device.type == "cuda" and not enforce_eager and model.supports_cuda_graphs:
+        if captures_cuda_graphs(model, self.kv_spec, device, enforce_eager):
             max_len = max_model_len if max_model_len is not None else num_blocks * block_size
             self.cuda_graphs = self._capture_cuda_graphs(max_num_seqs, -(-max_len // block_size))
 
@@ -168,20 +176,27 @@ class ModelRunner:
         sample_rows: list[int],
         sampled: list[int],
     ) -> PackedBatch:
-        width = max(len(s.block_table) for s in batch.seqs)
-        tables: list[int] = []
-        for s in batch.seqs:
-            tables += s.block_table
-            if len(s.block_table) < width:
-                tables += [0] * (width - len(s.block_table))
+        seq_tables = [s.block_table for s in batch.seqs]
         ctx = AttentionContext(
             slot_mapping=self._tensor(slots, torch.int64),
             query_start_loc=self._tensor(query_start_loc, torch.int32),
             context_lens=self._tensor(context_lens, torch.int32),
-            block_tables=self._tensor(tables, torch.int32).view(len(batch.seqs), width),
+            block_tables=self._block_tables(seq_tables),
             max_query_len=max(batch.num_new_tokens),
             max_context_len=max(context_lens),
         )
+        for g in range(1, self.kv_spec.num_groups):
+            group_tables = [s.group_tables[g - 1] for s in batch.seqs]
+            ctx.group_contexts.append(
+                AttentionContext(
+                    slot_mapping=self._tensor(self._group_slots(batch, group_tables), torch.int64),
+                    query_start_loc=ctx.query_start_loc,
+                    context_lens=ctx.context_lens,
+                    block_tables=self._block_tables(group_tables),
+                    max_query_len=ctx.max_query_len,
+                    max_context_len=ctx.max_context_len,
+                )
+            )
         return PackedBatch(
             input_ids=self._tensor(input_ids, torch.int64),
             positions=self._tensor(positions, torch.int64),
@@ -189,6 +204,28 @@ class ModelRunner:
             sample_rows=self._tensor(sample_rows, torch.int64),
             sampled=sampled,
         )
+
+    def _block_tables(self, seq_tables: list[list[int]]) -> torch.Tensor:
+        """``[B, width]`` int32, padded with 0; a sliding group's dropped entries
+        (``NO_BLOCK``) read as block 0 too (its attention never reaches them)."""
+        width = max(len(t) for t in seq_tables)
+        tables: list[int] = []
+        for table in seq_tables:
+            tables += table
+            if len(table) < width:
+                tables += [0] * (width - len(table))
+        if self._sliding:
+            tables = [max(b, 0) for b in tables]
+        return self._tensor(tables, torch.int32).view(len(seq_tables), width)
+
+    def _group_slots(self, batch: ScheduledBatch, tables: list[list[int]]) -> list[int]:
+        """The pool slot of each new token in another KV group's blocks."""
+        bs = self.block_size
+        slots: list[int] = []
+        for seq, n, table in zip(batch.seqs, batch.num_new_tokens, tables, strict=True):
+            start = seq.num_computed_tokens
+            slots.extend(table[p // bs] * bs + p % bs for p in range(start, start + n))
+        return slots
 
     @torch.inference_mode()
     def copy_blocks(self, copies: list[tuple[int, int]]) -> None:

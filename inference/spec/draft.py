@@ -70,7 +70,9 @@ class DraftProposer:
             max_model_len=engine.max_model_len,
             enforce_eager=config.enforce_eager,
         )
-        bm = BlockManager(num_blocks, config.block_size, enable_prefix_caching=False)
+        bm = BlockManager(
+            num_blocks, config.block_size, enable_prefix_caching=False, groups=model.kv_spec.groups
+        )
         return cls(runner, bm, config.num_speculative_tokens)
 
     def verified(self, seq: Sequence, draft: list[int], accepted: int) -> None:
@@ -102,7 +104,7 @@ class DraftProposer:
             for i in live:
                 shadow = shadows[i].seq
                 tokens = shadow.token_ids + drafts[i]
-                batch.seqs.append(VerifyRow(tokens, len(tokens) - 1, shadow.block_table))  # type: ignore[arg-type]
+                batch.seqs.append(VerifyRow(tokens, len(tokens) - 1, shadow.block_table, shadow.group_tables))  # type: ignore[arg-type]
                 batch.num_new_tokens.append(1)
             self._step(batch, [drafts[i] for i in live])
             for i in live:

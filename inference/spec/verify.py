@@ -38,14 +38,21 @@ from inference.sampling.stop_rules import append_token
 
 class VerifyRow:
     """What the model runner reads of a sequence (``token_ids``, ``num_computed_tokens``,
-    ``block_table``, ``num_tokens``) for one position of a proposal."""
+    ``block_table``, ``group_tables``, ``num_tokens``) for one position of a proposal."""
 
-    __slots__ = ("block_table", "num_computed_tokens", "token_ids")
+    __slots__ = ("block_table", "group_tables", "num_computed_tokens", "token_ids")
 
-    def __init__(self, token_ids: list[int], position: int, block_table: list[int]) -> None:
+    def __init__(
+        self,
+        token_ids: list[int],
+        position: int,
+        block_table: list[int],
+        group_tables: list[list[int]] | None = None,
+    ) -> None:
         self.token_ids = token_ids
         self.num_computed_tokens = position
         self.block_table = block_table
+        self.group_tables = group_tables if group_tables is not None else []
 
     @property
     def num_tokens(self) -> int:
@@ -84,7 +91,7 @@ def expand(batch: ScheduledBatch, drafts: dict[int, list[int]]) -> VerifyPlan:
         tokens = seq.token_ids + draft
         p = seq.num_computed_tokens
         for j in range(len(draft) + 1):
-            run.seqs.append(VerifyRow(tokens, p + j, seq.block_table))  # type: ignore[arg-type]
+            run.seqs.append(VerifyRow(tokens, p + j, seq.block_table, seq.group_tables))  # type: ignore[arg-type]
             run.num_new_tokens.append(1)
     return plan
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from inference.engine.sequence import Sequence
-from inference.kv.block_manager import BlockManager
+from inference.kv.block_manager import NO_BLOCK, BlockManager
+from inference.kv.spec import KVGroup
 
 BS = 4
 
@@ -236,3 +237,131 @@ class BlockManagerMachine(RuleBasedStateMachine):
 
 TestBlockManagerInvariants = BlockManagerMachine.TestCase
 TestBlockManagerInvariants.settings = settings(max_examples=120, stateful_step_count=50, deadline=None)
+
+
+# ---- KV groups with sliding windows -----------------------------------------------------
+# (window of each group: None = full attention); block size 4, so a window of 5 reaches
+# back into the second block behind the next token, one of 8 into the third.
+GROUPINGS = [
+    (KVGroup(6, (0,)),),  # Mistral: every layer slides
+    (KVGroup(None, (0,)), KVGroup(5, (1,)), KVGroup(5, (2,))),  # Gemma 3 style: full + sliding
+    (KVGroup(None, (0,)), KVGroup(8, (1,))),  # gpt-oss style: alternating
+]
+
+
+def test_sliding_blocks_leave_the_pool_as_the_window_moves_on() -> None:
+    bm = BlockManager(64, BS, groups=(KVGroup(None, (0,)), KVGroup(5, (1,))))
+    seq = new_seq(list(range(40)))
+    admit(bm, seq)
+    run(bm, seq)  # 40 computed: the next query (position 40) reads keys 36.. (block 9)
+    full, sliding = bm.tables(seq)
+    assert len(full) == len(sliding) == 10 and NO_BLOCK not in full
+    assert sliding[:9] == [NO_BLOCK] * 9 and sliding[9] != NO_BLOCK
+    assert bm.num_held_blocks(seq) == 11
+    assert bm.stats().cached == 9  # the dropped blocks stay revivable for prefix hits
+    seq.token_ids.append(1)
+    run(bm, seq)  # one more token: still within block 9/10
+    assert bm.tables(seq)[1][:9] == [NO_BLOCK] * 9
+
+
+def _forget(bm: BlockManager, block_hash: int, group: int) -> None:
+    """Evict one cached-free block of ``group`` as pool pressure would."""
+    block_id = bm.cached_block(block_hash, group)
+    assert block_id is not None and bm.blocks[block_id].ref_count == 0
+    del bm._cached_free[block_id]
+    bm._evict(bm.blocks[block_id])
+    bm._empty.append(block_id)
+
+
+def test_a_prefix_hit_needs_the_full_groups_whole_and_the_sliding_ones_last_window() -> None:
+    bm = BlockManager(64, BS, groups=(KVGroup(None, (0,)), KVGroup(5, (1,))))
+    first = new_seq(list(range(40)))
+    admit(bm, first)
+    run(bm, first)
+    bm.free(first)
+    # A hit of 8 blocks (32 tokens) then computes position 32, which reads keys from 28
+    # on: the sliding group needs its block 7 only, so losing blocks 0..6 costs nothing.
+    for i in range(7):
+        _forget(bm, first.block_hashes[i], 1)
+    other = new_seq(list(range(32)) + [99] * 5)
+    hits = bm.match_prefix(other)
+    assert len(hits) == 8 and NO_BLOCK not in hits
+    assert bm.num_revived(hits, other) == 8 + 1
+    bm.admit(other, hits)
+    assert bm.tables(other)[1] == [NO_BLOCK] * 7 + [bm.cached_block(first.block_hashes[7], 1)]
+    assert other.num_computed_tokens == 32
+    bm.free(other)
+    # Without block 7 the window is broken there: the longest prefix it still serves is
+    # 4 blocks (position 16 reads keys 12.., block 3, which is gone too): nothing.
+    _forget(bm, first.block_hashes[7], 1)
+    assert bm.match_prefix(new_seq(list(range(32)) + [99] * 5)) == []
+
+
+class SlidingBlockManagerMachine(BlockManagerMachine):
+    """The same operations on a pool shared by several KV groups, some sliding."""
+
+    @initialize(num_blocks=st.integers(6, 40), caching=st.booleans(), grouping=st.sampled_from(GROUPINGS))
+    def setup(self, num_blocks: int, caching: bool, grouping: tuple[KVGroup, ...]) -> None:  # type: ignore[override]
+        self.bm = BlockManager(num_blocks, BS, enable_prefix_caching=caching, groups=grouping)
+        self.seqs = []
+
+    def _grow(self, seq: Sequence, n: int) -> bool:
+        n = min(n, seq.num_tokens - seq.num_computed_tokens)
+        if n <= 0 or not self.bm.allocate_slots(seq, n):
+            return False
+        self.bm.take_copies()
+        start = seq.num_computed_tokens
+        for table in self.bm.tables(seq):
+            for block_id in {table[p // BS] for p in range(start, start + n)}:
+                block = self.bm.blocks[block_id]
+                assert block.ref_count == 1 and block.hash is None, "write into a shared block"
+        seq.num_computed_tokens += n
+        self.bm.register_full_blocks(seq)
+        return True
+
+    @rule(tokens=st.lists(st.integers(0, 2), min_size=1, max_size=20), chunk=st.integers(1, 20))
+    def allocate(self, tokens: list[int], chunk: int) -> None:
+        seq = new_seq(tokens)
+        hits = self.bm.match_prefix(seq)
+        if self.bm.num_revived(hits, seq) > self.bm.num_free_blocks:
+            return
+        self.bm.admit(seq, hits)
+        for table in self.bm.tables(seq):  # every group's hit holds the same tokens
+            for i, block_id in enumerate(table):
+                if block_id != NO_BLOCK:
+                    assert self.bm.blocks[block_id].token_ids == tuple(tokens[i * BS : (i + 1) * BS])
+        self.seqs.append(seq)
+        if not self._grow(seq, chunk) and seq.num_computed_tokens < seq.num_tokens:
+            self.bm.free(seq)
+            self.seqs.remove(seq)
+
+    @invariant()
+    def refcounts_equal_holders_and_nothing_leaks(self) -> None:
+        bm = self.bm
+        holders = Counter(b for s in self.seqs for t in bm.tables(s) for b in t if b != NO_BLOCK)
+        free = set(bm._empty) | set(bm._cached_free)
+        assert len(bm._empty) + len(bm._cached_free) == len(free), "a block is free twice"
+        for block in bm.blocks:
+            assert block.ref_count == holders[block.block_id]
+            assert (block.ref_count == 0) == (block.block_id in free), "free and in use, or leaked"
+        for g, by_hash in enumerate(bm._hash_maps):
+            for h, block_id in by_hash.items():
+                assert bm.blocks[block_id].hash == h and bm.blocks[block_id].group == g
+        s = bm.stats()
+        assert s.used + s.cached + s.free == s.total
+
+    @invariant()
+    def tables_cover_the_computed_tokens(self) -> None:
+        """Every group's table spans the computed tokens; a sliding one holds exactly the
+        blocks its window still reaches (the next query's), and none before them."""
+        bm = self.bm
+        for seq in self.seqs:
+            for g, table in enumerate(bm.tables(seq)):
+                assert len(table) == bm.blocks_for(seq.num_computed_tokens)
+                first = bm.first_needed_block(g, seq.num_computed_tokens)
+                assert all(b == NO_BLOCK for b in table[:first]), "a block outside the window is held"
+                assert NO_BLOCK not in table[first:], "a block the window reaches was dropped"
+
+
+TestSlidingBlockManagerInvariants = SlidingBlockManagerMachine.TestCase
+TestSlidingBlockManagerInvariants.settings = settings(max_examples=120, stateful_step_count=50, deadline=None)

@@ -20,13 +20,14 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from inference.engine.scheduler import Scheduler
 from inference.engine.sequence import Request, RequestStatus, Sequence
-from inference.kv.block_manager import BlockManager
+from inference.kv.block_manager import NO_BLOCK, BlockManager, tier_hash
 from inference.kv.chain_hash import prefix_hashes
 from inference.kv.disk import _HEADER, FINGERPRINT_FILE, DiskTier
 from inference.kv.disk_files import namespace_dir
 from inference.kv.host import HostTier
 from inference.kv.retention import Retention
 from inference.kv.salt import cache_salt
+from inference.kv.spec import KVGroup
 from inference.kv.tiers import TierStack
 from inference.sampling.params import SamplingParams
 
@@ -34,9 +35,10 @@ BS = 4
 SHAPE = (2, 3, 5)  # any trailing shape: the tiers never look inside a block
 
 
-def block_value(block_hash: int) -> torch.Tensor:
-    """What "the model" computes for a block: a function of its chained hash (exact in fp64)."""
-    return torch.full(SHAPE, float(block_hash % 2**50), dtype=torch.float64)
+def block_value(block_hash: int, group: int = 0) -> torch.Tensor:
+    """What "the model" computes for a block: a function of its chained hash and its KV
+    group (each group's page holds other layers), exact in fp64."""
+    return torch.full(SHAPE, float(tier_hash(block_hash, group) % 2**50), dtype=torch.float64)
 
 
 def make_disk(path: Path, blocks: int = 64, **kw) -> DiskTier:
@@ -51,8 +53,10 @@ def compute(bm: BlockManager, pool: torch.Tensor, seq: Sequence) -> None:
     assert bm.allocate_slots(seq, n)
     seq.num_computed_tokens += n
     hashes = prefix_hashes(seq.token_ids, BS, seq.cache_salt, seq.cache_salt_block)
-    for i, h in enumerate(hashes):
-        pool[seq.block_table[i]] = block_value(h)
+    for g, table in enumerate(bm.tables(seq)):
+        for i, h in enumerate(hashes):
+            if table[i] != NO_BLOCK:
+                pool[table[i]] = block_value(h, g)
     bm.register_full_blocks(seq)
 
 
@@ -351,6 +355,7 @@ class TierMachine(RuleBasedStateMachine):
     first), aborts, pool pressure, retention, file damage and namespace purges."""
 
     use_host = False
+    groups: tuple[KVGroup, ...] = (KVGroup(None, ()),)
 
     @initialize(tmp=st.just(None))
     def setup(self, tmp) -> None:
@@ -365,7 +370,7 @@ class TierMachine(RuleBasedStateMachine):
         host = HostTier(self.pool, 3 * nbytes, is_retained=retention.is_retained) if self.use_host else None
         self.host = host
         tiers = TierStack(self.pool, BS, host=host, disk=self.disk)
-        self.bm = BlockManager(10, BS, tiers=tiers, retention=retention)
+        self.bm = BlockManager(10, BS, tiers=tiers, retention=retention, groups=self.groups)
         self.running: list[Sequence] = []
         self.loading: list[Sequence] = []
         self.keys: set[str] = set()
@@ -399,7 +404,8 @@ class TierMachine(RuleBasedStateMachine):
         seq = salted_seq(tokens, owner)
         hits = bm.match_prefix(seq)
         lower = bm.match_lower(seq, len(hits))
-        if bm.num_revived(hits) + bm.blocks_for(len(tokens)) - len(hits) > bm.num_free_blocks:
+        new_blocks = bm.num_groups * (bm.blocks_for(len(tokens)) - len(hits))
+        if bm.num_revived(hits, seq) + new_blocks > bm.num_free_blocks:
             return
         self.purged.discard(seq.cache_namespace)  # its blocks may be cached again from here on
         bm.admit(seq, hits)
@@ -425,8 +431,10 @@ class TierMachine(RuleBasedStateMachine):
         served = self.bm.complete_loads(seq)
         hashes = prefix_hashes(seq.token_ids, BS, seq.cache_salt, seq.cache_salt_block)
         for j in range(before // BS, (before + served) // BS):
-            # Served from a tier: exactly what was computed for these tokens.
-            assert torch.equal(self.pool[seq.block_table[j]], block_value(hashes[j]))
+            # Served from a tier: exactly what was computed for these tokens (in every group).
+            for g, table in enumerate(self.bm.tables(seq)):
+                if table[j] != NO_BLOCK:
+                    assert torch.equal(self.pool[table[j]], block_value(hashes[j], g))
         if self.bm.blocks_needed(seq, seq.num_tokens - seq.num_computed_tokens) <= self.bm.num_free_blocks:
             compute(self.bm, self.pool, seq)  # the prefill of what no tier had
         self.running.append(seq)
@@ -448,7 +456,7 @@ class TierMachine(RuleBasedStateMachine):
     def evict(self, blocks: int) -> None:
         """Pool pressure: a sequence takes up to ``blocks`` free blocks (evicting cached
         ones, least recently used first) and leaves before they are computed."""
-        blocks = min(blocks, self.bm.num_free_blocks)
+        blocks = min(blocks, self.bm.num_free_blocks // self.bm.num_groups)
         if blocks:
             seq = Sequence([7] * (blocks * BS), blocks * BS)
             self.bm.admit(seq, [])
@@ -512,7 +520,7 @@ class TierMachine(RuleBasedStateMachine):
                 hits = self.bm.match_prefix(seq)
                 lower = self.bm.match_lower(seq, len(hits))
                 # Only the unsalted blocks before the salt's start can still be found.
-                assert len(hits) + len(lower) <= owner[1]
+                assert len(hits) + len(lower) // self.bm.num_groups <= owner[1]
 
     @invariant()
     def purged_namespaces_are_in_no_tier(self) -> None:
@@ -530,7 +538,9 @@ class TierMachine(RuleBasedStateMachine):
         if not hasattr(self, "bm"):
             return
         bm = self.bm
-        held = Counter(b for s in self.running + self.loading for b in s.block_table)
+        held = Counter(
+            b for s in self.running + self.loading for t in bm.tables(s) for b in t if b != NO_BLOCK
+        )
         for block in bm.blocks:
             assert block.ref_count == held.get(block.block_id, 0)
         free = set(bm._empty) | set(bm._cached_free) | set(bm._retained_free)
@@ -548,10 +558,11 @@ class TierMachine(RuleBasedStateMachine):
     def cached_blocks_hold_what_their_hash_says(self) -> None:
         if not hasattr(self, "bm"):
             return
-        for h, block_id in self.bm._by_hash.items():
-            block = self.bm.blocks[block_id]
-            assert block.hash == h
-            assert torch.equal(self.pool[block_id], block_value(h))
+        for g, by_hash in enumerate(self.bm._hash_maps):
+            for h, block_id in by_hash.items():
+                block = self.bm.blocks[block_id]
+                assert block.hash == h and block.group == g
+                assert torch.equal(self.pool[block_id], block_value(h, g))
 
     @invariant()
     def disk_index_matches_its_bound(self) -> None:
@@ -566,6 +577,15 @@ class TierMachineWithHost(TierMachine):
     use_host = True
 
 
+class SlidingTierMachine(TierMachine):
+    """The same, on a pool shared by a full-attention group and a sliding one (window 5):
+    the sliding group's blocks leave the pool as sequences grow, go down the tiers like
+    any other, and come back only where a prefix's last window needs them."""
+
+    use_host = True
+    groups = (KVGroup(None, (0,)), KVGroup(5, (1,)))
+
+
 _settings = settings(
     max_examples=50, stateful_step_count=40, deadline=None, suppress_health_check=list(HealthCheck)
 )
@@ -573,6 +593,8 @@ TestTierInterleavings = TierMachine.TestCase
 TestTierInterleavings.settings = _settings
 TestTierInterleavingsWithHost = TierMachineWithHost.TestCase
 TestTierInterleavingsWithHost.settings = _settings
+TestTierInterleavingsSliding = SlidingTierMachine.TestCase
+TestTierInterleavingsSliding.settings = _settings
 
 
 def test_files_written_match_the_index_after_flush(tmp_path: Path) -> None:

@@ -65,11 +65,11 @@ def test_unsupported_rope_type_is_rejected() -> None:
         ModelConfig.from_hf(config)
 
 
-def test_mistral_sliding_window_caps_max_model_len() -> None:
+def test_mistral_sliding_window_slides_without_capping_max_model_len() -> None:
     config = ModelConfig.from_hf(tiny_hf_config("mistral", sliding_window=512))
-    assert config.max_model_len == 512
+    assert config.max_model_len == 2048 and config.layer_windows == (512, 512)
     qwen = ModelConfig.from_hf(tiny_hf_config("qwen2", sliding_window=512, use_sliding_window=False))
-    assert qwen.max_model_len == 2048
+    assert qwen.max_model_len == 2048 and qwen.layer_windows is None
 
 
 def test_missing_default_package_error_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,10 @@ Needs no network and no model files. Four parts, one table at the end:
    guarded: if the engine cannot be imported or fails, the kernel rows still print;
 4. one row per model family of the shared Llama decoder (Qwen3, Qwen3-MoE, Phi-3, OLMo 2,
    Granite, SmolLM3) on random weights of its real shapes: greedy tokens, eager and with CUDA
-   graphs, against transformers (``tools.gpu_check.gpu_check_families``).
+   graphs, against transformers (``tools.gpu_check.gpu_check_families``);
+5. one row per sliding-window family (Mistral, Gemma 3, gpt-oss) on random weights of its real
+   shapes: greedy tokens against transformers past a 32-token window, and the KV pages the
+   longest sequence held (``tools.gpu_check.gpu_check_sliding``).
 
 Rows and the report are in ``tools.gpu_check.gpu_check_common``. Everything is budgeted to fit
 in 10 minutes (``--budget-s``). Exit status: 0 all checks passed, 1 a check failed, 2 no
@@ -37,6 +40,7 @@ from tools.gpu_check.gpu_check_common import Report, Row
 from tools.gpu_check.gpu_check_engine import bench_engine
 from tools.gpu_check.gpu_check_families import check_families
 from tools.gpu_check.gpu_check_kernels import check_correctness
+from tools.gpu_check.gpu_check_sliding import check_sliding_families
 
 # ---- main ------------------------------------------------------------------------------------
 
@@ -108,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             bench_engine(rep, device, tiny=args.cpu_smoke)
         if not args.skip_families:
             check_families(rep, device, tiny=args.cpu_smoke)
+            check_sliding_families(rep, device, tiny=args.cpu_smoke)
     except TimeoutError as exc:  # raised between guarded checks
         rep.add(Row("run", "time budget", str(exc), status="ERROR"))
     finally:
