@@ -111,7 +111,8 @@ class ToolCallParser:
                 self.repeated = True
         elif self.mode == "text" and self.buf and not cut:
             self._text(events, self.buf)
-        if self._ws and not self.calls:
+        dropped = cut and (self.buf or self.mode in ("head", "between", "tail"))
+        if self._ws and not self.calls and not dropped:  # whitespace before cut markup is layout
             events.append(TextPiece(self._ws))
         self.buf, self._ws, self.mode = "", "", "done"
         return events
