@@ -25,6 +25,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
+
 from conversations.api.errors import invalid
 from conversations.api.structured import check_schema
 from conversations.api.tool_grammar import tool_call_grammar
@@ -54,8 +56,6 @@ class ToolPlan:
     @property
     def max_calls(self) -> int:
         """How many calls one answer may make."""
-        from django.conf import settings
-
         limit = int(getattr(settings, "API_TOOL_MAX_PARALLEL_CALLS", DEFAULT_MAX_PARALLEL_CALLS))
         if self.choice == "named" or not self.parallel:
             limit = 1
