@@ -54,7 +54,14 @@ class MistralFormat(CallFormat):
         return f"[AVAILABLE_TOOLS]{listed}[/AVAILABLE_TOOLS]"
 
     def render(self, messages: list[dict], tools: list[dict]) -> list[dict]:
-        return render_with_system(self, messages, tools, self.tools_text(tools), "", _result)
+        out: list[dict] = []
+        for message in render_with_system(self, messages, tools, self.tools_text(tools), "", _result):
+            if out and message["role"] == "user" and out[-1]["role"] == "user":
+                # Results then a question: one user turn, as the template wants them alternating.
+                out[-1] = {"role": "user", "content": out[-1]["content"] + "\n\n" + message["content"]}
+            else:
+                out.append(message)
+        return out
 
 
 class MistralArgsFormat(MistralFormat):
