@@ -66,3 +66,27 @@ def test_auto_allows_plain_text_and_required_does_not(compiler, name: str) -> No
     assert _accepts(compiler, tool_call_grammar(fmt, FUNCTIONS, "required", 3), "Just text.")[0] is False
     bad = fmt.list_open + fmt.call_begin("nope") + "{}" + fmt.call_end + fmt.list_close
     assert _accepts(compiler, tool_call_grammar(fmt, FUNCTIONS, "required", 3), bad)[0] is False
+
+
+@pytest.mark.parametrize("family", ["mistral", "mistral-v11", "granite3", "gpt-oss", "llama3.1"])
+def test_marker_tokens_match_the_grammar(family: str) -> None:
+    """Where the family's markers are special tokens, the model's token ids of a call still
+    match the grammar written as text."""
+    import xgrammar as xgr
+
+    from inference.tools import tool_format_for
+    from tests.support.family_models import family_tokenizer
+
+    tokenizer = family_tokenizer(family)
+    fmt = tool_format_for(tokenizer)
+    compiler = xgr.GrammarCompiler(
+        xgr.TokenizerInfo.from_huggingface(tokenizer.hf, vocab_size=len(tokenizer.hf))
+    )
+    calls = [CALL, OTHER][: fmt.max_calls or 2]
+    for choice, prefix in (("required", ""), ("auto", "Hi. ")):
+        matcher = xgr.GrammarMatcher(
+            compiler.compile_structural_tag(tool_call_grammar(fmt, FUNCTIONS, choice, 3).source)
+        )
+        ids = tokenizer.encode(prefix + fmt.calls_text(calls))
+        assert any(i in tokenizer.marker_texts for i in ids) or family == "llama3.1"
+        assert all(matcher.accept_token(i) for i in ids)
