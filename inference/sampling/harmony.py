@@ -46,6 +46,7 @@ class HarmonySplitter:
     _state: str = "header"  # header | body | between
     _buf: str = ""
     _route: str = "answer"  # where the current body goes: reasoning | answer | call
+    _gap: bool = False  # the current answer message follows another one
 
     def push(self, text: str) -> tuple[str, str]:
         self._buf += text
@@ -95,6 +96,8 @@ class HarmonySplitter:
                 answer.append(f"{CHANNEL}commentary to={recipient}{MESSAGE}")
             else:
                 self._route = "reasoning" if _field(header, CHANNEL) == "analysis" else "answer"
+            # Two answer messages (a preamble, then the final one) are two paragraphs.
+            self._gap = self._route == "answer" and bool(self.answer or answer)
             self._state = "body"
             return True
         # body: up to the message's end, or a new message's start
@@ -116,8 +119,14 @@ class HarmonySplitter:
         return True
 
     def _out(self, reasoning: list[str], answer: list[str], text: str) -> None:
-        if text:
-            (reasoning if self._route == "reasoning" else answer).append(text)
+        if not text:
+            return
+        if self._route == "reasoning":
+            reasoning.append(text)
+            return
+        if self._gap:
+            text, self._gap = "\n\n" + text, False
+        answer.append(text)
 
 
 def _partial_suffix(text: str, markers: tuple[str, ...]) -> int:

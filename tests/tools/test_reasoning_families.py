@@ -46,7 +46,7 @@ def test_reasoning_format_follows_the_template(family: str) -> None:
 @pytest.mark.parametrize("seed", [None, *range(6)])
 def test_harmony_channels_split_alike_however_streamed(seed) -> None:
     rng = None if seed is None else random.Random(seed)
-    assert _split(HARMONY_ANSWER, rng) == ("Think <first>.", "Checking.It is sunny <|in|> Oslo.")
+    assert _split(HARMONY_ANSWER, rng) == ("Think <first>.", "Checking.\n\nIt is sunny <|in|> Oslo.")
     reasoning, answer = _split(HARMONY_CALL, rng)
     assert reasoning == "The user wants the weather. Call the tool."
     parsed = format_named("harmony").parse_answer(answer)
