@@ -12,7 +12,8 @@ as ``<|channel|>analysis``. By channel and recipient:
 - anything else (``final``, a ``commentary`` preamble to the user): answer text, plain.
 
 Text that does not start like a header is answer text: a model that ignores the format
-still answers. A marker split over several pieces is held back until it is decided.
+still answers. A marker split over several pieces is held back until it is decided; a header
+the answer's end cuts (``max_tokens``) is dropped.
 """
 
 from __future__ import annotations
@@ -85,7 +86,9 @@ class HarmonySplitter:
             if at < 0:
                 head = buf.lstrip()
                 maybe = any(h.startswith(head) or head.startswith(h) for h in _HEADER_STARTS)
-                if maybe and len(buf) <= _MAX_HEADER_CHARS and not final:
+                if maybe and len(buf) <= _MAX_HEADER_CHARS:
+                    if final:  # a header the answer's end cut: markup, not text
+                        self._buf = ""
                     return False
                 self._state, self._route = "body", "answer"  # not a header: plain answer text
                 return bool(buf)

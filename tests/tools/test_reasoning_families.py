@@ -59,6 +59,9 @@ def test_harmony_text_without_headers_is_answer() -> None:
     assert _split("Just an answer.", None) == ("", "Just an answer.")
     # Cut inside the analysis: all reasoning, nothing leaks into the answer.
     assert _split("<|channel|>analysis<|message|>Hmm, let me <|e", None) == ("Hmm, let me <|e", "")
+    # Cut inside a header: no markup in either part.
+    assert _split("<|channel|>analysis<|message|>Hmm.<|end|><|start|>assistant<|chan", None) == ("Hmm.", "")
+    assert _split("<|channel|>analysis", None) == ("", "")
 
 
 @pytest.fixture(scope="module")
