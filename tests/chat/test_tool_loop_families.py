@@ -27,9 +27,8 @@ def harmony_engine(monkeypatch, settings):
     engine.shutdown()
 
 
-async def test_harmony_reasoning_and_call_in_the_chat(
-    harmony_engine, builtin_server, make_user, make_conversation
-):  # noqa: F811
+@pytest.mark.usefixtures("builtin_server")
+async def test_harmony_reasoning_and_call_in_the_chat(harmony_engine, make_user, make_conversation):
     engine, prompts = harmony_engine
     _, conversation, socket = await _setup(make_user, make_conversation)
     await socket.send(type="send", conversation_id=conversation.pk, content="What is 6*7?")
