@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from inference.tools.calls import ToolCall, new_call_id
-from inference.tools.syntax import Item, JsonValueScanner, Match, Matcher, partial_suffix
+from inference.tools.syntax import Item, JsonValueScanner, Match, Matcher, TriggerFinder, partial_suffix
 
 _WS = " \t\r\n"
 
@@ -74,6 +74,7 @@ class ToolCallParser:
     def __init__(self, tool_format: Any) -> None:
         self.syntax: CallSyntax = tool_format.syntax
         self.buf = ""
+        self.at = 0  # buf[at:] is not read yet
         self.mode = "text"  # text | head | args | tail | between | done
         self.calls: list[_Call] = []
         self.incomplete = False  # the last call was cut in its arguments
@@ -83,6 +84,7 @@ class ToolCallParser:
         self._matcher: Matcher | None = None
         self._list_end: Matcher | None = None
         self._scanner = JsonValueScanner()
+        self._finder = TriggerFinder(self.syntax.triggers)
 
     @property
     def num_calls(self) -> int:
@@ -95,6 +97,7 @@ class ToolCallParser:
         self.buf += text
         while self._advance(events, final=False):
             pass
+        self._compact()
         return events
 
     def finish(self, cut: bool = False) -> list[Any]:
@@ -104,88 +107,103 @@ class ToolCallParser:
             return events
         while self._advance(events, final=True, cut=cut):
             pass
+        rest = self.buf[self.at :]
         if self.mode == "args":
             self.incomplete = True
             if self.calls and self.calls[-1].held:  # a cut copy of an earlier call: not a new one
                 self.calls.pop()
                 self.repeated = True
-        elif self.mode == "text" and self.buf and not cut:
-            self._text(events, self.buf)
-        dropped = cut and (self.buf or self.mode in ("head", "between", "tail"))
+        elif self.mode == "text" and rest and not cut:
+            self._text(events, rest)
+        dropped = cut and (rest or self.mode in ("head", "between", "tail"))
         if self._ws and not self.calls and not dropped:  # whitespace before cut markup is layout
             events.append(TextPiece(self._ws))
-        self.buf, self._ws, self.mode = "", "", "done"
+        self.buf, self.at, self._ws, self.mode = "", 0, "", "done"
         return events
 
     # ---- states ----------------------------------------------------------------------
+    # ``buf[at:]`` is what is not read yet; positions are kept rather than the buffer cut at
+    # each step (a cut copies the rest: quadratic over many short steps). ``_compact`` drops
+    # the read part once per ``feed``.
+    def _compact(self) -> None:
+        if self.at:
+            k, self.at = self.at, 0
+            self.buf = self.buf[k:]
+            self._finder.shift(k)
+            for matcher in (self._matcher, self._list_end):
+                if matcher is not None:
+                    matcher.shift(k)
+
     def _advance(self, events: list[Any], final: bool, cut: bool = False) -> bool:
         """One state's work; True if it moved on with text left to read."""
-        syntax = self.syntax
+        syntax, buf = self.syntax, self.buf
         if self.mode == "text":
-            at = _first(self.buf, syntax.triggers)
+            at = self._finder.first(buf, self.at)
             if at < 0:
-                held = not final or cut  # at a cut, a trigger's start is markup: dropped below
-                keep = partial_suffix(self.buf, syntax.triggers) if held else 0
-                self._text(events, self.buf[: len(self.buf) - keep])
-                self.buf = self.buf[len(self.buf) - keep :]
+                held = not final or cut  # at a cut, a trigger's start is markup: dropped in finish
+                keep = partial_suffix(buf[max(self.at, len(buf) - 64) :], syntax.triggers) if held else 0
+                self._text(events, buf[self.at : len(buf) - keep])
+                self.at = len(buf) - keep
                 return False
-            self._text(events, self.buf[:at])
-            self.buf, self.mode, self._matcher = self.buf[at:], "head", Matcher(syntax.head)
+            self._text(events, buf[self.at : at])
+            self.at, self.mode, self._matcher = at, "head", Matcher(syntax.head, at)
             return True
         if self.mode in ("head", "between"):
             return self._head(events, final, cut)
         if self.mode == "args":
-            end = self._scanner.scan(self.buf)
-            piece = self.buf if end is None else self.buf[:end]
-            if piece:
-                self._arguments(events, piece)
-            self.buf = self.buf[len(piece) :]
+            end = self._scanner.scan(buf, self.at)
+            stop = len(buf) if end is None else end
+            if stop > self.at:
+                self._arguments(events, buf[self.at : stop])
+            self.at = stop
             if end is None:
                 return False
-            self.mode, self._matcher = "tail", Matcher(syntax.tail)
+            self.mode, self._matcher = "tail", Matcher(syntax.tail, self.at)
             return self._call_done(events)
         assert self._matcher is not None  # tail
         if final and cut:  # a call's closing markup, cut by the limit
-            self.buf, self.mode = "", "text"
+            self.at, self.mode = len(buf), "text"
             return False
-        state = self._matcher.feed(self.buf, final)
+        state = self._matcher.feed(buf, final)
         if state is Match.MORE:
             return False
-        self.buf = self.buf[self._matcher.pos :]  # on a failure, what matched is dropped too
+        self.at = self._matcher.pos  # on a failure, what matched is dropped too
         if state is Match.DONE and syntax.next_head is not None:
             self.mode = "between"
-            self._matcher, self._list_end = Matcher(syntax.next_head), Matcher(syntax.list_end)
+            self._matcher = Matcher(syntax.next_head, self.at)
+            self._list_end = Matcher(syntax.list_end, self.at)
         else:
             self.mode = "text"
-        return bool(self.buf) or self.mode == "between"
+        return self.at < len(buf) or self.mode == "between"
 
     def _head(self, events: list[Any], final: bool, cut: bool) -> bool:
         assert self._matcher is not None
+        buf = self.buf
         if final and cut:
             # The last feed left this undecided: everything held could still be a call's
             # head (or the list's next call), so it is markup the limit cut.
-            self.buf = ""
+            self.at = len(buf)
             return False
-        state = self._matcher.feed(self.buf, final)
+        state = self._matcher.feed(buf, final)
         if self.mode == "between":
             assert self._list_end is not None
-            closed = self._list_end.feed(self.buf, final)
+            closed = self._list_end.feed(buf, final)
             if closed is Match.DONE:
-                self.buf, self.mode = self.buf[self._list_end.pos :], "text"
-                return bool(self.buf)
+                self.at, self.mode = self._list_end.pos, "text"
+                return self.at < len(buf)
             if state is Match.FAIL and closed is Match.FAIL:  # the list just stops
                 self.mode = "text"
-                return bool(self.buf)
+                return self.at < len(buf)
             if state is Match.FAIL:
                 return False  # the close may still come
         if state is Match.MORE:
             return False
         if state is Match.FAIL:
-            self._text(events, self.buf[:1])  # not a call after all: its first character is text
-            self.buf, self.mode = self.buf[1:], "text"
-            return bool(self.buf)
+            self._text(events, buf[self.at])  # not a call after all: its first character is text
+            self.at, self.mode = self.at + 1, "text"
+            return self.at < len(buf)
         name = self._matcher.name or ""
-        self.buf = self.buf[self._matcher.pos :]
+        self.at = self._matcher.pos
         self._ws, self._after_call = "", True  # whitespace before a call is layout
         held = any(c.name == name for c in self.calls)
         call = _Call(name, held=held)
@@ -220,7 +238,7 @@ class ToolCallParser:
         call = self.calls[-1]
         if call.held:  # the arguments are complete and copy an earlier call's: the list ends
             self.calls.pop()
-            self.repeated, self.mode, self.buf = True, "done", ""
+            self.repeated, self.mode, self.at = True, "done", len(self.buf)
             return False
         return True
 
@@ -235,11 +253,6 @@ class ToolCallParser:
         if body:
             self._after_call = False
             events.append(TextPiece(body))
-
-
-def _first(text: str, triggers: tuple[str, ...]) -> int:
-    found = [at for at in (text.find(t) for t in triggers) if at >= 0]
-    return min(found) if found else -1
 
 
 @dataclass

@@ -6,17 +6,21 @@ whitespace, a name. ``Matcher`` matches such a sequence against text that arrive
 it keeps its place between pieces, so each character is looked at a bounded number of
 times however the text is split, and it tells "not yet" (the text so far could still
 match) from "no" (it cannot). ``JsonValueScanner`` finds where a JSON value ends, also
-resumably. Neither uses regular expressions, whose backtracking over runs of whitespace
-made a parse quadratic.
+resumably. Runs of whitespace and string contents are skipped with single character-class
+searches (linear, in C); no pattern that can backtrack is used, as backtracking over runs of
+whitespace is what makes a regex-based parse quadratic.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from enum import Enum
 
 _WS = " \t\r\n"
+_NOT_WS = re.compile(r"[^ \t\r\n]")
+_STRING_SPECIAL = re.compile(r'["\\]')  # what ends or escapes inside a JSON string
 MAX_NAME_CHARS = 256  # a function name longer than this is not a call head
 
 
@@ -60,11 +64,15 @@ class Matcher:
     """Matches ``items`` from the start of a growing buffer; ``feed(buf)`` takes the whole
     buffer each time (it only grows) and resumes where the last call stopped."""
 
-    def __init__(self, items: tuple[Item, ...]) -> None:
+    def __init__(self, items: tuple[Item, ...], start: int = 0) -> None:
         self.items = items
         self.step = 0  # the item being matched
-        self.pos = 0  # where it starts in the buffer
+        self.pos = start  # where it starts in the buffer
         self.name: str | None = None
+
+    def shift(self, k: int) -> None:
+        """The buffer lost its first ``k`` characters."""
+        self.pos -= k
 
     def feed(self, buf: str, final: bool = False) -> Match:
         """DONE (``self.pos`` is the end of the match), MORE or FAIL. ``final``: no more
@@ -72,8 +80,8 @@ class Matcher:
         while self.step < len(self.items):
             item = self.items[self.step]
             if isinstance(item, Ws):
-                while self.pos < len(buf) and buf[self.pos] in _WS:
-                    self.pos += 1
+                found = _NOT_WS.search(buf, self.pos)
+                self.pos = len(buf) if found is None else found.start()
                 if self.pos == len(buf) and not final:
                     return Match.MORE  # whitespace may go on
                 self.step += 1
@@ -152,9 +160,24 @@ class JsonValueScanner:
         self.escaped = False
         self.started = False
 
-    def scan(self, text: str) -> int | None:
-        """The end of the value in ``text`` (the part after what earlier calls saw), or None."""
-        for i, ch in enumerate(text):
+    def scan(self, text: str, start: int = 0) -> int | None:
+        """The end of the value in ``text`` from ``start`` (what earlier calls did not see), or None."""
+        i = start
+        while i < len(text):
+            if self.in_string and not self.escaped:
+                found = _STRING_SPECIAL.search(text, i)  # jump over the string's plain characters
+                if found is None:
+                    return None
+                i = found.start()
+            elif not self.in_string:
+                found = _NOT_WS.search(text, i)  # and over whitespace between tokens
+                if found is None:
+                    return None
+                if self.started and self.depth == 0 and found.start() > i:
+                    return i  # a bare scalar ends at whitespace
+                i = found.start()
+            ch = text[i]
+            i += 1  # now past ch
             if self.in_string:
                 if self.escaped:
                     self.escaped = False
@@ -163,22 +186,54 @@ class JsonValueScanner:
                 elif ch == '"':
                     self.in_string = False
                     if self.depth == 0:
-                        return i + 1
+                        return i
             elif ch == '"':
                 self.in_string, self.started = True, True
             elif ch in "{[":
                 self.depth, self.started = self.depth + 1, True
             elif ch in "}]":
                 if self.depth == 0 and self.started:
-                    return i  # the end of a bare scalar
+                    return i - 1  # the end of a bare scalar
                 self.depth -= 1
                 if self.depth <= 0:
-                    return i + 1
-            elif ch not in _WS and not self.started:
+                    return i
+            elif not self.started:
                 self.started = True  # a bare scalar: ends at the next delimiter
-            elif self.started and self.depth == 0 and ch in _WS + ",;<":
-                return i
+            elif self.depth == 0 and ch in ",;<":
+                return i - 1
         return None
+
+
+class TriggerFinder:
+    """The first trigger at or after a position of a buffer that only grows at its end (and is
+    cut at its start, ``shift``): each trigger's next occurrence is remembered, and a search
+    that found none resumes where it stopped, so every character is searched a bounded
+    number of times however often it is asked."""
+
+    def __init__(self, triggers: tuple[str, ...]) -> None:
+        self.triggers = triggers
+        self._found: dict[str, int] = {}  # trigger -> its next occurrence, once found
+        self._searched: dict[str, int] = dict.fromkeys(triggers, 0)  # no occurrence starts before
+
+    def first(self, buf: str, at: int) -> int:
+        best = -1
+        for trigger in self.triggers:
+            found = self._found.get(trigger, -1)
+            if found < at:
+                start = max(at, self._searched[trigger])
+                found = buf.find(trigger, start)
+                if found < 0:
+                    self._searched[trigger] = max(start, len(buf) - len(trigger) + 1)
+                    self._found.pop(trigger, None)
+                    continue
+                self._found[trigger] = found
+            if best < 0 or found < best:
+                best = found
+        return best
+
+    def shift(self, k: int) -> None:
+        self._found = {t: p - k for t, p in self._found.items()}
+        self._searched = {t: max(0, p - k) for t, p in self._searched.items()}
 
 
 def partial_suffix(text: str, triggers: tuple[str, ...]) -> int:

@@ -4,6 +4,7 @@ answers agree (content, calls, finish reason) however the answer is split and wh
 
 from __future__ import annotations
 
+import gc
 import json
 import random
 import time
@@ -172,17 +173,23 @@ def _parse_seconds(fmt, n: int) -> float:
         fmt.list_open + fmt.call_begin("f") + '{"a": ' + " " * n,
         ("<tool_call>" + " " * 50) * (n // 60),
     ]
-    start = time.perf_counter()
-    for text in texts:
-        fmt.parse(text)
-    return time.perf_counter() - start
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        for text in texts:
+            fmt.parse(text)
+        return time.perf_counter() - start
+    finally:
+        gc.enable()
 
 
 @pytest.mark.parametrize("name", ["hermes", "llama3", "mistral"])
 def test_parse_is_linear_in_runs_of_whitespace(name: str) -> None:
-    """Ten times the whitespace takes about ten times as long (a quadratic parse: a hundred)."""
+    """Ten times the whitespace takes ten to thirty times as long (memory effects), not a
+    hundred as a quadratic parse does.
+    The best of a few runs each, so that other work on the machine does not decide."""
     fmt = format_named(name)
     _parse_seconds(fmt, 1_000)  # warm up
-    small = min(_parse_seconds(fmt, 5_000) for _ in range(5))
-    large = min(_parse_seconds(fmt, 50_000) for _ in range(3))
-    assert large / small < 35, (small, large)
+    small = min(_parse_seconds(fmt, 20_000) for _ in range(5))
+    large = min(_parse_seconds(fmt, 200_000) for _ in range(3))
+    assert large / small < 50, (small, large)
