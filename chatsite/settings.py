@@ -291,6 +291,9 @@ API_MAX_SEQUENCES_PER_REQUEST = env_int("API_MAX_SEQUENCES_PER_REQUEST", 16)
 # Structured outputs and tools: a grammar (JSON schema, regex, EBNF) that does not compile
 # within this many seconds is a 400.
 API_GRAMMAR_COMPILE_TIMEOUT = env_float("API_GRAMMAR_COMPILE_TIMEOUT", 10.0)
+# Tool calls one chat completion choice may make when parallel calls are allowed (the grammar
+# ends the answer after this many; a model's family may allow fewer).
+API_TOOL_MAX_PARALLEL_CALLS = env_int("API_TOOL_MAX_PARALLEL_CALLS", 8)
 # Prefix-cache privacy: each user's KV blocks after the shared system prompt (chat, titles,
 # API calls) are salted with the user, so time to first token cannot tell whether another
 # user sent the same text (conversations/chat/cache_salt.py).

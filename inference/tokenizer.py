@@ -12,7 +12,13 @@ from typing import Any
 
 from inference.byte_pieces import token_bytes
 from inference.prompt import encode_chat
-from inference.sampling.reasoning_parser import template_reasoning_tags
+from inference.sampling import harmony
+from inference.sampling.reasoning_parser import (
+    CLOSE_TAG,
+    OPEN_TAG,
+    template_reasoning_format,
+    template_reasoning_tags,
+)
 
 # Tokens that end a turn in common chat templates; whichever exist in the vocab
 # count as EOS, so generation stops at the end of the assistant's turn.
@@ -49,11 +55,23 @@ class Tokenizer:
         for tid in candidates:
             if tid is not None and tid not in eos:
                 eos.append(int(tid))
+        template = getattr(hf_tokenizer, "chat_template", None)
+        # How the model reasons, from its template's markers: "think", "harmony" or None;
+        # (open, close) when it writes <think>…</think>.
+        self.reasoning_format = template_reasoning_format(template)
+        self.reasoning_tags = template_reasoning_tags(template)
+        if self.reasoning_format == "harmony":
+            # A harmony answer runs over several messages, each ended by <|end|>; the turn
+            # ends at <|return|> (the answer) or <|call|> (a tool call).
+            eos = [t for t in eos if t != vocab.get("<|end|>")]
+            eos += [vocab[t] for t in ("<|return|>", "<|call|>") if t in vocab and vocab[t] not in eos]
         self.eos_token_ids: list[int] = eos
         self.bos_token_id: int | None = hf_tokenizer.bos_token_id
         self.vocab_size: int = len(hf_tokenizer)
-        # (open, close) when the chat template marks reasoning (<think>…</think>).
-        self.reasoning_tags = template_reasoning_tags(getattr(hf_tokenizer, "chat_template", None))
+        # Special tokens the answer's parsers read (a tool call's or a reasoning channel's
+        # markers), kept in the text even where special tokens are skipped.
+        markers = _marker_tokens(hf_tokenizer, template, self.reasoning_format)
+        self.marker_texts: dict[int, str] = {i: t for i, t in markers.items() if i not in eos}
         self._byte_pieces: dict[bool, list[bytes] | None] = {}
         self._backend = _rust_tokenizer(hf_tokenizer)
 
@@ -153,6 +171,7 @@ class IncrementalDetokenizer:
         self._prefix_offset = 0  # window start
         self._read_offset = 0  # tokens up to here have been emitted as text
         self._pieces = tokenizer.byte_pieces(skip_special_tokens)
+        self._markers = tokenizer.marker_texts if skip_special_tokens else {}
         self._pending = b""  # the bytes of the tokens past _read_offset (byte-level path)
         self._backend, self._stream = (
             _decode_stream(tokenizer, skip_special_tokens) if self._pieces is None else (None, None)
@@ -164,6 +183,8 @@ class IncrementalDetokenizer:
     def push(self, token_id: int) -> str:
         """Add one token; return the newly completed text (possibly "")."""
         token_id = int(token_id)
+        if token_id in self._markers:
+            return self._push_marker(token_id)
         self.token_ids.append(token_id)
         pieces = self._pieces
         if pieces is not None:
@@ -184,6 +205,17 @@ class IncrementalDetokenizer:
         self._read_offset = len(self.token_ids)
         self.text_so_far += delta
         return delta
+
+    def _push_marker(self, token_id: int) -> str:
+        """A marker token: the text before it is complete, the marker's text follows, and
+        decoding starts afresh after it."""
+        text = self.flush() + self._markers[token_id]
+        self.token_ids.append(token_id)
+        self._prefix_offset = self._read_offset = len(self.token_ids)
+        self.text_so_far += self._markers[token_id]
+        if self._backend is not None:
+            self._backend, self._stream = _decode_stream(self.tokenizer, self.skip_special_tokens)
+        return text
 
     def _push_bytes(self, pending: bytes) -> str:
         try:
@@ -231,6 +263,25 @@ class IncrementalDetokenizer:
         if self._stream is not None and delta:
             self._stream = None  # its window no longer matches ours
         return delta
+
+
+def _marker_tokens(hf_tokenizer: Any, template: Any, reasoning_format: str | None) -> dict[int, str]:
+    """Id -> text of the special tokens that mark tool calls or reasoning in the answers of
+    this template's model (those a decode that skips special tokens would drop)."""
+    from inference.tools.formats import FORMATS, template_format_name
+
+    texts = set(FORMATS[template_format_name(template)].markers)
+    if reasoning_format == "harmony":
+        texts |= set(harmony.MARKERS)
+    elif reasoning_format == "think":
+        texts |= {OPEN_TAG, CLOSE_TAG}
+    vocab = hf_tokenizer.get_vocab()
+    found: dict[int, str] = {}
+    for text in sorted(texts):
+        token_id = vocab.get(text)
+        if token_id is not None and not hf_tokenizer.decode([token_id], skip_special_tokens=True):
+            found[int(token_id)] = text
+    return found
 
 
 # Leading and doubled spaces, a newline, non-ASCII text and the special tokens a chat

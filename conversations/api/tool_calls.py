@@ -2,15 +2,21 @@
 
 The model's tool format (``inference.tools.tool_format_for``: its template's own, else the
 generic one) writes the tools, earlier calls and their results into the prompt and reads
-calls back out of the answer. Constrained decoding keeps calls well formed:
+calls back out of the answer. Constrained decoding keeps calls well formed
+(``conversations.api.tool_grammar``):
 
-- ``auto``: free text until the format's trigger (``<tool_call>``, Llama's ``{"name"``),
-  then a call whose name is one of the tools and whose arguments match its schema
-  (xgrammar's triggered tags: a lazy grammar);
+- ``auto``: free text until the format's trigger (``<tool_call>``, ``[TOOL_CALLS]``, Llama's
+  ``{"name"``), then a list of calls whose names are tools and whose arguments match their
+  schemas (a lazy grammar);
 - ``required`` / a named function: calls only, from the first token;
 - ``none``: the tools are left out of the prompt and nothing is parsed.
 
-``parallel_tool_calls: false`` stops the grammar after the first call.
+A list holds at most ``API_TOOL_MAX_PARALLEL_CALLS`` calls (one with ``parallel_tool_calls:
+false`` or a named function, and no more than the family allows), and the answer ends after
+it. Streamed or not, the answer is read by the same parser (``inference.tools.streaming``),
+so both give the same content and calls: a call cut by ``max_tokens`` is a call with the
+arguments it got (finish reason ``length``) and no markup reaches the content; a call that
+repeats an earlier one ends the list (finish reason ``tool_calls``).
 """
 
 from __future__ import annotations
@@ -19,9 +25,14 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
+
 from conversations.api.errors import invalid
 from conversations.api.structured import check_schema
+from conversations.api.tool_grammar import tool_call_grammar
 from conversations.api.tool_stream import ToolCallStream
+
+DEFAULT_MAX_PARALLEL_CALLS = 8
 
 
 @dataclass
@@ -42,41 +53,23 @@ class ToolPlan:
     def render(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         return self.format.render(messages, self.tools if self.active else [])
 
+    @property
+    def max_calls(self) -> int:
+        """How many calls one answer may make."""
+        limit = int(getattr(settings, "API_TOOL_MAX_PARALLEL_CALLS", DEFAULT_MAX_PARALLEL_CALLS))
+        if self.choice == "named" or not self.parallel:
+            limit = 1
+        family = getattr(self.format, "max_calls", None)
+        return max(1, min(limit, family) if family else limit)
+
     def grammar(self) -> Any:
         """The structural-tag grammar of the allowed calls, or None under ``none``."""
-        from inference.structured import GrammarSpec
-
         if not self.active:
             return None
         functions = [t["function"] for t in self.tools]
         if self.choice == "named":
             functions = [f for f in functions if f["name"] == self.named]
-        tags = [
-            {
-                "type": "tag",
-                "begin": self.format.call_begin(f["name"]),
-                "content": {
-                    "type": "json_schema",
-                    "json_schema": f.get("parameters") or {"type": "object"},
-                    # A sampled model could pad with whitespace until max_tokens.
-                    "max_whitespace_cnt": 1,
-                },
-                "end": self.format.call_end,
-            }
-            for f in functions
-        ]
-        single = self.choice == "named" or not self.parallel
-        if self.choice == "auto":
-            body: dict[str, Any] = {
-                "type": "triggered_tags",
-                "triggers": [self.format.trigger],
-                "tags": tags,
-                "stop_after_first": single,
-            }
-        else:
-            body = {"type": "tags_with_separator", "tags": tags, "separator": "\n", "at_least_one": True}
-            body["stop_after_first"] = single
-        return GrammarSpec.structural_tag({"type": "structural_tag", "format": body})
+        return tool_call_grammar(self.format, functions, self.choice, self.max_calls)
 
     # ---- answers ---------------------------------------------------------------------
     def rewrite_body(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -85,12 +78,16 @@ class ToolPlan:
             return body
         for choice in body["choices"]:
             message = choice["message"]
-            content, calls = self.format.parse(message.get("content") or "")
-            if calls:
-                message["content"] = content or None
-                message["tool_calls"] = [c.to_openai() for c in calls]
-                if choice["finish_reason"] == "stop":
-                    choice["finish_reason"] = "tool_calls"
+            parsed = self.format.parse_answer(
+                message.get("content") or "", cut=choice["finish_reason"] == "length"
+            )
+            if parsed.calls:
+                message["content"] = parsed.content or None
+            elif message.get("content") is not None:
+                message["content"] = parsed.content  # the text itself, less markup a cut left
+            if parsed.calls:
+                message["tool_calls"] = [c.to_openai() for c in parsed.calls]
+                choice["finish_reason"] = _finish(choice["finish_reason"], parsed.repeated)
             self.finishes[choice["index"]] = choice["finish_reason"]
         return body
 
@@ -112,20 +109,26 @@ class ToolPlan:
             delta = choice.get("delta") or {}
             pieces = stream.feed(delta["content"]) if delta.get("content") else []
             if choice.get("finish_reason"):
-                pieces += stream.finish()
+                pieces += stream.finish(cut=choice["finish_reason"] == "length")
             rest = {k: v for k, v in delta.items() if k != "content"}
             for piece in pieces:
                 out.append([{**choice, "delta": {**rest, **piece}, "finish_reason": None}])
                 rest = {k: v for k, v in rest.items() if k == "role"}
             if choice.get("finish_reason"):
                 reason = choice["finish_reason"]
-                if reason == "stop" and stream.num_calls:
-                    reason = "tool_calls"
+                if stream.num_calls:
+                    reason = _finish(reason, stream.repeated)
                 self.finishes[choice["index"]] = reason
                 out.append([{**choice, "delta": {}, "logprobs": None, "finish_reason": reason}])
             elif not pieces and (rest or choice.get("logprobs")):
                 out.append([{**choice, "delta": {**rest, "content": ""}}])
         return out
+
+
+def _finish(reason: str, repeated: bool) -> str:
+    """A choice's finish reason once it made calls: "tool_calls" where the model ended its
+    list (its end token, or a repeated call), else what stopped it ("length")."""
+    return "tool_calls" if reason == "stop" or repeated else reason
 
 
 def _validate_tools(tools: list[Any]) -> list[dict[str, Any]]:

@@ -18,8 +18,12 @@ class ToolCallStream:
     def feed(self, text: str) -> list[dict[str, Any]]:
         return [_delta(e) for e in self.parser.feed(text)]
 
-    def finish(self) -> list[dict[str, Any]]:
-        return [_delta(e) for e in self.parser.finish()]
+    @property
+    def repeated(self) -> bool:
+        return self.parser.repeated
+
+    def finish(self, cut: bool = False) -> list[dict[str, Any]]:
+        return [_delta(e) for e in self.parser.finish(cut)]
 
 
 def _delta(event: Any) -> dict[str, Any]:

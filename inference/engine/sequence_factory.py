@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from inference.engine.sequence import Request, Sequence
 from inference.kv.block_manager import BlockManager
 from inference.kv.salt import cache_salt as derive_cache_salt
+from inference.sampling.harmony import HarmonySplitter
 from inference.sampling.params import SamplingParams
 from inference.sampling.reasoning_parser import ReasoningSplitter
 from inference.sampling.sampler import Sampler
@@ -83,9 +84,15 @@ class SequenceFactory:
         request.seqs.append(child)
         return child
 
-    def _reasoning_splitter(self, params: SamplingParams, prompt_ids: list[int]) -> ReasoningSplitter | None:
+    def _reasoning_splitter(
+        self, params: SamplingParams, prompt_ids: list[int]
+    ) -> ReasoningSplitter | HarmonySplitter | None:
+        if not params.separate_reasoning:
+            return None
+        if self.tokenizer.reasoning_format == "harmony":
+            return HarmonySplitter()
         tags = self.tokenizer.reasoning_tags
-        if not params.separate_reasoning or tags is None:
+        if tags is None:
             return None
         # R1's generation prompt opens <think> itself; the tag may be a plain added
         # token, so decode without dropping special tokens.

@@ -1,4 +1,5 @@
-"""Reasoning answers (DeepSeek-R1 style): ``<think>…</think>`` before the answer.
+"""Reasoning answers (DeepSeek-R1, Qwen3 and SmolLM3 style): ``<think>…</think>`` before the
+answer. (gpt-oss's harmony channels are ``inference.sampling.harmony``'s.)
 
 A chat template that marks reasoning (mentions the closing tag; R1's strips
 everything before it from earlier assistant turns) makes the tokenizer report its
@@ -23,8 +24,21 @@ OPEN_TAG, CLOSE_TAG = "<think>", "</think>"
 
 def template_reasoning_tags(chat_template: str | None) -> tuple[str, str] | None:
     """The (open, close) tags if the template marks reasoning, else None."""
-    if chat_template and CLOSE_TAG in chat_template:
+    if template_reasoning_format(chat_template) == "think":
         return OPEN_TAG, CLOSE_TAG
+    return None
+
+
+def template_reasoning_format(chat_template: str | None) -> str | None:
+    """How the template's model reasons, from the markers it writes: "harmony" (gpt-oss's
+    analysis channel, ``inference.sampling.harmony``), "think" (``<think>…</think>``: R1,
+    Qwen3, SmolLM3's think mode) or None."""
+    if not isinstance(chat_template, str):
+        return None
+    if "<|channel|>" in chat_template and "analysis" in chat_template:
+        return "harmony"
+    if CLOSE_TAG in chat_template:
+        return "think"
     return None
 
 

@@ -255,3 +255,57 @@ def test_bad_structured_inputs_are_400(openai_client, model_name, fields, param)
         openai_client.chat.completions.create(model=model_name, messages=chat(), max_tokens=2, **fields)
     error = info.value.response.json()["error"]
     assert error["type"] == "invalid_request_error" and error["param"] == param, error
+
+
+def _result(response) -> dict:
+    [choice] = response.choices
+    calls = [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []]
+    return {"content": choice.message.content or "", "calls": calls, "finish_reason": choice.finish_reason}
+
+
+def _streamed_result(stream) -> dict:
+    content, calls, finish = "", {}, None
+    for chunk in stream:
+        for choice in chunk.choices:
+            content += choice.delta.content or ""
+            for part in choice.delta.tool_calls or []:
+                if part.index not in calls:
+                    calls[part.index] = [part.function.name, ""]
+                calls[part.index][1] += part.function.arguments or ""
+            finish = choice.finish_reason or finish
+    return {"content": content, "calls": [tuple(c) for c in calls.values()], "finish_reason": finish}
+
+
+@pytest.mark.parametrize("max_tokens", [3, 9, 25])
+def test_a_call_cut_by_max_tokens_is_the_same_streamed_or_not(openai_client, model_name, max_tokens):
+    """Cut in the head (no call, no markup) or in the arguments (a call with what it got, as
+    OpenAI returns it): the streamed answer says the same as the whole one."""
+    fields = dict(
+        model=model_name,
+        messages=chat("Weather in Oslo?"),
+        tools=[WEATHER, CLOCK],
+        tool_choice="required",
+        max_tokens=max_tokens,
+        temperature=0,
+    )
+    whole = _result(openai_client.chat.completions.create(**fields))
+    streamed = _streamed_result(openai_client.chat.completions.create(**fields, stream=True))
+    assert whole == streamed
+    assert whole["finish_reason"] == "length" and whole["content"] == ""
+
+
+def test_parallel_required_calls_end_cleanly(openai_client, model_name):
+    """Parallel calls allowed under "required": the list ends (its own end, a repeated call or
+    the cap on calls) before max_tokens, with no markup left in the content."""
+    response = openai_client.chat.completions.create(
+        model=model_name,
+        messages=chat("Weather in Oslo and the time?"),
+        tools=[CLOCK],
+        tool_choice="required",
+        max_tokens=600,
+        temperature=0,
+    )
+    result = _result(response)
+    assert result["finish_reason"] == "tool_calls", result
+    assert result["content"] == "" and 1 <= len(result["calls"]) <= 8
+    assert len(set(result["calls"])) == len(result["calls"])  # no call twice
