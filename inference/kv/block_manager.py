@@ -136,8 +136,8 @@ class BlockManager:
 
         At least the last token is left out, because the model must run it to produce
         the logits of the next one; so only blocks entirely before it count."""
-        if not self.enable_prefix_caching:
-            return []
+        if not self.enable_prefix_caching or seq.score_prompt:
+            return []  # a prompt being scored must run every token (cached ones have no logits)
         bs = self.block_size
         hits: list[int] = []
         for i, h in enumerate(self._hashes(seq, (seq.num_tokens - 1) // bs)):
