@@ -302,8 +302,8 @@ class BlockManager:
         """The tiers holding ``seq``'s blocks ``start, start + 1, ...`` (the hash chain
         continued below the pool), up to the first block no tier has; same rule as
         ``match_prefix`` about the last token."""
-        if self.tiers is None or not self.enable_prefix_caching:
-            return []
+        if self.tiers is None or not self.enable_prefix_caching or seq.score_prompt:
+            return []  # a prompt being scored runs every token (see match_prefix)
         bs = self.block_size
         found: list[str] = []
         hashes = self._hashes(seq, (seq.num_tokens - 1) // bs)

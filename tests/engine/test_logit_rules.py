@@ -99,3 +99,22 @@ def test_bad_logit_bias_is_refused():
         SamplingParams(logit_bias={-1: 1.0})
     with pytest.raises(ValueError, match="min_tokens"):
         SamplingParams(max_tokens=2, min_tokens=3)
+
+
+def test_prompt_logprobs_bypass_the_disk_tier(tiny, tmp_path):
+    """A prompt whose blocks sit on the disk tier (pushed out of the pool) is recomputed,
+    not loaded: loaded blocks have no logits either."""
+    from tests.engine.test_kv_tiers_engine import history_then_churn
+
+    engine = tiny.engine(num_kv_blocks=14, kv_disk_dir=str(tmp_path))
+    _, turn2 = history_then_churn(tiny, engine, seed=40)
+    request = engine.add_request(turn2, SamplingParams(max_tokens=0, prompt_logprobs=0), request_id="scored")
+    while engine.has_unfinished():
+        engine.step()
+    assert request.num_cached_tokens == 0 == request.num_loaded_tokens
+    scores = engine.request_output(request).prompt_logprobs
+    ref = hf_logprobs(tiny, turn2)
+    assert len(scores) == len(turn2) and scores[0] is None
+    for p in range(1, len(turn2)):
+        assert scores[p][turn2[p]] == pytest.approx(ref[p - 1, turn2[p]].item(), abs=1e-4)
+    engine.close()
