@@ -366,3 +366,15 @@ def test_stream_options_without_stream_is_a_400(post):
         post("completions", {"prompt": "Hi", "max_tokens": 1, "stream": False, **options}), "stream_options"
     )
     assert ok(post("completions", {"prompt": "Hi", "max_tokens": 1, "stream_options": None}))["choices"]
+
+
+def test_max_tokens_zero_streams_the_scored_prompt(post):
+    request = {"prompt": "Paris is the capital", "echo": True, "logprobs": 1, "max_tokens": 0}
+    whole = ok(post("completions", request))["choices"][0]
+    events = parse_sse(post("completions", {**request, "stream": True}).text)
+    choices = [e["choices"][0] for e in events if e["choices"]]
+    assert "".join(c["text"] for c in choices) == whole["text"] == request["prompt"]
+    assert [t for c in choices if c["logprobs"] for t in c["logprobs"]["token_logprobs"]] == (
+        whole["logprobs"]["token_logprobs"]
+    )
+    assert choices[-1]["finish_reason"] == "length"
