@@ -25,7 +25,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpRe
 from ninja import NinjaAPI
 from ninja.parser import Parser
 
-from conversations.api import schemas
+from conversations.api import legacy_functions, schemas
 from conversations.api.auth import ApiKeyAuth
 from conversations.api.completions import Generation, check_context, sampling_params
 from conversations.api.docs_page import VendoredSwagger
@@ -153,6 +153,12 @@ def count_prompts(prompt: Any) -> int:
     return len(prompt)
 
 
+def check_stream_options(body: Any) -> None:
+    """``stream_options`` belongs to streamed responses (OpenAI and vLLM answer 400)."""
+    if body.stream_options is not None and not body.stream:
+        raise invalid("stream_options is only allowed when stream is true.", param="stream_options")
+
+
 def check_model(engine: Any, model: str) -> None:
     if model != engine.model_name:
         raise model_not_found(model)
@@ -232,6 +238,8 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
     api_log: RequestLog = request.api_log
     api_log.model, api_log.stream = body.model, bool(body.stream)
     check_fan_out(body.n, 1)
+    check_stream_options(body)
+    body, legacy = legacy_functions.as_tools(body)
     engine = await ready_engine()
     check_model(engine, body.model)
     top_logprobs = None
@@ -248,7 +256,9 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
         for i, m in enumerate(body.messages)
     ]
     max_tokens = body.max_completion_tokens or body.max_tokens
-    params = sampling_params(body, max_tokens, top_logprobs, chat=True)
+    params = sampling_params(
+        body, max_tokens, top_logprobs, chat=True, vocab_size=engine.tokenizer.vocab_size
+    )
     outputs = await chat_outputs(engine, body, messages)
     messages, params.grammar = outputs.messages, outputs.grammar
     # A leading system prompt's blocks are shared with everyone, as the chat's are.
@@ -264,7 +274,8 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
         owner=engine_owner(request),
         cache=engine_cache(request, body.cache_salt, shared),
     )
-    return await respond(request, generation, body, outputs.tools)
+    legacy = legacy_functions.LegacyAnswer(outputs.tools) if legacy else None
+    return await respond(request, generation, body, legacy or outputs.tools)
 
 
 # --- Text completions ----------------------------------------------------------------------
@@ -303,11 +314,21 @@ async def completions(request: HttpRequest, body: schemas.CompletionRequest) -> 
     api_log: RequestLog = request.api_log
     api_log.model, api_log.stream = body.model, bool(body.stream)
     check_fan_out(body.n, count_prompts(body.prompt))
+    check_stream_options(body)
     engine = await ready_engine()
     check_model(engine, body.model)
-    if body.echo and body.logprobs is not None:
-        raise invalid("echo together with logprobs is not supported by this server.", param="echo")
-    params = sampling_params(body, body.max_tokens, body.logprobs)
+    scores_prompt = bool(body.echo) and body.logprobs is not None
+    if scores_prompt and body.use_beam_search:
+        raise invalid("echo with logprobs is not available with use_beam_search.", param="echo")
+    if body.max_tokens == 0 and (body.n or 1) > 1:
+        raise invalid("max_tokens 0 (score the prompt) takes n = 1.", param="n")
+    params = sampling_params(
+        body,
+        body.max_tokens,
+        body.logprobs,
+        vocab_size=engine.tokenizer.vocab_size,
+        prompt_logprobs=body.logprobs if scores_prompt else None,
+    )
     params.grammar = await completion_grammar(engine, body)
     prompts, texts = await encode_prompts(engine, body.prompt)
     check_context(engine, prompts, body.max_tokens, "prompt")
@@ -337,7 +358,10 @@ def _usage_fields(generation: Generation) -> dict[str, Any]:
 
 
 async def respond(
-    request: HttpRequest, generation: Generation, body: Any, tools: ToolPlan | None = None
+    request: HttpRequest,
+    generation: Generation,
+    body: Any,
+    tools: ToolPlan | legacy_functions.LegacyAnswer | None = None,
 ) -> HttpResponse:
     api_log: RequestLog = request.api_log
     api_log.request_id = generation.id
@@ -378,7 +402,7 @@ async def event_stream(
     first: Any,
     include_usage: bool,
     api_log: RequestLog,
-    tools: ToolPlan | None = None,
+    tools: ToolPlan | legacy_functions.LegacyAnswer | None = None,
     continuous: bool = False,
 ) -> AsyncIterator[bytes]:
     """The response's events; the chunks of one engine delta go out as one write.

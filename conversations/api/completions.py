@@ -46,11 +46,49 @@ class ChoiceState:
 class PromptState:
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0
+    # echo with logprobs: per prompt token {token id: logprob} (the first None).
+    prompt_logprobs: list[dict[int, float] | None] | None = None
 
 
-def sampling_params(body: Any, max_tokens: int | None, logprobs: int | None, *, chat: bool = False):
+def logit_bias_of(body: Any, vocab_size: int) -> dict[int, float] | None:
+    """``logit_bias`` as token id -> bias; a 400 for a key that is not a token id of the
+    model's vocabulary or a bias outside [-100, 100] (OpenAI's bounds)."""
+    from inference.sampling.params import LOGIT_BIAS_BOUND
+
+    raw = getattr(body, "logit_bias", None)
+    if not raw:
+        return None
+    bias: dict[int, float] = {}
+    for key, value in raw.items():
+        try:
+            token = int(key)
+        except ValueError:
+            raise invalid(f"logit_bias key {key!r} is not a token id.", param="logit_bias") from None
+        if not 0 <= token < vocab_size:
+            raise invalid(
+                f"logit_bias token id {token} is out of the vocabulary (size {vocab_size}).",
+                param="logit_bias",
+            )
+        if not (-LOGIT_BIAS_BOUND <= value <= LOGIT_BIAS_BOUND):  # NaN fails too
+            raise invalid(
+                f"logit_bias value {value} for token {token} is outside [-100, 100].", param="logit_bias"
+            )
+        bias[token] = float(value)
+    return bias
+
+
+def sampling_params(
+    body: Any,
+    max_tokens: int | None,
+    logprobs: int | None,
+    *,
+    chat: bool = False,
+    vocab_size: int = 0,
+    prompt_logprobs: int | None = None,
+):
     """The engine's ``SamplingParams`` for a request body; a 400 naming the field if invalid.
-    Chat separates a reasoning model's ``<think>`` text (``reasoning_content``)."""
+    Chat separates a reasoning model's ``<think>`` text (``reasoning_content``).
+    ``vocab_size`` bounds ``logit_bias``'s token ids; ``prompt_logprobs``: an echo's."""
     from inference.sampling.params import SamplingParams
 
     kwargs: dict[str, Any] = {
@@ -70,6 +108,9 @@ def sampling_params(body: Any, max_tokens: int | None, logprobs: int | None, *, 
         "use_beam_search": bool(body.use_beam_search),
         "length_penalty": 1.0 if body.length_penalty is None else body.length_penalty,
         "separate_reasoning": chat,
+        "min_tokens": body.min_tokens or 0,
+        "logit_bias": logit_bias_of(body, vocab_size),
+        "prompt_logprobs": prompt_logprobs,
     }
     try:
         return SamplingParams(**kwargs)
@@ -184,6 +225,8 @@ class Generation:
                 prompt = self.prompt_states[p]
                 prompt.num_prompt_tokens = delta.num_prompt_tokens
                 prompt.num_cached_tokens = delta.num_cached_tokens
+                if delta.prompt_logprobs is not None:
+                    prompt.prompt_logprobs = delta.prompt_logprobs
                 choice = self.choices[p * self.n + delta.index]
                 choice.chars_before = choice.num_chars
                 choice.num_chars += len(delta.text)
@@ -285,7 +328,9 @@ class Generation:
                     "index": c.index,
                     "text": self.text_of(c),
                     "logprobs": self.completion_logprobs(
-                        c.logprobs, len(self.echo[c.index // self.n]) if self.echo else 0
+                        c.logprobs,
+                        len(self.echo[c.index // self.n]) if self.echo else 0,
+                        c.index // self.n if self.echo else None,
                     ),
                     "finish_reason": c.finish_reason,
                 }
@@ -379,12 +424,13 @@ class Generation:
                     ]
                 )
         elif text or pairs or delta.finished:
+            echoed = choice.index // self.n if self.echo is not None and choice.num_deltas == 1 else None
             out.append(
                 [
                     {
                         "index": choice.index,
                         "text": text,
-                        "logprobs": self.completion_logprobs(pairs, offset),
+                        "logprobs": self.completion_logprobs(pairs, offset, echoed),
                         "finish_reason": delta.finish_reason if delta.finished else None,
                     }
                 ]
@@ -398,6 +444,14 @@ class Generation:
             text = self.engine.tokenizer.decode([token_id], skip_special_tokens=False)
             self._token_text[token_id] = text
         return text
+
+    def _top_with(self, token_id: int, top: dict[int, float]) -> dict[str, float]:
+        """A completion's ``top_logprobs`` entry: token text -> logprob. Two ids with the
+        same text (rare byte-level pieces) keep the likelier's logprob."""
+        entry: dict[str, float] = {}
+        for tid, lp in _top_with_chosen(token_id, top, self.params.logprobs or 0):
+            entry.setdefault(self.token_text(tid), _finite(lp))
+        return entry
 
     def chat_logprobs(self, pairs: list[tuple[int, dict[int, float]]]) -> dict[str, Any] | None:
         if self.top_logprobs is None:
@@ -424,17 +478,32 @@ class Generation:
         return {"content": content}
 
     def completion_logprobs(
-        self, pairs: list[tuple[int, dict[int, float]]], offset: int
+        self, pairs: list[tuple[int, dict[int, float]]], offset: int, echoed: int | None = None
     ) -> dict[str, Any] | None:
+        """OpenAI's completion logprobs of ``pairs`` (token id, its top ids -> logprob) whose
+        text starts at ``offset``; ``echoed``: the prompt (its index) whose echo comes first,
+        its tokens with their logprobs (the first token's null) from offset 0."""
         if self.params.logprobs is None:
             return None
-        tokens, token_logprobs, top_logprobs, text_offset = [], [], [], []
+        tokens: list[str] = []
+        token_logprobs: list[float | None] = []
+        top_logprobs: list[dict[str, float] | None] = []
+        text_offset: list[int] = []
+        scores = self.prompt_states[echoed].prompt_logprobs if echoed is not None else None
+        if echoed is not None and scores is not None:
+            at = 0
+            for token_id, top in zip(self.prompts[echoed], scores, strict=False):
+                token = self.token_text(token_id)
+                tokens.append(token)
+                token_logprobs.append(None if top is None else _finite(top.get(token_id)))
+                top_logprobs.append(None if top is None else self._top_with(token_id, top))
+                text_offset.append(at)
+                at += len(token)
         for token_id, top in pairs:
             token = self.token_text(token_id)
             tokens.append(token)
             token_logprobs.append(_finite(top.get(token_id)))
-            best = sorted(top.items(), key=lambda kv: kv[1], reverse=True)[: self.params.logprobs]
-            top_logprobs.append({self.token_text(tid): _finite(lp) for tid, lp in best})
+            top_logprobs.append(self._top_with(token_id, top))
             text_offset.append(offset)
             offset += len(token)
         return {
@@ -443,6 +512,14 @@ class Generation:
             "top_logprobs": top_logprobs,
             "text_offset": text_offset,
         }
+
+
+def _top_with_chosen(token_id: int, top: dict[int, float], k: int) -> list[tuple[int, float]]:
+    """The ``k`` most likely tokens and the chosen one (OpenAI's up to ``k + 1``), best first."""
+    best = sorted(top.items(), key=lambda kv: kv[1], reverse=True)[:k]
+    if token_id in top and all(tid != token_id for tid, _ in best):
+        best.append((token_id, top[token_id]))
+    return best
 
 
 def _finite(value: float | None) -> float:

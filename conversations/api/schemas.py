@@ -41,10 +41,11 @@ class ToolCallIn(RequestSchema):
 
 
 class ChatMessage(RequestSchema):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
     content: str | list[TextPart] | None = None
     name: str | None = None
     tool_calls: list[ToolCallIn] | None = None  # assistant: the calls it made
+    function_call: FunctionCallIn | None = None  # assistant, deprecated form: its one call
     tool_call_id: str | None = None  # tool: the call this message answers
 
 
@@ -80,13 +81,20 @@ class SamplingFields(RequestSchema):
     presence_penalty: float | None = Field(0.0, ge=-2, le=2)
     frequency_penalty: float | None = Field(0.0, ge=-2, le=2)
     stream: bool | None = False
-    stream_options: StreamOptions | None = None
+    stream_options: StreamOptions | None = Field(None, description="Only with `stream: true`.")
     user: str | None = None
+    logit_bias: dict[str, float] | None = Field(
+        None,
+        description="Token id (as a string) -> bias in [-100, 100] added to its logit before sampling.",
+    )
     # vLLM extensions.
     top_k: int | None = Field(None, ge=-1, description="vLLM extension: -1 or 0 disables it.")
     min_p: float | None = Field(None, ge=0, le=1, description="vLLM extension.")
     repetition_penalty: float | None = Field(None, gt=0, le=10, description="vLLM extension.")
     ignore_eos: bool | None = Field(False, description="vLLM extension.")
+    min_tokens: int | None = Field(
+        None, ge=0, description="vLLM extension: EOS and stop sequences are held back until this many tokens."
+    )
     use_beam_search: bool | None = Field(False, description="vLLM extension.")
     length_penalty: float | None = Field(1.0, ge=-10, le=10, description="vLLM extension (beam search).")
     # vLLM's guided decoding (one of them, or response_format, per request).
@@ -134,6 +142,10 @@ class ChatCompletionRequest(SamplingFields):
     tools: Annotated[list[ToolSpec], Field(max_length=128)] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict | None = None
     parallel_tool_calls: bool | None = None
+    # Deprecated by OpenAI, still sent by older clients: mapped to tools / tool_choice, and
+    # the call answered as ``function_call`` (conversations.api.legacy_functions).
+    functions: Annotated[list[FunctionSpec], Field(max_length=128)] | None = None
+    function_call: Literal["none", "auto"] | dict | None = None
     response_format: dict | None = Field(
         None, description="`text`, `json_object` or `json_schema` (`{json_schema: {name, schema, strict}}`)."
     )
@@ -156,7 +168,12 @@ class CompletionRequest(SamplingFields):
         ]
     )
     logprobs: int | None = Field(None, ge=0, le=5)
-    echo: bool | None = False
+    echo: bool | None = Field(
+        False, description="The prompt comes first in the text (with `logprobs`: its tokens' logprobs too)."
+    )
+    max_tokens: int | None = Field(
+        None, ge=0, description="Default: what the context window leaves. 0 with `echo`: score the prompt."
+    )
 
 
 # --- Responses (documentation; the views build these bodies directly) -----------------
@@ -226,6 +243,7 @@ class AssistantMessage(Schema):
     role: Literal["assistant"] = "assistant"
     content: str | None = None
     tool_calls: list[ToolCallOut] | None = None
+    function_call: FunctionCallOut | None = None  # a request that sent the deprecated ``functions``
     # A reasoning model's thinking (DeepSeek's field); not sent back to the model when a
     # client returns it in later messages (unknown message fields are ignored).
     reasoning_content: str | None = None
@@ -235,7 +253,7 @@ class ChatChoice(Schema):
     index: int
     message: AssistantMessage
     logprobs: ChoiceLogprobs | None = None
-    finish_reason: Literal["stop", "length", "tool_calls"] | None = None
+    finish_reason: Literal["stop", "length", "tool_calls", "function_call"] | None = None
 
 
 class ChatCompletion(Schema):

@@ -39,6 +39,7 @@ from inference.sampling.beam_search import (
     keep_best_hypotheses,
     rank_beams,
 )
+from inference.sampling.logit_rules import apply_logit_rules
 from inference.sampling.params import SamplingParams
 from inference.sampling.sampler import Sampler
 from inference.sampling.stop_rules import stream_deltas
@@ -81,7 +82,7 @@ class LLMEngine:
         self.admission = Admission(
             self.scheduler, config.max_waiting, self.metrics, self.model_config.vocab_size
         )
-        self.sampler = Sampler(self.device, config.seed)
+        self.sampler = Sampler(self.device, config.seed, self.tokenizer.eos_token_ids)
         self.sequences = SequenceFactory(
             self.tokenizer, self.sampler, self.block_manager, self.model_config.vocab_size
         )
@@ -274,7 +275,12 @@ class LLMEngine:
                 generated += len(beams)
                 decision = beam_step(
                     request,
-                    apply_grammar_masks(logits[rows], beams),
+                    apply_logit_rules(
+                        apply_grammar_masks(logits[rows], beams),
+                        beams,
+                        [request.params] * len(beams),
+                        self.eos_token_ids,
+                    ),
                     beams,
                     eos_token_ids=self.eos_token_ids,
                     max_model_len=self.max_model_len,

@@ -38,6 +38,10 @@ def sample_next_tokens(
         request_params = request.params
         if request_params.use_beam_search:
             continue
+        if request_params.max_tokens == 0:  # the prompt alone was asked for (scored): no token
+            for r in request_rows:
+                seqs[r].finish_reason = "length"
+            continue
         if len(request_rows) == 1 and (request.forked or request_params.n == 1):  # most requests
             rows.append(request_rows[0])
             sample_seqs.append(seqs[request_rows[0]])

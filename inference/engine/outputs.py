@@ -29,6 +29,9 @@ class StreamDelta:
     # New reasoning text (``text`` is then answer text only); "" unless the request asked
     # for separate_reasoning and the model's template marks reasoning.
     reasoning: str = ""
+    # The request's prompt logprobs (params.prompt_logprobs), on its first delta only:
+    # per prompt token {token id: logprob} with its top ones, the first token's None.
+    prompt_logprobs: list[dict[int, float] | None] | None = None
 
 
 @dataclass
@@ -51,6 +54,7 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     finished: bool
     num_cached_tokens: int = 0
+    prompt_logprobs: list[dict[int, float] | None] | None = None  # see StreamDelta
 
     # The first completion, for the common n == 1 case.
     @property
@@ -125,4 +129,5 @@ def request_output(request: Request) -> RequestOutput:
         outputs=outputs,
         finished=request.is_finished,
         num_cached_tokens=request.num_cached_tokens,
+        prompt_logprobs=request.prompt_logprobs,
     )

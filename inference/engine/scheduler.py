@@ -57,6 +57,9 @@ class ScheduledBatch:
     # Requests that cannot grow even with the whole pool to themselves (many beams
     # of a long sequence): they finish with "length" instead of looping forever.
     out_of_memory: list[Request] = field(default_factory=list)
+    # Some sequence scores prompt tokens this step (Sequence.score_prompt): the runner takes
+    # the general path and runs the LM head on those rows too.
+    scores_prompt: bool = False
 
     @property
     def num_tokens(self) -> int:
@@ -282,6 +285,8 @@ class Scheduler:
             batch.seqs.append(seq)
             batch.num_new_tokens.append(n)
             allowance.spend(n)
+            if seq.score_prompt:
+                batch.scores_prompt = True
 
     def _decode_in_place(self, request: Request, batch: ScheduledBatch) -> bool:
         """The common step of a busy server, without the general planning: one sequence

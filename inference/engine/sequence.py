@@ -84,6 +84,9 @@ class Sequence:
     detokenizer: Any = None  # IncrementalDetokenizer, created by the engine
     reasoning: Any = None  # ReasoningSplitter when the request separates reasoning
     grammar: Any = None  # inference.structured.SequenceGrammar when the output is constrained
+    # Its request wants prompt logprobs not all computed yet: the runner scores its prompt
+    # rows (inference.runner.prompt_scores) and the prefix cache is bypassed.
+    score_prompt: bool = False
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     stop_reason: str | int | None = None  # the stop string or token that ended it
     # Streaming cursors: what StreamDelta already handed out.
@@ -148,6 +151,10 @@ class Request:
     beam_hyps: list[Sequence] = field(default_factory=list)  # beam search: finished hypotheses, best first
     beam_outputs: list[Sequence] | None = None  # beam search: the n best, in score order
     grammar: Any = None  # Future of the compiled grammar (params.grammar); not scheduled until done
+    # params.prompt_logprobs: per prompt token, {token id: logprob} with its top ones (the
+    # first token's entry is None); filled by the runner as the prefill runs.
+    prompt_logprobs: list[dict[int, float] | None] | None = None
+    prompt_logprobs_sent: bool = False  # handed out with the request's first delta
 
     @property
     def grammar_pending(self) -> bool:

@@ -53,6 +53,8 @@ class SequenceFactory:
             request.cache_salt_block = max(0, cache_salt_from) // self.block_manager.block_size
         if params.grammar is not None:
             request.grammar = self.grammars.submit(params.grammar)
+        if params.prompt_logprobs is not None:
+            request.prompt_logprobs = [None]
         request.seqs.append(self.new_seq(request, token_ids, index=0))
         return request
 
@@ -68,6 +70,8 @@ class SequenceFactory:
             seq.reasoning = self._reasoning_splitter(params, token_ids)
         if params.logprobs is not None:
             seq.logprobs = []
+        scores = request.prompt_logprobs
+        seq.score_prompt = scores is not None and len(scores) < request.num_prompt_tokens
         if request.grammar is not None:
             seq.grammar = SequenceGrammar(request.grammar, stop_token_ids=self.tokenizer.eos_token_ids)
         return seq

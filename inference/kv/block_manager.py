@@ -204,8 +204,8 @@ class BlockManager:
 
         At least the last token is left out, because the model must run it to produce
         the logits of the next one; so only blocks entirely before it count."""
-        if not self.enable_prefix_caching:
-            return []
+        if not self.enable_prefix_caching or seq.score_prompt:
+            return []  # a prompt being scored must run every token (cached ones have no logits)
         return self._prefix_tables(seq)[0]
 
     def _prefix_tables(self, seq: Sequence, length: int | None = None) -> list[list[int]]:
@@ -443,8 +443,8 @@ class BlockManager:
         ``match_prefix`` about the last token. With several KV groups, one entry per
         group of each block (block-major), and a block counts only when every group's
         copy is below the pool."""
-        if self.tiers is None or not self.enable_prefix_caching:
-            return []
+        if self.tiers is None or not self.enable_prefix_caching or seq.score_prompt:
+            return []  # a prompt being scored runs every token (see match_prefix)
         bs = self.block_size
         found: list[str] = []
         hashes = self._hashes(seq, (seq.num_tokens - 1) // bs)

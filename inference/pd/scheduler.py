@@ -83,7 +83,7 @@ class DisaggregatedScheduler(Scheduler):
         if len(request.seqs) != 1 or request.params.width != 1 or request.num_preemptions:
             return False
         seq = request.seqs[0]
-        if seq.cache_private or not self.block_manager.enable_prefix_caching:
+        if seq.cache_private or seq.score_prompt or not self.block_manager.enable_prefix_caching:
             return False
         self.check_prompt(request.num_prompt_tokens)
         bs = self.block_manager.block_size

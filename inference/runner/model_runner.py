@@ -27,6 +27,7 @@ from inference.model_config import ModelConfig
 from inference.models.contract import CausalLM
 from inference.runner.cuda_graphs import CUDAGraphRunner
 from inference.runner.packed_batch import PackedBatch
+from inference.runner.prompt_scores import rows_to_score, score_prompt_rows
 
 logger = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class ModelRunner:
         return t
 
     def pack(self, batch: ScheduledBatch) -> PackedBatch:
-        if max(batch.num_new_tokens) == 1:
+        if max(batch.num_new_tokens) == 1 and not batch.scores_prompt:
             return self._packed(batch, *self._decode_lists(batch))
         return self._packed(batch, *self._general_lists(batch))
 
@@ -243,6 +244,10 @@ class ModelRunner:
         self.copy_blocks(batch.copies)
         packed = self.pack(batch)
         hidden = self.run_model(packed)
+        if batch.scores_prompt:
+            scored = rows_to_score(batch.seqs, batch.num_new_tokens)
+            if scored.rows:
+                score_prompt_rows(hidden, scored, self.model.compute_logits)
         if not packed.sampled:
             return None, []
         return self.model.compute_logits(hidden[packed.sample_rows]), packed.sampled

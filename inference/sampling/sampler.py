@@ -12,12 +12,14 @@ on its seed only, never on which other requests share the batch.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import torch
 
 from chatsite_kernels.cpu import layer_ops as cpu_layer_ops
 from inference.engine.sequence import Sequence
+from inference.sampling.logit_rules import apply_logit_rules
 from inference.sampling.params import SamplingParams
 
 
@@ -29,8 +31,9 @@ class SampleResult:
 
 
 class Sampler:
-    def __init__(self, device: torch.device, seed: int = 0) -> None:
+    def __init__(self, device: torch.device, seed: int = 0, eos_token_ids: Collection[int] = ()) -> None:
         self.device = device
+        self.eos_token_ids = frozenset(eos_token_ids)  # what min_tokens holds back
         # Rows without a seed share this one: deterministic for a fixed workload.
         self.generator = torch.Generator(device=device).manual_seed(seed)
 
@@ -43,8 +46,10 @@ class Sampler:
     ) -> SampleResult:
         logits = logits.float()
         raw = logits
+        # logit_bias and min_tokens (a copy: logprobs come from the model's own logits).
+        logits = apply_logit_rules(logits, seqs, params, self.eos_token_ids)
         if any(p.has_penalties for p in params):
-            logits = logits.clone()
+            logits = logits.clone() if logits is raw else logits
             for i, (seq, p) in enumerate(zip(seqs, params, strict=True)):
                 if p.has_penalties:
                     apply_penalties(logits[i], seq, p)

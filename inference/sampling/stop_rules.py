@@ -26,13 +26,15 @@ def append_token(
         params = seq.request.params  # type: ignore[union-attr]
     token_ids = seq.token_ids
     token_ids.append(token)
-    if (token in eos_token_ids and not params.ignore_eos) or token in params.stop_token_ids:
+    # Before min_tokens no stop rule applies (vLLM's rule; the sampler masks the end tokens).
+    stops = not params.min_tokens or len(token_ids) - seq.num_prompt_tokens > params.min_tokens
+    if stops and ((token in eos_token_ids and not params.ignore_eos) or token in params.stop_token_ids):
         seq.finish_reason, seq.stop_reason = "stop", token
     else:
         text = seq.detokenizer.push(token)
         if text:
             seq.output_text += text
-            if params.stop:
+            if params.stop and stops:
                 check_stop_strings(seq, params, len(text))
     if seq.finish_reason is None:
         num_tokens = len(token_ids)
@@ -113,6 +115,9 @@ def stream_deltas(request: Request, seqs: list[Sequence]) -> list[StreamDelta]:
         )
         seq.num_emitted_chars = upto
         seq.num_emitted_tokens += len(new_tokens)
+    if out and request.prompt_logprobs is not None and not request.prompt_logprobs_sent:
+        out[0].prompt_logprobs = request.prompt_logprobs
+        request.prompt_logprobs_sent = True
     if out and request.is_finished:
         out[-1].request_finished = True
     return out

@@ -41,6 +41,7 @@ class VerifyRow:
     ``block_table``, ``group_tables``, ``num_tokens``) for one position of a proposal."""
 
     __slots__ = ("block_table", "group_tables", "num_computed_tokens", "token_ids")
+    score_prompt = False  # a proposal's rows never score a prompt (see Sequence.score_prompt)
 
     def __init__(
         self,
@@ -79,7 +80,7 @@ class VerifyPlan:
 def expand(batch: ScheduledBatch, drafts: dict[int, list[int]]) -> VerifyPlan:
     """``batch`` with each row ``i`` of ``drafts`` replaced by its ``len(draft) + 1``
     decode rows (positions p .. p + len(draft))."""
-    run = ScheduledBatch(copies=batch.copies)
+    run = ScheduledBatch(copies=batch.copies, scores_prompt=batch.scores_prompt)
     plan = VerifyPlan(run)
     for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
         draft = drafts.get(i)

@@ -247,7 +247,6 @@ def test_tool_round_trip(openai_client, model_name):
             {"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": 5}}}]},
             "tools[0].function.parameters",
         ),
-        ({"tools": [WEATHER], "response_format": {"type": "json_object"}}, "response_format"),
     ],
 )
 def test_bad_structured_inputs_are_400(openai_client, model_name, fields, param):

@@ -17,7 +17,7 @@ from inference.sampling.sampler import Sampler, apply_penalties
         ("top_p", 0.0),
         ("top_p", 1.5),
         ("n", 0),
-        ("max_tokens", 0),
+        ("max_tokens", -1),
         ("top_k", -3),
         ("min_p", 1.5),
         ("repetition_penalty", 0.0),
