@@ -82,7 +82,16 @@ class LLMEngine:
         )
         self.sampler = Sampler(self.device, config.seed)
         self.sequences = SequenceFactory(
-            self.tokenizer, self.sampler, self.block_manager, self.model_config.vocab_size
+            self.tokenizer,
+            self.sampler,
+            self.block_manager,
+            self.model_config.vocab_size,
+            grammar_options={
+                "max_workers": config.grammar_workers,
+                "max_queue": config.grammar_max_queue,
+                "max_per_owner": config.grammar_max_per_owner,
+                "time_limit": config.grammar_time_limit_s,
+            },
         )
         self.grammars = self.sequences.grammars  # compile_grammar checks a grammar before a request
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)

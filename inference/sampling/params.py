@@ -8,6 +8,12 @@ from typing import Any
 # Temperatures below this are treated as greedy: dividing logits by ~0 overflows.
 GREEDY_EPS = 1e-5
 MAX_LOGPROBS = 20
+# Stop strings per request and characters per stop string. Every stop string is matched
+# against the new text of every sequence at each step on the engine thread, so their
+# number and length bound per-step work: four is OpenAI's limit and vLLM's default
+# (``VLLM_MAX_STOP_STRINGS``); a stop string is a short marker, never a passage.
+MAX_STOP_STRINGS = 4
+MAX_STOP_CHARS = 1024
 
 
 @dataclass
@@ -76,6 +82,11 @@ class SamplingParams:
             ">= 1",
         )
         check(all(isinstance(s, str) and s for s in self.stop), "stop", "non-empty strings")
+        if len(self.stop) > MAX_STOP_STRINGS:
+            raise ValueError(f"stop may hold at most {MAX_STOP_STRINGS} strings, got {len(self.stop)}")
+        longest = max(map(len, self.stop), default=0)
+        if longest > MAX_STOP_CHARS:
+            raise ValueError(f"a stop string may be at most {MAX_STOP_CHARS} characters long, got {longest}")
         check(all(_is_int(t) and t >= 0 for t in self.stop_token_ids), "stop_token_ids", "token ids")
         check(self.seed is None or _is_int(self.seed), "seed", "an integer or None")
         check(

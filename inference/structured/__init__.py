@@ -10,9 +10,16 @@ where the grammar accepts. The matcher forks with its sequence (n > 1, beams), k
 state across preemption (the sequence keeps its tokens) and can roll back tokens.
 """
 
-from inference.structured.compiler import GrammarCompiler, GrammarError
+from inference.structured.compiler import GrammarBusyError, GrammarCompiler, GrammarError
 from inference.structured.masking import apply_grammar_masks
 from inference.structured.matcher import SequenceGrammar
 from inference.structured.spec import GrammarSpec
 
-__all__ = ["GrammarCompiler", "GrammarError", "GrammarSpec", "SequenceGrammar", "apply_grammar_masks"]
+__all__ = [
+    "GrammarBusyError",
+    "GrammarCompiler",
+    "GrammarError",
+    "GrammarSpec",
+    "SequenceGrammar",
+    "apply_grammar_masks",
+]
