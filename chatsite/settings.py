@@ -230,6 +230,12 @@ ENGINE = {
     "pd_queue_size": env_int("ENGINE_PD_QUEUE_SIZE", 4),
     "pd_timeout_s": env_float("ENGINE_PD_TIMEOUT_S", 60.0),
     "pd_affinity": env_str("ENGINE_PD_AFFINITY", "auto"),
+    # Grammar compiles run in worker processes, killed at API_GRAMMAR_COMPILE_TIMEOUT; jobs
+    # waiting for a worker, and a user's (an API key's) jobs at once, are bounded (429 past them).
+    "grammar_workers": env_int("ENGINE_GRAMMAR_WORKERS", 2),
+    "grammar_max_queue": env_int("ENGINE_GRAMMAR_MAX_QUEUE", 8),
+    "grammar_max_per_owner": env_int("ENGINE_GRAMMAR_MAX_PER_USER", 2),
+    "grammar_time_limit_s": env_float("API_GRAMMAR_COMPILE_TIMEOUT", 10.0),
 }
 ENGINE_PRELOAD = env_bool("ENGINE_PRELOAD", False)
 # Documents (conversations.documents): an embedding model directory (a Hugging Face encoder) for
@@ -291,6 +297,10 @@ API_MAX_SEQUENCES_PER_REQUEST = env_int("API_MAX_SEQUENCES_PER_REQUEST", 16)
 # Structured outputs and tools: a grammar (JSON schema, regex, EBNF) that does not compile
 # within this many seconds is a 400.
 API_GRAMMAR_COMPILE_TIMEOUT = env_float("API_GRAMMAR_COMPILE_TIMEOUT", 10.0)
+# Caps checked before a grammar compiles (conversations.api.grammar_limits): a JSON schema's
+# size (tools' parameters too) and a regex's or EBNF's counted repetition ({n}, {n,m}).
+API_GRAMMAR_MAX_SCHEMA_BYTES = env_int("API_GRAMMAR_MAX_SCHEMA_BYTES", 65_536)
+API_GRAMMAR_MAX_REPEAT = env_int("API_GRAMMAR_MAX_REPEAT", 1000)
 # Prefix-cache privacy: each user's KV blocks after the shared system prompt (chat, titles,
 # API calls) are salted with the user, so time to first token cannot tell whether another
 # user sent the same text (conversations/chat/cache_salt.py).

@@ -249,7 +249,7 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
     ]
     max_tokens = body.max_completion_tokens or body.max_tokens
     params = sampling_params(body, max_tokens, top_logprobs, chat=True)
-    outputs = await chat_outputs(engine, body, messages)
+    outputs = await chat_outputs(engine, body, messages, engine_owner(request))
     messages, params.grammar = outputs.messages, outputs.grammar
     # A leading system prompt's blocks are shared with everyone, as the chat's are.
     prompt, shared = await encode_chat(engine, messages, shared=not body.cache_salt)
@@ -308,7 +308,7 @@ async def completions(request: HttpRequest, body: schemas.CompletionRequest) -> 
     if body.echo and body.logprobs is not None:
         raise invalid("echo together with logprobs is not supported by this server.", param="echo")
     params = sampling_params(body, body.max_tokens, body.logprobs)
-    params.grammar = await completion_grammar(engine, body)
+    params.grammar = await completion_grammar(engine, body, engine_owner(request))
     prompts, texts = await encode_prompts(engine, body.prompt)
     check_context(engine, prompts, body.max_tokens, "prompt")
     generation = Generation(

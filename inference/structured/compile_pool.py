@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -41,6 +42,7 @@ _WORKER_MAIN = "import sys; from inference.structured.compile_worker import main
 _ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the inference package
 
 _STOP = object()
+_POLL_S = 0.05  # a waiting caller checks its job's progress this often
 
 
 class GrammarBusyError(RuntimeError):
@@ -57,8 +59,7 @@ class _Job:
     source: str
     future: Future[Any]
     owner: str | None
-    startup_s: float = 0.0  # spent starting a worker for this job (not the grammar's fault)
-    spawn_started: float | None = None  # a worker is starting for it since then
+    compile_started: float | None = None  # sent to a ready worker then
 
 
 class CompilePool:
@@ -92,6 +93,7 @@ class CompilePool:
         self._info_lock = threading.Lock()  # apart: building the data takes seconds
         self._closed = False
         self.kills = 0  # compiles stopped at the time limit
+        self.spawning = 0  # worker processes starting now
 
     def submit(
         self, kind: str, source: str, owner: str | None = None, *, bounded: bool = True
@@ -121,18 +123,37 @@ class CompilePool:
                 slot.start()
         future.add_done_callback(lambda _f: self._done(owner))
         job = _Job(kind, source, future, owner)
-        future.job = job  # type: ignore[attr-defined] - for startup_seconds
+        future.job = job  # type: ignore[attr-defined] - for wait()
         self._jobs.put(job)
         return future
 
-    @staticmethod
-    def startup_seconds(future: Future[Any]) -> float:
-        """Seconds the job of ``future`` waited for a worker process to start."""
-        job = getattr(future, "job", None)
-        if job is None:
-            return 0.0
-        started = job.spawn_started
-        return job.startup_s if started is None else time.monotonic() - started
+    def wait(self, future: Future[Any], timeout: float) -> Any:
+        """``future``'s grammar, waiting at most ``timeout`` seconds of its compile and
+        ``timeout`` seconds in the queue; time while a worker process starts (loading
+        xgrammar takes seconds) counts as neither. ``FutureTimeout`` past that, the job
+        cancelled if it had not started."""
+        job: _Job | None = getattr(future, "job", None)
+        queued_s, last = 0.0, time.monotonic()
+        while True:
+            try:
+                return future.result(_POLL_S)
+            except FutureTimeout:
+                now = time.monotonic()
+                step, last = now - last, now
+                if job is None:
+                    queued_s += step
+                    if queued_s > timeout:
+                        raise
+                    continue
+                started = job.compile_started
+                if started is not None:
+                    if now - started > timeout:
+                        raise
+                elif not self.spawning:
+                    queued_s += step
+                    if queued_s > timeout:
+                        future.cancel()
+                        raise
 
     def _done(self, owner: str | None) -> None:
         with self._lock:
@@ -237,13 +258,15 @@ class _Slot:
         try:
             if self.process is None or self.process.poll() is not None:
                 self.kill()
-                job.spawn_started = time.monotonic()
+                with self.pool._lock:
+                    self.pool.spawning += 1
                 try:
                     self._spawn()
                 finally:
-                    job.startup_s = time.monotonic() - job.spawn_started
-                    job.spawn_started = None
+                    with self.pool._lock:
+                        self.pool.spawning -= 1
             assert self.conn is not None
+            job.compile_started = time.monotonic()
             self.conn.send((job.kind, job.source))
             limit = self.pool.time_limit
             if not self.conn.poll(limit):

@@ -93,26 +93,14 @@ class GrammarCompiler:
             return future
 
     def compile(self, spec: GrammarSpec, timeout: float | None = None, owner: str | None = None) -> Any:
-        """The compiled grammar; ``GrammarError`` if it does not compile (within ``timeout``),
+        """The compiled grammar; ``GrammarError`` if it does not compile (within ``timeout``
+        of compiling, after at most ``timeout`` in the queue: ``CompilePool.wait``),
         ``GrammarBusyError`` when the queue or ``owner``'s share is full. A caller that
         stops waiting cancels the compile if it has not started yet."""
         future = self.submit(spec, owner, bounded=True)
-        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            while True:
-                # A worker's start (loading xgrammar) is not the grammar's time.
-                left = (
-                    None
-                    if deadline is None
-                    else deadline + CompilePool.startup_seconds(future) - time.monotonic()
-                )
-                try:
-                    return future.result(None if left is None else max(0.0, left))
-                except FutureTimeout:
-                    if deadline is None or time.monotonic() >= deadline + CompilePool.startup_seconds(future):
-                        raise
+            return future.result() if timeout is None else self._pool.wait(future, timeout)
         except FutureTimeout as exc:
-            future.cancel()
             raise GrammarError(f"the grammar did not compile within {timeout:g} s") from exc
         except CancelledError as exc:
             raise GrammarError("the grammar's compile was cancelled; try again") from exc
