@@ -107,7 +107,8 @@ async def test_validating_a_big_schema_leaves_the_event_loop_free():
     gap was the whole check)."""
     compiled = []
     engine = SimpleNamespace(
-        tokenizer=None, grammars=SimpleNamespace(compile=lambda spec, timeout, owner=None: compiled.append(spec))
+        tokenizer=None,
+        grammars=SimpleNamespace(compile=lambda spec, timeout, owner=None: compiled.append(spec)),
     )
     body = _big_schema_body(6000)
     gaps: list[float] = []
