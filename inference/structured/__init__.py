@@ -1,8 +1,9 @@
 """Grammar-constrained decoding with xgrammar.
 
-A request's ``SamplingParams.grammar`` (a ``GrammarSpec``) is compiled in a thread pool
-when the request arrives (``GrammarCompiler``, cached by the spec's hash); the scheduler
-skips the request until that is done. Each of its sequences then has a
+A request's ``SamplingParams.grammar`` (a ``GrammarSpec``) is compiled in a worker process
+when the request arrives (``GrammarCompiler``, cached by the spec's hash; a compile past its
+time limit is killed with its process: ``compile_pool``); the scheduler skips the request
+until that is done. Each of its sequences then has a
 ``SequenceGrammar`` (an xgrammar matcher), whose token bitmask is applied to the row's
 logits before penalties, temperature, top-k and top-p (``apply_grammar_masks``), so the
 sampled distribution is renormalised over the allowed tokens and EOS is allowed only
