@@ -132,7 +132,7 @@ def grammar_spec(body: Any) -> Any:
 async def compile_or_400(engine: Any, spec: Any, param: str, owner: str | None = None) -> None:
     """Compile ``spec`` now (cached, so the engine reuses it); a 400 if it is over a cap,
     fails or is too slow, a 429 when the compile queue or ``owner``'s share of it is full."""
-    from inference.structured import GrammarBusyError, GrammarError
+    from inference.structured import GrammarBusyError, GrammarError, PoolClosedError
 
     check_spec(spec, param)
     timeout = settings.API_GRAMMAR_COMPILE_TIMEOUT
@@ -148,4 +148,8 @@ async def compile_or_400(engine: Any, spec: Any, param: str, owner: str | None =
             param=param,
             code="rate_limit_exceeded",
             headers={"Retry-After": "2"},
+        ) from exc
+    except PoolClosedError as exc:
+        raise ApiError(
+            503, "The server is shutting down; retry shortly.", type="server_error", code="engine_unavailable"
         ) from exc

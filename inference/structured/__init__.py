@@ -11,7 +11,7 @@ where the grammar accepts. The matcher forks with its sequence (n > 1, beams), k
 state across preemption (the sequence keeps its tokens) and can roll back tokens.
 """
 
-from inference.structured.compiler import GrammarBusyError, GrammarCompiler, GrammarError
+from inference.structured.compiler import GrammarBusyError, GrammarCompiler, GrammarError, PoolClosedError
 from inference.structured.masking import apply_grammar_masks
 from inference.structured.matcher import SequenceGrammar
 from inference.structured.spec import GrammarSpec
@@ -20,6 +20,7 @@ __all__ = [
     "GrammarBusyError",
     "GrammarCompiler",
     "GrammarError",
+    "PoolClosedError",
     "GrammarSpec",
     "SequenceGrammar",
     "apply_grammar_masks",

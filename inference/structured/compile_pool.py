@@ -49,6 +49,10 @@ class GrammarBusyError(RuntimeError):
     """The compile queue, or the owner's share of it, is full: try again later."""
 
 
+class PoolClosedError(RuntimeError):
+    """The pool was closed (the engine is shutting down) before the compile finished."""
+
+
 # Seconds a new worker may take to load xgrammar (and torch) before it counts as failed.
 STARTUP_LIMIT_S = 120.0
 
@@ -104,7 +108,7 @@ class CompilePool:
         future: Future[Any] = Future()
         with self._lock:
             if self._closed:
-                raise RuntimeError("the grammar compile pool is closed")
+                raise PoolClosedError("the grammar compile pool is closed")
             if bounded:
                 if self._in_flight >= self.workers + self.max_queue:
                     raise GrammarBusyError(
@@ -185,7 +189,7 @@ class CompilePool:
             except queue.Empty:
                 break
             if isinstance(job, _Job) and job.future.set_running_or_notify_cancel():
-                job.future.set_exception(RuntimeError("the grammar compile pool closed"))
+                job.future.set_exception(PoolClosedError("the grammar compile pool closed"))
 
     @property
     def closed(self) -> bool:
@@ -244,7 +248,7 @@ class _Slot:
             job = pool._jobs.get()
             if job is _STOP or pool.closed:
                 if isinstance(job, _Job) and job.future.set_running_or_notify_cancel():
-                    job.future.set_exception(RuntimeError("the grammar compile pool closed"))
+                    job.future.set_exception(PoolClosedError("the grammar compile pool closed"))
                 return
             assert isinstance(job, _Job)
             if not job.future.set_running_or_notify_cancel():
@@ -276,8 +280,8 @@ class _Slot:
             status, payload = self.conn.recv()
         except (EOFError, OSError, BrokenPipeError) as exc:
             self.kill()
-            if self.pool.closed:
-                raise RuntimeError("the grammar compile pool closed") from exc
+            if self.pool.closed:  # killed by close(), mid-compile or mid-start
+                raise PoolClosedError("the grammar compile pool closed") from exc
             raise GrammarError("the grammar compiler stopped (out of memory?)") from exc
         if status == "error":
             raise GrammarError(payload)

@@ -15,11 +15,11 @@ from typing import Any
 
 import torch
 
-from inference.structured.compile_pool import CompilePool, GrammarBusyError
+from inference.structured.compile_pool import CompilePool, GrammarBusyError, PoolClosedError
 from inference.structured.compile_worker import GrammarError
 from inference.structured.spec import GrammarSpec
 
-__all__ = ["CompiledGrammar", "GrammarBusyError", "GrammarCompiler", "GrammarError"]
+__all__ = ["CompiledGrammar", "GrammarBusyError", "GrammarCompiler", "GrammarError", "PoolClosedError"]
 
 # Kinds whose text is JSON only: no raw control character is ever valid in them.
 _JSON_KINDS = ("json_schema", "json_object")
