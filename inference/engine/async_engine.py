@@ -338,7 +338,8 @@ class AsyncEngine:
         for command in self._commands:  # embeddings queued behind the shutdown
             if isinstance(command, _Embed):
                 engine.embeddings.release(command.job.num_tokens, command.job.owner)
-                command.job.done.set_exception(EngineShutDownError("the engine shut down"))
+                if command.job.done.set_running_or_notify_cancel():
+                    command.job.done.set_exception(EngineShutDownError("the engine shut down"))
         engine.fail_embeddings(EngineShutDownError("the engine shut down"))
         self._fail_all(EngineShutDownError("the engine shut down"), outbox)
         self._deliver(outbox)
@@ -354,7 +355,8 @@ class AsyncEngine:
             try:
                 self.engine.add_embedding(command.job)
             except Exception as exc:  # the caller's error, not the engine thread's
-                command.job.done.set_exception(exc)
+                if command.job.done.set_running_or_notify_cancel():
+                    command.job.done.set_exception(exc)
             return
         if isinstance(command, _Purge):
             try:

@@ -240,6 +240,9 @@ class LLMEngine:
         job = self.embeddings.next_job()
         if job is None:
             return False
+        if job.done.cancelled():  # its caller went away (a client disconnected): drop the work
+            self._end_embedding(job)
+            return True
         limit = self.scheduler.prompt_allowance()
         if limit is None:
             tokens = self.config.max_num_batched_tokens
@@ -254,18 +257,22 @@ class LLMEngine:
                 device=self.device,
                 dtype=self.dtype,
             )
-            if job.finished:
-                self._end_embedding(job)
-                job.done.set_result(result(job))
+            vectors = result(job) if job.finished else None
         except Exception as exc:  # the job's failure, not the engine's
             self._end_embedding(job)
-            job.done.set_exception(exc)
+            if job.done.set_running_or_notify_cancel():
+                job.done.set_exception(exc)
+            return True
+        if vectors is not None:
+            self._end_embedding(job)
+            if job.done.set_running_or_notify_cancel():
+                job.done.set_result(vectors)
         return True
 
     def fail_embeddings(self, exc: BaseException) -> None:
         for job in self.embeddings.clear():
             self.embeddings.release(job.num_tokens, job.owner)
-            if not job.done.done():
+            if job.done.set_running_or_notify_cancel():
                 job.done.set_exception(exc)
         self.scheduler.external_seats = {}
 

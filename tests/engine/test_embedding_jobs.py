@@ -117,3 +117,17 @@ def test_an_owner_embedding_counts_in_the_fair_share(tiny_dir, loaded) -> None:
     second = engine.add_request([8, 9, 10], SamplingParams(max_tokens=2), owner="bob")
     engine.step()
     assert second in engine.scheduler.running and first not in engine.scheduler.running
+
+
+def test_a_cancelled_job_is_dropped_and_its_tokens_released(tiny_dir, loaded) -> None:
+    """A caller that goes away (a client disconnected) cancels its future: the next turn drops
+    the job instead of embedding for nobody."""
+    engine = LLMEngine(config(tiny_dir), loaded=loaded)
+    job = EmbedJob([list(range(5, 400))], "alice", Future())
+    engine.embeddings.admit(job.num_tokens, "alice")
+    engine.add_embedding(job)
+    assert engine.embed_turn() and not job.done.done()  # part-way through
+    assert job.done.cancel()
+    assert engine.embed_turn()
+    assert not engine.embeddings and engine.embeddings.queued_tokens == 0
+    assert engine.scheduler.external_seats == {}
