@@ -230,6 +230,16 @@ ENGINE = {
     "pd_queue_size": env_int("ENGINE_PD_QUEUE_SIZE", 4),
     "pd_timeout_s": env_float("ENGINE_PD_TIMEOUT_S", 60.0),
     "pd_affinity": env_str("ENGINE_PD_AFFINITY", "auto"),
+    # Grammar compiles run in worker processes, killed at API_GRAMMAR_COMPILE_TIMEOUT; jobs
+    # waiting for a worker, and a user's (an API key's) jobs at once, are bounded (429 past them).
+    "grammar_workers": env_int("ENGINE_GRAMMAR_WORKERS", 2),
+    "grammar_max_queue": env_int("ENGINE_GRAMMAR_MAX_QUEUE", 8),
+    "grammar_max_per_owner": env_int("ENGINE_GRAMMAR_MAX_PER_USER", 2),
+    "grammar_time_limit_s": env_float("API_GRAMMAR_COMPILE_TIMEOUT", 10.0),
+    # Embeddings (/v1/embeddings, uploads) run in chunks between steps; tokens that may wait
+    # in all and per user (an API key, a site user): 429 past them.
+    "embed_max_queued_tokens": env_int("ENGINE_EMBED_MAX_QUEUED_TOKENS", 262_144),
+    "embed_max_queued_tokens_per_owner": env_int("ENGINE_EMBED_MAX_QUEUED_TOKENS_PER_USER", 65_536),
 }
 ENGINE_PRELOAD = env_bool("ENGINE_PRELOAD", False)
 # Documents (conversations.documents): an embedding model directory (a Hugging Face encoder) for
@@ -239,6 +249,8 @@ DOCUMENT_MAX_BYTES = env_int("DOCUMENT_MAX_BYTES", 10_000_000)  # one uploaded f
 DOCUMENT_USER_MAX_BYTES = env_int("DOCUMENT_USER_MAX_BYTES", 100_000_000)  # all of one user's files
 DOCUMENT_USER_MAX_FILES = env_int("DOCUMENT_USER_MAX_FILES", 200)
 DOCUMENT_MAX_PAGES = env_int("DOCUMENT_MAX_PAGES", 2_000)  # PDF pages read; more is refused
+# Uploads one user may make per hour (each is read and embedded in the background); 0: no limit.
+DOCUMENT_UPLOADS_PER_HOUR = env_int("DOCUMENT_UPLOADS_PER_HOUR", 30)
 # A running answer's new tokens reach its stream (SSE chunk, websocket delta) at most this
 # often; its first and last tokens go at once. 0 = after every engine step.
 ENGINE_STREAM_INTERVAL_MS = env_float("ENGINE_STREAM_INTERVAL_MS", 30.0)
@@ -294,6 +306,10 @@ API_GRAMMAR_COMPILE_TIMEOUT = env_float("API_GRAMMAR_COMPILE_TIMEOUT", 10.0)
 # Tool calls one chat completion choice may make when parallel calls are allowed (the grammar
 # ends the answer after this many; a model's family may allow fewer).
 API_TOOL_MAX_PARALLEL_CALLS = env_int("API_TOOL_MAX_PARALLEL_CALLS", 8)
+# Caps checked before a grammar compiles (conversations.api.grammar_limits): a JSON schema's
+# size (tools' parameters too) and a regex's or EBNF's counted repetition ({n}, {n,m}).
+API_GRAMMAR_MAX_SCHEMA_BYTES = env_int("API_GRAMMAR_MAX_SCHEMA_BYTES", 65_536)
+API_GRAMMAR_MAX_REPEAT = env_int("API_GRAMMAR_MAX_REPEAT", 1000)
 # Prefix-cache privacy: each user's KV blocks after the shared system prompt (chat, titles,
 # API calls) are salted with the user, so time to first token cannot tell whether another
 # user sent the same text (conversations/chat/cache_salt.py).

@@ -63,6 +63,17 @@ class EngineConfig:
     pd_queue_size: int = 4
     pd_timeout_s: float = 60.0
     pd_affinity: str = "auto"
+    # Grammar compiles (inference.structured.compile_pool): worker processes, jobs that may
+    # wait for one, jobs one owner may have waiting or running, and seconds after which a
+    # compile is killed with its process.
+    grammar_workers: int = 2
+    grammar_max_queue: int = 16
+    grammar_max_per_owner: int = 2
+    grammar_time_limit_s: float = 10.0
+    # Embeddings (inference.engine.embedding_jobs): tokens that may wait to be embedded in
+    # all (more raises EngineOverloadedError), and per owner.
+    embed_max_queued_tokens: int = 262_144
+    embed_max_queued_tokens_per_owner: int = 65_536
 
     def __post_init__(self) -> None:
         checks = {
@@ -88,6 +99,12 @@ class EngineConfig:
             "pd_min_prompt_tokens": self.pd_min_prompt_tokens >= 0,
             "pd_queue_size": self.pd_queue_size >= 1,
             "pd_timeout_s": self.pd_timeout_s > 0,
+            "grammar_workers": self.grammar_workers >= 1,
+            "grammar_max_queue": self.grammar_max_queue >= 0,
+            "grammar_max_per_owner": self.grammar_max_per_owner >= 1,
+            "grammar_time_limit_s": self.grammar_time_limit_s > 0,
+            "embed_max_queued_tokens": self.embed_max_queued_tokens >= 1,
+            "embed_max_queued_tokens_per_owner": self.embed_max_queued_tokens_per_owner >= 1,
         }
         for name, ok in checks.items():
             if not ok:

@@ -259,7 +259,7 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
     params = sampling_params(
         body, max_tokens, top_logprobs, chat=True, vocab_size=engine.tokenizer.vocab_size
     )
-    outputs = await chat_outputs(engine, body, messages)
+    outputs = await chat_outputs(engine, body, messages, engine_owner(request))
     messages, params.grammar = outputs.messages, outputs.grammar
     # A leading system prompt's blocks are shared with everyone, as the chat's are.
     prompt, shared = await encode_chat(engine, messages, shared=not body.cache_salt)
@@ -329,7 +329,7 @@ async def completions(request: HttpRequest, body: schemas.CompletionRequest) -> 
         vocab_size=engine.tokenizer.vocab_size,
         prompt_logprobs=body.logprobs if scores_prompt else None,
     )
-    params.grammar = await completion_grammar(engine, body)
+    params.grammar = await completion_grammar(engine, body, engine_owner(request))
     prompts, texts = await encode_prompts(engine, body.prompt)
     check_context(engine, prompts, body.max_tokens, "prompt")
     generation = Generation(

@@ -17,15 +17,17 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Field, Schema
 from pydantic import ConfigDict
 
-from conversations.api.app import ERRORS, api
+from conversations.api.app import ERRORS, api, engine_owner
 from conversations.api.errors import ApiError, invalid, model_not_found
 from conversations.api.usage import RequestLog
 from conversations.documents.embedder import aget_embedder
+from inference.errors import EngineOverloadedError
 
 # OpenAI's own limit on inputs per request.
 MAX_INPUTS = 2048
-# Tokens one request may embed in all: the engine thread embeds a request between two steps,
-# so a bound here bounds how long the answers streaming meanwhile wait.
+# Tokens one request may embed in all. The engine embeds in chunks between its steps, sized
+# like a step's prompt tokens, so streams keep their pace; this bounds one request's share
+# of the engine's embedding queue (bounded too: a 429 when it is full).
 MAX_TOTAL_TOKENS = 32_768
 
 TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
@@ -130,7 +132,16 @@ async def create_embeddings(request: HttpRequest, body: EmbeddingRequest) -> Htt
         ids = await asyncio.to_thread(lambda: [embedder.encode(t) for t in texts])
     assert ids is not None
     _check_ids(ids, embedder.vocab_size, embedder.max_input_tokens)
-    vectors = await embedder.aembed_ids(ids)
+    try:
+        vectors = await embedder.aembed_ids(ids, engine_owner(request))
+    except EngineOverloadedError as exc:
+        raise ApiError(
+            429,
+            f"The engine's embedding queue is full: {exc}. Please retry after a short wait.",
+            type="rate_limit_error",
+            code="rate_limit_exceeded",
+            headers={"Retry-After": "2"},
+        ) from exc
     if body.dimensions is not None and body.dimensions != vectors.shape[1]:
         raise invalid(
             f"This model's embeddings have {vectors.shape[1]} dimensions and cannot be shortened.",

@@ -7,6 +7,7 @@ named function the call is the answer, and the format is not applied (OpenAI's r
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from dataclasses import dataclass
@@ -26,7 +27,19 @@ class ChatOutputs:
     tools: ToolPlan | None = None
 
 
-async def chat_outputs(engine: Any, body: Any, messages: list[dict[str, Any]]) -> ChatOutputs:
+async def chat_outputs(
+    engine: Any, body: Any, messages: list[dict[str, Any]], owner: str | None = None
+) -> ChatOutputs:
+    """The request's output rules. Checking schemas and rendering tools is CPU work that
+    grows with the request (a schema of thousands of properties): it runs in a thread, so
+    the event loop keeps serving every other request and stream meanwhile."""
+    outputs, param = await asyncio.to_thread(_chat_outputs, engine, body, messages)
+    if outputs.grammar is not None:
+        await compile_or_400(engine, outputs.grammar, param or "response_format", owner)
+    return outputs
+
+
+def _chat_outputs(engine: Any, body: Any, messages: list[dict[str, Any]]) -> tuple[ChatOutputs, str | None]:
     spec = grammar_spec(body)
     param = next(iter(requested_formats(body)), None)
     has_tool_messages = any(m.get("tool_calls") or m["role"] == "tool" for m in messages)
@@ -39,9 +52,7 @@ async def chat_outputs(engine: Any, body: Any, messages: list[dict[str, Any]]) -
             spec = call_or_output(plan, spec)
         else:  # "required" or a named function: the tool wins (OpenAI's rule)
             spec, param = plan.grammar(), "tools"
-    if spec is not None:
-        await compile_or_400(engine, spec, param or "response_format")
-    return ChatOutputs(messages, spec, plan)
+    return ChatOutputs(messages, spec, plan), param
 
 
 def call_or_output(plan: ToolPlan, output: GrammarSpec) -> GrammarSpec:
@@ -73,9 +84,10 @@ def _element(spec: GrammarSpec) -> dict[str, Any]:
     raise ValueError(f"no structural-tag element for a {spec.kind} grammar")
 
 
-async def completion_grammar(engine: Any, body: Any) -> Any:
-    """A text completion's guided-decoding grammar (compiled, or a 400), or None."""
-    spec = grammar_spec(body)
+async def completion_grammar(engine: Any, body: Any, owner: str | None = None) -> Any:
+    """A text completion's guided-decoding grammar (compiled, or a 400), or None; checked
+    in a thread, as ``chat_outputs``."""
+    spec = await asyncio.to_thread(grammar_spec, body)
     if spec is not None:
-        await compile_or_400(engine, spec, next(iter(requested_formats(body))))
+        await compile_or_400(engine, spec, next(iter(requested_formats(body))), owner)
     return spec

@@ -12,12 +12,16 @@ from typing import Annotated, Literal
 from ninja import Schema
 from pydantic import ConfigDict, Field
 
+from inference.sampling.params import MAX_STOP_CHARS, MAX_STOP_STRINGS
+
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_N = 16  # completions per request (OpenAI allows 128; one engine's batch is smaller)
 MAX_TOP_LOGPROBS = 20
-MAX_STOP = 16
+# Stop strings: the engine's caps (OpenAI's four), in the schema so they show in the OpenAPI document.
+MAX_STOP = MAX_STOP_STRINGS
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
+StopStr = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]
 
 
 class RequestSchema(Schema):
@@ -76,7 +80,7 @@ class SamplingFields(RequestSchema):
     temperature: float | None = Field(None, ge=0, le=2, description="0 is greedy. Default 1.")
     top_p: float | None = Field(None, gt=0, le=1)
     max_tokens: int | None = Field(None, ge=1, description="Default: what the context window leaves.")
-    stop: NonEmptyStr | Annotated[list[NonEmptyStr], Field(max_length=MAX_STOP)] | None = None
+    stop: StopStr | Annotated[list[StopStr], Field(max_length=MAX_STOP)] | None = None
     seed: int | None = Field(None, ge=INT64_MIN, le=INT64_MAX)
     presence_penalty: float | None = Field(0.0, ge=-2, le=2)
     frequency_penalty: float | None = Field(0.0, ge=-2, le=2)

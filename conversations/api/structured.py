@@ -16,7 +16,8 @@ from typing import Any
 
 from django.conf import settings
 
-from conversations.api.errors import invalid
+from conversations.api.errors import ApiError, invalid
+from conversations.api.grammar_limits import check_schema_size, check_spec
 
 _GUIDED = ("guided_json", "guided_regex", "guided_choice", "guided_grammar")
 _STRUCTURED_OUTPUTS = {
@@ -31,6 +32,7 @@ def check_schema(schema: Any, param: str) -> dict[str, Any]:
     """A JSON schema object, checked against its metaschema; a 400 naming ``param`` if bad."""
     import jsonschema
 
+    check_schema_size(schema, param)
     if isinstance(schema, str):
         try:
             schema = json.loads(schema)
@@ -127,12 +129,27 @@ def grammar_spec(body: Any) -> Any:
     return _guided_spec(field, value)
 
 
-async def compile_or_400(engine: Any, spec: Any, param: str) -> None:
-    """Compile ``spec`` now (cached, so the engine reuses it); a 400 if it fails or is too slow."""
-    from inference.structured import GrammarError
+async def compile_or_400(engine: Any, spec: Any, param: str, owner: str | None = None) -> None:
+    """Compile ``spec`` now (cached, so the engine reuses it); a 400 if it is over a cap,
+    fails or is too slow, a 429 when the compile queue or ``owner``'s share of it is full."""
+    from inference.structured import GrammarBusyError, GrammarError, PoolClosedError
 
+    check_spec(spec, param)
     timeout = settings.API_GRAMMAR_COMPILE_TIMEOUT
     try:
-        await asyncio.to_thread(engine.grammars.compile, spec, timeout)
+        await asyncio.to_thread(engine.grammars.compile, spec, timeout, owner)
     except GrammarError as exc:
         raise invalid(str(exc), param=param, code="invalid_grammar") from exc
+    except GrammarBusyError as exc:
+        raise ApiError(
+            429,
+            f"Too many grammars are compiling: {exc}.",
+            type="rate_limit_error",
+            param=param,
+            code="rate_limit_exceeded",
+            headers={"Retry-After": "2"},
+        ) from exc
+    except PoolClosedError as exc:
+        raise ApiError(
+            503, "The server is shutting down; retry shortly.", type="server_error", code="engine_unavailable"
+        ) from exc

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,9 +17,11 @@ import numpy as np
 from django.conf import settings
 
 from conversations.ops.engine_handle import get_engine
+from inference.errors import EngineOverloadedError
 
 # Seconds a synchronous caller (an extraction job) waits for the engine's embeddings.
 EMBED_TIMEOUT_SECONDS = 600.0
+QUEUE_FULL_RETRY_SECONDS = 0.5  # its retry interval while the engine's embedding queue is full
 
 _lock = threading.Lock()
 _encoder: Any = None
@@ -43,17 +46,29 @@ class Embedder:
         tokenizer = self._backend.tokenizer
         return int(tokenizer.vocab_size) if self._is_engine else len(tokenizer)
 
-    def embed_ids(self, inputs: list[list[int]]) -> np.ndarray:
-        """Blocking: ``[N, dim]`` float32 rows."""
+    def embed_ids(self, inputs: list[list[int]], owner: str | None = None) -> np.ndarray:
+        """Blocking: ``[N, dim]`` float32 rows. ``owner`` (``"user:<id>"``, an API key):
+        whose fair share the engine counts the work against. A background caller waits
+        for room while the engine's embedding queue is full."""
         if self._is_engine:
-            tensor = self._backend.embed_future(inputs).result(EMBED_TIMEOUT_SECONDS)
+            deadline = time.monotonic() + EMBED_TIMEOUT_SECONDS
+            while True:
+                try:
+                    future = self._backend.embed_future(inputs, owner)
+                    break
+                except EngineOverloadedError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(QUEUE_FULL_RETRY_SECONDS)
+            tensor = future.result(max(1.0, deadline - time.monotonic()))
         else:
             tensor = self._backend.embed(inputs)
         return tensor.numpy().astype(np.float32, copy=False)
 
-    async def aembed_ids(self, inputs: list[list[int]]) -> np.ndarray:
+    async def aembed_ids(self, inputs: list[list[int]], owner: str | None = None) -> np.ndarray:
+        """``EngineOverloadedError`` at once when the engine's embedding queue is full."""
         if self._is_engine:
-            tensor = await self._backend.embed(inputs)
+            tensor = await self._backend.embed(inputs, owner)
             return tensor.numpy().astype(np.float32, copy=False)
         return await asyncio.to_thread(self.embed_ids, inputs)
 
@@ -61,12 +76,12 @@ class Embedder:
         """A passage's ids cut to what one input may hold (retrieval's own inputs only)."""
         return ids[: self.max_input_tokens]
 
-    def embed_texts(self, texts: list[str]) -> np.ndarray:
-        return self.embed_ids([self.truncate(self.encode(t) or [0]) for t in texts])
+    def embed_texts(self, texts: list[str], owner: str | None = None) -> np.ndarray:
+        return self.embed_ids([self.truncate(self.encode(t) or [0]) for t in texts], owner)
 
-    async def aembed_texts(self, texts: list[str]) -> np.ndarray:
+    async def aembed_texts(self, texts: list[str], owner: str | None = None) -> np.ndarray:
         ids = await asyncio.to_thread(lambda: [self.truncate(self.encode(t) or [0]) for t in texts])
-        return await self.aembed_ids(ids)
+        return await self.aembed_ids(ids, owner)
 
 
 def _encoder_embedder() -> Embedder:

@@ -2,7 +2,8 @@
 follow the document's structure.
 
 Limits keep hostile files cheap: a PDF's page count, a DOCX's uncompressed size and
-entry count (checked from the ZIP directory before anything is inflated), and the text
+entry count (checked from the ZIP directory before anything is inflated), its XML's size
+and element count (read as a stream: ``conversations.documents.docx_text``), and the text
 kept. Every failure is a ``DocumentError`` whose message names the file.
 """
 
@@ -14,6 +15,7 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from conversations.documents.docx_text import docx_text
 from conversations.documents.formats import DocumentError, check_signature, decode_text
 from conversations.documents.html_text import html_to_text
 
@@ -108,28 +110,5 @@ def check_zip(filename: str, data: bytes) -> None:
 
 def _docx(filename: str, data: bytes) -> str:
     check_zip(filename, data)
-    import docx  # noqa: PLC0415 - only for DOCX
-
-    try:
-        document = docx.Document(io.BytesIO(data))
-    except Exception as exc:
-        raise DocumentError(
-            f"{filename} is damaged and could not be read as DOCX ({type(exc).__name__})."
-        ) from exc
-    lines: list[str] = []
-    for paragraph in document.paragraphs:
-        text = paragraph.text.strip()
-        if not text:
-            continue
-        style = (paragraph.style.name if paragraph.style is not None else "") or ""
-        if style.lower().startswith("heading"):
-            level = "".join(ch for ch in style if ch.isdigit()) or "1"
-            lines.append(f"{'#' * min(6, int(level))} {text}")
-        elif style.lower() == "title":
-            lines.append(f"# {text}")
-        else:
-            lines.append(text)
-    for table in document.tables:
-        for row in table.rows:
-            lines.append(" | ".join(cell.text.strip() for cell in row.cells))
-    return "\n\n".join(lines)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        return docx_text(filename, archive)

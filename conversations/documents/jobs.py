@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from datetime import timedelta
 
 from django.conf import settings
@@ -24,6 +25,7 @@ from conversations.documents.extract import extract
 from conversations.documents.formats import DocumentError, kind_of
 from conversations.enqueue import RUN_DOCUMENT, enqueue_on_commit, tasks_run_here
 from conversations.models import Document, DocumentChunk
+from conversations.ops.window_counts import add_one
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +34,37 @@ CHUNK_OVERLAP = 48
 EMBED_BATCH = 16
 # A file still not read this long after its upload lost its job (a process or worker died).
 STALE_SECONDS = 1800
+UPLOAD_WINDOW_S = 3600  # DOCUMENT_UPLOADS_PER_HOUR counts in windows of this many seconds
 # Shares of the progress bar: extraction, then chunking, then embedding.
 EXTRACT_SHARE, CHUNK_SHARE = 0.5, 0.1
+
+
+class UploadRateLimited(DocumentError):
+    """Over the user's uploads per hour; ``retry_after``: seconds until the window ends."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+def count_upload(owner) -> None:
+    """Count an upload against the user's ``DOCUMENT_UPLOADS_PER_HOUR`` (0: no limit):
+    each one is read and embedded in the background (a thread of the site process under
+    eager Celery), so deleting and uploading again must not repeat that work freely."""
+    limit = settings.DOCUMENT_UPLOADS_PER_HOUR
+    if limit <= 0:
+        return
+    now = time.time()
+    window = int(now // UPLOAD_WINDOW_S)
+    # The join time too: ids restart with a fresh database, a count's key must not.
+    key = f"document-uploads:{owner.pk}:{int(owner.date_joined.timestamp())}:{window}"
+    if add_one(key, UPLOAD_WINDOW_S + 5) > limit:
+        retry_after = max(1, int((window + 1) * UPLOAD_WINDOW_S - now + 0.999))
+        raise UploadRateLimited(
+            f"You have uploaded {limit} files in the last hour, the most allowed; "
+            f"try again in {retry_after // 60 + 1} minutes.",
+            retry_after,
+        )
 
 
 def check_caps(owner, filename: str, size: int) -> None:
@@ -169,7 +200,8 @@ def _extract_and_index(document: Document) -> None:
         **({"count": count} if count else {}),
     )
     _progress(document.pk, EXTRACT_SHARE, CHUNK_SHARE)(1.0)
-    vectors = _embed_chunks(document.pk, embedder, [f"{c.heading}\n{c.text}".strip() for c in chunks])
+    texts = [f"{c.heading}\n{c.text}".strip() for c in chunks]
+    vectors = _embed_chunks(document.pk, document.owner_id, embedder, texts)
     rows = [
         DocumentChunk(
             document_id=document.pk, owner_id=document.owner_id, index=c.index, heading=c.heading[:300],
@@ -190,7 +222,8 @@ def _extract_and_index(document: Document) -> None:
         )  # fmt: skip
 
 
-def _embed_chunks(document_id: int, embedder, texts: list[str]):
+def _embed_chunks(document_id: int, owner_id: int, embedder, texts: list[str]):
+    """The chunks' vectors, embedded by the engine as the uploader's work (their fair share)."""
     if embedder is None or not texts:
         return None
     import numpy as np  # noqa: PLC0415
@@ -198,6 +231,6 @@ def _embed_chunks(document_id: int, embedder, texts: list[str]):
     report = _progress(document_id, EXTRACT_SHARE + CHUNK_SHARE, 1 - EXTRACT_SHARE - CHUNK_SHARE)
     parts = []
     for first in range(0, len(texts), EMBED_BATCH):
-        parts.append(embedder.embed_texts(texts[first : first + EMBED_BATCH]))
+        parts.append(embedder.embed_texts(texts[first : first + EMBED_BATCH], f"user:{owner_id}"))
         report((first + EMBED_BATCH) / len(texts))
     return np.concatenate(parts)

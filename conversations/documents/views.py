@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 from conversations.chat.json_guard import json_body, login_required_json
 from conversations.chat.views import _own_conversation
 from conversations.documents.formats import ACCEPT, DocumentError
-from conversations.documents.jobs import fail_stale, start_upload
+from conversations.documents.jobs import UploadRateLimited, count_upload, fail_stale, start_upload
 from conversations.models import ConversationDocument, Document, Message, MessageSources
 
 LIST_LIMIT = 500
@@ -51,6 +51,7 @@ def _upload(request: HttpRequest) -> Document:
         raise DocumentError(
             f"{upload.name} is {upload.size:,} bytes; a file may have at most {settings.DOCUMENT_MAX_BYTES:,}."
         )
+    count_upload(request.user)
     return start_upload(request.user, upload.name or "file", upload.read())
 
 
@@ -69,6 +70,10 @@ def upload(request: HttpRequest) -> JsonResponse:
         conversation = _own_conversation(request, int(target))
     try:
         document = _upload(request)
+    except UploadRateLimited as exc:
+        response = JsonResponse({"detail": str(exc), "code": "rate_limited"}, status=429)
+        response["Retry-After"] = str(exc.retry_after)
+        return response
     except DocumentError as exc:
         return JsonResponse({"detail": str(exc), "code": "invalid_file"}, status=400)
     if conversation is not None:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from inference.config import EngineConfig
+from inference.engine.embedding_jobs import EmbedJob
 from inference.engine.llm_engine import LLMEngine
 from inference.engine.mailbox import Mailbox
 from inference.engine.outputs import EngineStats, StreamDelta
@@ -92,8 +93,7 @@ class _Purge:
 
 @dataclass
 class _Embed:
-    inputs: list[list[int]]
-    done: Future[Any]
+    job: EmbedJob
 
 
 class EngineShutDownError(RuntimeError):
@@ -226,24 +226,28 @@ class AsyncEngine:
         self._command(_Purge(namespace, done))
         return done
 
-    def embed_future(self, inputs: list[list[int]]) -> Future[Any]:
-        """Thread-safe ``LLMEngine.embed``: run by the engine thread between steps (so it
-        never races one); the future gives the ``[N, hidden]`` tensor or the error. Prompts
-        too long or with unknown ids raise here, before anything is queued."""
+    def embed_future(self, inputs: list[list[int]], owner: str | None = None) -> Future[Any]:
+        """Thread-safe embeddings: the engine thread runs them in chunks between steps,
+        sized like a step's prompt tokens, taking turns across owners
+        (``inference.engine.embedding_jobs``); the future gives the ``[N, hidden]`` tensor
+        or the error. Prompts too long or with unknown ids raise here, and so does
+        ``EngineOverloadedError`` when the embedding queue, or ``owner``'s share of it, is
+        full, before anything is queued."""
         inputs = [[int(t) for t in ids] for ids in inputs]
         for ids in inputs:
             self.engine.check_prompt(ids)
-        done: Future[Any] = Future()
+        job = EmbedJob(inputs, owner, Future())
         with self._cond:
             if self._shutdown:
                 raise EngineShutDownError("the engine is shut down")
-            self._commands.append(_Embed(inputs, done))
+            self.engine.embeddings.admit(job.num_tokens, owner)
+            self._commands.append(_Embed(job))
             self._cond.notify()
-        return done
+        return job.done
 
-    async def embed(self, inputs: list[list[int]]) -> Any:
+    async def embed(self, inputs: list[list[int]], owner: str | None = None) -> Any:
         """``embed_future`` awaited: ``[N, hidden]`` fp32, L2-normalised rows."""
-        return await asyncio.wrap_future(self.embed_future(inputs))
+        return await asyncio.wrap_future(self.embed_future(inputs, owner))
 
     def _command(self, command: _Abort | _Retain | _Purge) -> None:
         with self._cond:
@@ -274,7 +278,12 @@ class AsyncEngine:
         engine = self.engine
         while True:
             with self._cond:
-                while not self._commands and not engine.has_unfinished() and not self._shutdown:
+                while (
+                    not self._commands
+                    and not engine.has_unfinished()
+                    and not engine.embeddings
+                    and not self._shutdown
+                ):
                     # Idle: sleep until a command arrives (refreshing the decaying
                     # tokens/s figure now and then, only while it is non-zero).
                     if not self._cond.wait(_REFRESH_S if self._stats.tokens_per_s else None):
@@ -320,12 +329,18 @@ class AsyncEngine:
                     outbox.setdefault(sink[0], []).append((sink[1], delta))
                     if delta.request_finished:
                         del self._sinks[delta.request_id]
+            if engine.embeddings:
+                # One chunk of embedding work after the step, sized like its prompt tokens.
+                engine.embed_turn()
             self._stats = engine.stats()
             self._deliver(outbox)
         outbox = {}
         for command in self._commands:  # embeddings queued behind the shutdown
             if isinstance(command, _Embed):
-                command.done.set_exception(EngineShutDownError("the engine shut down"))
+                engine.embeddings.release(command.job.num_tokens, command.job.owner)
+                if command.job.done.set_running_or_notify_cancel():
+                    command.job.done.set_exception(EngineShutDownError("the engine shut down"))
+        engine.fail_embeddings(EngineShutDownError("the engine shut down"))
         self._fail_all(EngineShutDownError("the engine shut down"), outbox)
         self._deliver(outbox)
         engine.close()
@@ -338,9 +353,10 @@ class AsyncEngine:
             return
         if isinstance(command, _Embed):
             try:
-                command.done.set_result(self.engine.embed(command.inputs))
+                self.engine.add_embedding(command.job)
             except Exception as exc:  # the caller's error, not the engine thread's
-                command.done.set_exception(exc)
+                if command.job.done.set_running_or_notify_cancel():
+                    command.job.done.set_exception(exc)
             return
         if isinstance(command, _Purge):
             try:

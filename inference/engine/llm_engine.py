@@ -19,6 +19,7 @@ import torch
 
 from inference.config import EngineConfig
 from inference.engine.admission import Admission
+from inference.engine.embedding_jobs import EmbeddingQueue, EmbedJob, advance, result
 from inference.engine.kv_stack import build_kv_stack
 from inference.engine.metrics import EngineMetrics
 from inference.engine.next_tokens import finish_for_length, sample_next_tokens
@@ -27,6 +28,7 @@ from inference.engine.pooling import embed_token_ids
 from inference.engine.sequence import Request, Sequence
 from inference.engine.sequence_factory import SequenceFactory, make_private
 from inference.engine.stats import engine_stats, observe_kv_usage
+from inference.engine.step_budget import MIN_CHUNK, count_tokens
 from inference.kv.salt import cache_salt as derive_cache_salt
 from inference.kv.salt import salt_hash
 from inference.model_config import ModelConfig
@@ -84,13 +86,26 @@ class LLMEngine:
         )
         self.sampler = Sampler(self.device, config.seed, self.tokenizer.eos_token_ids)
         self.sequences = SequenceFactory(
-            self.tokenizer, self.sampler, self.block_manager, self.model_config.vocab_size
+            self.tokenizer,
+            self.sampler,
+            self.block_manager,
+            self.model_config.vocab_size,
+            grammar_options={
+                "max_workers": config.grammar_workers,
+                "max_queue": config.grammar_max_queue,
+                "max_per_owner": config.grammar_max_per_owner,
+                "time_limit": config.grammar_time_limit_s,
+            },
         )
         self.grammars = self.sequences.grammars  # compile_grammar checks a grammar before a request
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
         self.requests: dict[str, Request] = {}
         self.speculator = build_speculator(config, self)
         self._pending: list[StreamDelta] = []  # abort deltas, returned by the next step
+        self.embeddings = EmbeddingQueue(
+            config.embed_max_queued_tokens, config.embed_max_queued_tokens_per_owner
+        )
+        self._last_prompt_tokens = 0  # in the latest step
 
     # ---- requests -------------------------------------------------------------------
     def encode_prompt(self, prompt: str | list[int]) -> list[int]:
@@ -209,6 +224,65 @@ class LLMEngine:
             max_batch_tokens=self.config.max_num_batched_tokens,
         )
 
+    def add_embedding(self, job: EmbedJob) -> None:
+        """Queue an embedding job (its tokens already counted in by ``embeddings.admit``);
+        ``embed_turn`` advances it between steps. Raises as ``embed`` for a bad input."""
+        try:
+            for ids in job.inputs:
+                self.admission.check_prompt(ids)
+        except Exception:
+            self.embeddings.release(job.num_tokens, job.owner)
+            raise
+        self.embeddings.add(job)
+        self.scheduler.external_seats = self.embeddings.owners()
+
+    def embed_turn(self) -> bool:
+        """Advance one embedding job by one chunk, sized like a step's prompt tokens (see
+        ``inference.engine.embedding_jobs``); False when there was none."""
+        job = self.embeddings.next_job()
+        if job is None:
+            return False
+        if job.done.cancelled():  # its caller went away (a client disconnected): drop the work
+            self._end_embedding(job)
+            return True
+        limit = self.scheduler.prompt_allowance()
+        if limit is None:
+            tokens = self.config.max_num_batched_tokens
+        else:  # the step just run carried its own prompt tokens: the budget is shared
+            tokens = max(MIN_CHUNK, limit - self._last_prompt_tokens)
+        try:
+            advance(
+                job,
+                self.model,
+                tokens,
+                block_size=self.block_manager.block_size,
+                device=self.device,
+                dtype=self.dtype,
+            )
+            vectors = result(job) if job.finished else None
+        except Exception as exc:  # the job's failure, not the engine's
+            self._end_embedding(job)
+            if job.done.set_running_or_notify_cancel():
+                job.done.set_exception(exc)
+            return True
+        if vectors is not None:
+            self._end_embedding(job)
+            if job.done.set_running_or_notify_cancel():
+                job.done.set_result(vectors)
+        return True
+
+    def fail_embeddings(self, exc: BaseException) -> None:
+        for job in self.embeddings.clear():
+            self.embeddings.release(job.num_tokens, job.owner)
+            if job.done.set_running_or_notify_cancel():
+                job.done.set_exception(exc)
+        self.scheduler.external_seats = {}
+
+    def _end_embedding(self, job: EmbedJob) -> None:
+        self.embeddings.remove(job)
+        self.embeddings.release(job.num_tokens, job.owner)
+        self.scheduler.external_seats = self.embeddings.owners()
+
     def close(self) -> None:
         """Finish queued KV writes, stop the tiers' I/O threads and any prefill workers."""
         self.scheduler.close()
@@ -230,6 +304,7 @@ class LLMEngine:
             self.metrics.count("length")
             deltas += finish_for_length(request, self._rank_beams)
         if not batch.seqs:
+            self._last_prompt_tokens = 0
             if self.scheduler.loading or self.scheduler.waiting:
                 self.scheduler.wait_for_loads(0.01)  # only reads or compiles pending: do not spin
             return deltas
@@ -239,6 +314,7 @@ class LLMEngine:
         if self.tiers is not None:
             self.tiers.observe_prefill(time.monotonic() - started, batch.num_tokens)
         self.scheduler.finish_step(batch)
+        self._last_prompt_tokens = count_tokens(batch.num_new_tokens)[0]
         observe_kv_usage(self.metrics, self.scheduler)
         generated = 0
         if logits is not None or self.speculator.pending:

@@ -89,6 +89,9 @@ class Scheduler:
         self.num_preemptions = 0
         self.num_swaps = 0
         self.step_budget = step_budget
+        # Seats held outside the running requests, per owner (an embedding job in progress:
+        # ``inference.engine.embedding_jobs``): counted in the fair share at admission.
+        self.external_seats: dict[str | None, int] = {}
 
     # ---- requests -------------------------------------------------------------------
     @property
@@ -190,6 +193,8 @@ class Scheduler:
             num_owners = len({r.owner for r in self.waiting})  # an upper bound once some are admitted
             for r in self.running + self.loading:
                 owner_seats[r.owner] = owner_seats.get(r.owner, 0) + r.num_seats
+            for owner, n in self.external_seats.items():
+                owner_seats[owner] = owner_seats.get(owner, 0) + n
             while self.waiting and budget > 0:
                 request = self._next_waiting(owner_seats, num_owners)
                 if request.num_seats > seats:
@@ -222,6 +227,11 @@ class Scheduler:
             self.waiting.extendleft(reversed(compiling))
         batch.copies = self.block_manager.take_copies()
         return batch
+
+    def prompt_allowance(self) -> int | None:
+        """Prompt tokens a step may take now under the time budget (None: no limit, nobody
+        decodes); other prefill-like work (embeddings) is sized by it too."""
+        return self._prefill_limit()
 
     def _prefill_limit(self) -> int | None:
         """Worked out at the step's first prompt chunk: the requests decoding then (one

@@ -4,6 +4,7 @@ text: a seeded generator, an incremental detokenizer, a reasoning splitter, logp
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 from inference.engine.sequence import Request, Sequence
 from inference.kv.block_manager import BlockManager
@@ -23,13 +24,17 @@ class SequenceFactory:
         sampler: Sampler,
         block_manager: BlockManager,
         vocab_size: int | None = None,
+        grammar_options: dict[str, Any] | None = None,
     ) -> None:
+        """``grammar_options``: ``GrammarCompiler``'s keyword options (its pool's bounds)."""
         self.tokenizer = tokenizer
         self.sampler = sampler
         self.block_manager = block_manager
-        # Compiles requests' grammars in its threads (the xgrammar tokenizer data is built
-        # on first use, so engines that never constrain pay nothing).
-        self.grammars = GrammarCompiler(tokenizer, vocab_size or tokenizer.vocab_size)
+        # Compiles requests' grammars in worker processes (started, and the xgrammar
+        # tokenizer data built, on first use, so engines that never constrain pay nothing).
+        self.grammars = GrammarCompiler(
+            tokenizer, vocab_size or tokenizer.vocab_size, **(grammar_options or {})
+        )
 
     def new_request(
         self,

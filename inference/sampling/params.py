@@ -9,6 +9,12 @@ from typing import Any
 GREEDY_EPS = 1e-5
 MAX_LOGPROBS = 20
 LOGIT_BIAS_BOUND = 100.0  # OpenAI's range: -100 bans a token, 100 all but forces it
+# Stop strings per request and characters per stop string. Every stop string is matched
+# against the new text of every sequence at each step on the engine thread, so their
+# number and length bound per-step work: four is OpenAI's limit and vLLM's default
+# (``VLLM_MAX_STOP_STRINGS``); a stop string is a short marker, never a passage.
+MAX_STOP_STRINGS = 4
+MAX_STOP_CHARS = 1024
 
 
 @dataclass
@@ -113,6 +119,11 @@ class SamplingParams:
         )
         check(not (self.use_beam_search and self.max_tokens == 0), "max_tokens", ">= 1 with use_beam_search")
         check(all(isinstance(s, str) and s for s in self.stop), "stop", "non-empty strings")
+        if len(self.stop) > MAX_STOP_STRINGS:
+            raise ValueError(f"stop may hold at most {MAX_STOP_STRINGS} strings, got {len(self.stop)}")
+        longest = max(map(len, self.stop), default=0)
+        if longest > MAX_STOP_CHARS:
+            raise ValueError(f"a stop string may be at most {MAX_STOP_CHARS} characters long, got {longest}")
         check(all(_is_int(t) and t >= 0 for t in self.stop_token_ids), "stop_token_ids", "token ids")
         check(self.seed is None or _is_int(self.seed), "seed", "an integer or None")
         check(

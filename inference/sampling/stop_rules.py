@@ -7,6 +7,8 @@ that could still become a stop string is held back.
 
 from __future__ import annotations
 
+import functools
+
 from inference.engine.outputs import StreamDelta
 from inference.engine.sequence import Request, Sequence
 from inference.sampling.params import SamplingParams
@@ -66,14 +68,40 @@ def check_stop_strings(seq: Sequence, params: SamplingParams, num_new_chars: int
 
 def held_back(text: str, stops: list[str]) -> int:
     """Characters at the end of ``text`` that could still become a stop string,
-    so streaming must not show them yet."""
+    so streaming must not show them yet. Linear in the stop strings' length: each is run
+    once, as a KMP automaton, over the last ``len(stop) - 1`` characters."""
     held = 0
+    last = text[-1:] if text else ""
     for stop in stops:
-        for k in range(min(len(stop) - 1, len(text)), held, -1):
-            if text.endswith(stop[:k]):
-                held = k
-                break
+        if len(stop) > 1 and last in stop:  # the usual delta ends in a character no stop holds
+            held = max(held, _prefix_overlap(text, stop))
     return held
+
+
+def _prefix_overlap(text: str, stop: str) -> int:
+    """Length of the longest proper prefix of ``stop`` that ``text`` ends with."""
+    fail = _failure(stop)
+    k = 0
+    for ch in text[-(len(stop) - 1) :]:
+        while k and stop[k] != ch:
+            k = fail[k - 1]
+        if stop[k] == ch:
+            k += 1
+    return k
+
+
+@functools.lru_cache(maxsize=256)
+def _failure(stop: str) -> tuple[int, ...]:
+    """KMP's failure function of ``stop``: for each prefix, its longest proper border."""
+    fail = [0] * len(stop)
+    k = 0
+    for i in range(1, len(stop)):
+        while k and stop[i] != stop[k]:
+            k = fail[k - 1]
+        if stop[i] == stop[k]:
+            k += 1
+        fail[i] = k
+    return tuple(fail)
 
 
 def stream_deltas(request: Request, seqs: list[Sequence]) -> list[StreamDelta]:

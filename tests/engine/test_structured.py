@@ -230,18 +230,6 @@ def test_bounded_strings_keep_control_characters_out(compiler, tiny) -> None:
     assert grammar.get_matcher().fork().accept_string("\x1b")
 
 
-def test_compile_timeout_is_a_grammar_error(tiny) -> None:
-    import time
-
-    compiler = GrammarCompiler(tiny.tokenizer, tiny.loaded[2].vocab_size, max_threads=1)
-    try:
-        compiler._pool.submit(time.sleep, 0.5)  # the only worker is busy
-        with pytest.raises(GrammarError, match="did not compile within"):
-            compiler.compile(GrammarSpec.regex("x+"), timeout=0.05)
-    finally:
-        compiler.close()
-
-
 def test_mask_comes_before_penalties_top_k_and_top_p(tiny) -> None:
     """top-k 1 / a tiny top-p / strong penalties act on the allowed tokens only: were the
     mask applied after them, the single kept token would mostly be a forbidden one."""
