@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from conversations.chat.tree import Busy
 from conversations.models import Conversation, Share
 from conversations.workspace.http import login_required_json
-from conversations.workspace.sharing import fork_share, may_read, take_snapshot
+from conversations.workspace.sharing import fork_share, may_read, shown_messages, take_snapshot
 
 
 def share_dict(request: HttpRequest, share: Share) -> dict:
@@ -89,9 +89,8 @@ def share_page(request: HttpRequest, token: str) -> HttpResponse:
     if isinstance(share, HttpResponse):
         return share
     messages = [
-        {"role": m.get("role"), "content": m.get("content") or "", "reasoning": m.get("reasoning") or ""}
-        for m in share.messages
-        if m.get("role") in ("user", "assistant")
+        {"role": m["role"], "content": m["content"], "reasoning": m.get("reasoning") or ""}
+        for m in shown_messages(share.messages)
     ]
     context = {"share": share, "messages": messages, "system_prompt": share.settings.get("system_prompt", "")}
     return _private(render(request, "conversations/shared.html", context))

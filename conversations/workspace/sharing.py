@@ -1,8 +1,13 @@
-"""Share links: a frozen copy of a conversation's visible branch, who may read it, and
-"Continue in my account" (a fork of the copy, token ids included).
+"""Share links: a frozen copy of what a conversation's page shows, who may read it, and
+"Continue in my account" (a fork of the copy).
 
 The copy is taken once, into the share's own row: later edits, branches or the deletion of
-the conversation do not change what the link shows.
+the conversation do not change what the link shows. It is text only, the questions and
+answers the page shows: no tool nodes (their results can hold the owner's other
+conversations or documents), no tool calls, and no stored token ids (a question's ids
+carry the passages retrieved from the owner's documents, which the page never shows). A
+continued copy takes the share's system prompt and sampling settings, never the owner's
+tool settings: the reader's conversation starts with their own defaults for those.
 """
 
 from __future__ import annotations
@@ -12,9 +17,8 @@ from django.db import transaction
 
 from conversations.chat.tree import Busy, Tree, select_leaf
 from conversations.models import Conversation, Message, Share
-from conversations.transfer.exporting import SETTINGS_FIELDS
 
-# Each copied message carries what the page shows and what a fork needs to start warm.
+# Each copied message carries what the page shows, nothing the page hides.
 SNAPSHOT_FIELDS = (
     "role",
     "content",
@@ -23,8 +27,36 @@ SNAPSHOT_FIELDS = (
     "status",
     "finish_reason",
     "model_name",
-    "token_fingerprint",
 )
+# The conversation settings a share carries and a continued copy takes: never tools.
+SHARED_SETTINGS = ("system_prompt", "temperature", "top_p", "top_k", "max_tokens")
+SHOWN_ROLES = (Message.Role.USER, Message.Role.ASSISTANT)
+
+
+def shown_messages(messages: list[dict]) -> list[dict]:
+    """What a share page shows of ``messages`` (dicts, oldest first): questions and answers
+    with text, an answer's steps around tool calls joined into one answer as the page reads
+    them. Applied when a share is taken and again when one is read or continued, so a share
+    stored with more than this never hands it on."""
+    shown: list[dict] = []
+    for item in messages:
+        if item.get("role") not in SHOWN_ROLES:
+            continue
+        fields = {name: item.get(name) for name in SNAPSHOT_FIELDS if item.get(name) is not None}
+        fields["content"] = fields.get("content") if isinstance(fields.get("content"), str) else ""
+        if item.get("created_at"):
+            fields["created_at"] = item["created_at"]
+        if fields["role"] == Message.Role.ASSISTANT and not fields["content"].strip():
+            continue  # an answer that only called tools shows nothing
+        last = shown[-1] if shown else None
+        if last is not None and last["role"] == fields["role"] == Message.Role.ASSISTANT:
+            last["content"] = f"{last['content']}\n\n{fields['content']}"
+            for name in ("status", "finish_reason", "model_name"):
+                if name in fields:
+                    last[name] = fields[name]
+            continue
+        shown.append(fields)
+    return shown
 
 
 def take_snapshot(conversation: Conversation) -> Share:
@@ -33,20 +65,20 @@ def take_snapshot(conversation: Conversation) -> Share:
     thread = tree.thread()
     if any(m.status == Message.Status.STREAMING for m in thread):
         raise Busy("an answer is still being written: share once it has finished")
-    stored = dict(Message.objects.filter(pk__in=[m.pk for m in thread]).values_list("pk", "token_ids"))
-    messages = [
-        {
-            **{name: getattr(m, name) for name in SNAPSHOT_FIELDS},
-            "token_ids": stored.get(m.pk),
-            "created_at": m.created_at.isoformat() if m.created_at else None,
-        }
-        for m in thread
-    ]
+    messages = shown_messages(
+        [
+            {
+                **{name: getattr(m, name) for name in SNAPSHOT_FIELDS},
+                "created_at": m.created_at.isoformat() if m.created_at else None,
+            }
+            for m in thread
+        ]
+    )
     return Share.objects.create(
         owner=conversation.owner,
         conversation=conversation,
         title=conversation.title,
-        settings={name: getattr(conversation, name) for name in SETTINGS_FIELDS},
+        settings={name: getattr(conversation, name) for name in SHARED_SETTINGS},
         messages=messages,
     )
 
@@ -59,28 +91,17 @@ def may_read(share: Share | None, user) -> bool:
     return bool(user.is_authenticated) or settings.ALLOW_PUBLIC_SHARES
 
 
-def _clean_token_ids(value) -> list[int] | None:
-    if isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
-        return value
-    return None
-
-
 @transaction.atomic
 def fork_share(share: Share, user) -> Conversation:
-    """A new conversation of ``user`` holding the shared branch, with the stored token ids
-    (and the tokenizer fingerprint that made them) so its next turn reuses them verbatim."""
-    known = {name: share.settings[name] for name in SETTINGS_FIELDS if name in share.settings}
+    """A new conversation of ``user`` holding the shared text. Its prompt is rendered afresh
+    from that text (no stored ids), and its tool settings are the reader's defaults."""
+    known = {name: share.settings[name] for name in SHARED_SETTINGS if name in share.settings}
     conversation = Conversation.objects.create(owner=user, title=share.title, **known)
     tree = Tree(conversation)
     parent = None
-    for item in share.messages:
-        fields = {name: item.get(name) for name in SNAPSHOT_FIELDS if item.get(name) is not None}
-        copy = Message.objects.create(
-            conversation=conversation,
-            parent=parent,
-            token_ids=_clean_token_ids(item.get("token_ids")),
-            **fields,
-        )
+    for item in shown_messages(share.messages):
+        fields = {name: item[name] for name in SNAPSHOT_FIELDS if name in item}
+        copy = Message.objects.create(conversation=conversation, parent=parent, **fields)
         tree.add(copy)
         parent = copy
     select_leaf(tree, parent)
