@@ -271,6 +271,11 @@ MAX_LIVE_PER_USER = env_int("MAX_LIVE_PER_USER", 4)
 # and the characters of one tool result the model gets.
 CHAT_TOOL_MAX_ROUNDS = env_int("CHAT_TOOL_MAX_ROUNDS", 5)
 CHAT_TOOL_OUTPUT_MAX_CHARS = env_int("CHAT_TOOL_OUTPUT_MAX_CHARS", 8000)
+# Calls one answer may make (the rest get an error result, unrun), and stdio tool servers
+# (each a process; the built-in one a Python running django.setup()) running at once per
+# server process: more calls wait for a slot within their server's timeout.
+CHAT_TOOL_MAX_CALLS = env_int("CHAT_TOOL_MAX_CALLS", 8)
+CHAT_TOOL_MAX_PROCESSES = env_int("CHAT_TOOL_MAX_PROCESSES", 4)
 # Several processes (REDIS_URL set): the Redis key prefix of the process registry (processes
 # with the same prefix act as one site), and how much busier than the least-loaded process
 # (running + waiting requests) a conversation's last process may be and still get its next turn.
@@ -319,6 +324,10 @@ LOGOUT_REDIRECT_URL = "login"
 ALLOW_SIGNUP = env_bool("ALLOW_SIGNUP", True)
 # Share links open for signed-in users of the site only, unless this lets anyone with the link read them.
 ALLOW_PUBLIC_SHARES = env_bool("ALLOW_PUBLIC_SHARES", False)
+# Each share copies a whole branch: live share links per user (a revoked one frees its place),
+# and new shares (and, counted apart, continued copies of shares) per user per hour. 0: no cap.
+SHARE_MAX_PER_USER = env_int("SHARE_MAX_PER_USER", 100)
+SHARES_PER_HOUR = env_int("SHARES_PER_HOUR", 30)
 # Failed logins for one username from one client within the window; more answer 429.
 LOGIN_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 10)
 LOGIN_FAILURE_WINDOW = env_int("LOGIN_FAILURE_WINDOW", 900)

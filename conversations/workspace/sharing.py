@@ -12,11 +12,16 @@ tool settings: the reader's conversation starts with their own defaults for thos
 
 from __future__ import annotations
 
+import time
+
 from django.conf import settings
 from django.db import transaction
 
 from conversations.chat.tree import Busy, Tree, select_leaf
 from conversations.models import Conversation, Message, Share
+from conversations.ops.window_counts import add_one
+
+HOUR_S = 3600
 
 # Each copied message carries what the page shows, nothing the page hides.
 SNAPSHOT_FIELDS = (
@@ -81,6 +86,44 @@ def take_snapshot(conversation: Conversation) -> Share:
         settings={name: getattr(conversation, name) for name in SHARED_SETTINGS},
         messages=messages,
     )
+
+
+class ShareLimit(Exception):
+    """Over a share cap; ``status`` is the HTTP answer (409: too many live links, 429: too
+    many in the last hour) and the message says which, and what to do."""
+
+    def __init__(self, message: str, status: int, retry_after: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after
+
+
+def _window_count(kind: str, user_id: int) -> None:
+    """Count one share (or continued copy) of ``user_id`` in this hour; over
+    ``SHARES_PER_HOUR`` raises :class:`ShareLimit` (0: no limit)."""
+    limit = int(settings.SHARES_PER_HOUR)
+    if limit <= 0:
+        return
+    now = time.time()
+    window = int(now // HOUR_S)
+    if add_one(f"share-rate:{kind}:{user_id}:{window}", HOUR_S + 5) > limit:
+        retry_after = max(1, int((window + 1) * HOUR_S - now + 0.999))
+        noun = "share links" if kind == "create" else "shared conversations continued"
+        raise ShareLimit(f"Too many {noun} in the last hour ({limit}): try again later.", 429, retry_after)
+
+
+def check_share_caps(user) -> None:
+    """Before a new share of ``user``: at most ``SHARE_MAX_PER_USER`` live links each (a
+    revoked one frees its place and its copy), and ``SHARES_PER_HOUR`` new ones an hour."""
+    cap = int(settings.SHARE_MAX_PER_USER)
+    if cap > 0 and Share.objects.filter(owner=user, revoked_at__isnull=True).count() >= cap:
+        raise ShareLimit(f"You have {cap} share links, the most allowed: revoke one on My shares first.", 409)
+    _window_count("create", user.pk)
+
+
+def check_continue_caps(user) -> None:
+    """Before a continued copy: counted like new shares, each copies a whole branch."""
+    _window_count("continue", user.pk)
 
 
 def may_read(share: Share | None, user) -> bool:

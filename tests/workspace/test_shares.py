@@ -140,7 +140,9 @@ def tool_conversation(owner) -> Conversation:
     finish(calling, "", tool_calls=calls, token_ids=[5, 6], token_fingerprint="fp")
     Message.objects.filter(pk=calling.pk).update(finish_reason="tool_calls")
     result = tree_ops.add_tool_step(conversation.pk, calling.pk, Message.Role.TOOL, "", tool_call_id="c1")
-    finish(result, '[{"title": "Vault", "snippet": "the secret code is 4417"}]', tool_name="search_conversations")
+    finish(
+        result, '[{"title": "Vault", "snippet": "the secret code is 4417"}]', tool_name="search_conversations"
+    )
     going_on = tree_ops.add_tool_step(conversation.pk, result.pk, Message.Role.ASSISTANT, "")
     finish(going_on, "I found your notes.", token_ids=[8, 9], token_fingerprint="fp")
     conversation.refresh_from_db()
@@ -185,7 +187,33 @@ def test_a_share_stored_with_hidden_nodes_hands_none_of_them_on(alice, bob):
     signed_in(bob).post(f"/s/{share.token}/continue/")
     fork = Conversation.objects.get(owner=bob)
     rows = list(
-        Message.objects.filter(conversation=fork).values_list("role", "content", "token_ids", "token_fingerprint")
+        Message.objects.filter(conversation=fork).values_list(
+            "role", "content", "token_ids", "token_fingerprint"
+        )
     )
     assert rows == [("user", "Hi", None, ""), ("assistant", "Hello.", None, "")]
     assert (fork.tools_enabled, fork.tools_approval) == (False, False)
+
+
+def test_shares_are_capped_per_user_and_per_hour(settings, regenerated, alice, bob):
+    settings.SHARE_MAX_PER_USER, settings.SHARES_PER_HOUR = 2, 3
+    conversation = regenerated[0]
+    owner = signed_in(alice)
+    url = f"/chat/conversations/{conversation.pk}/share/"
+    first, _second = share_of(owner, conversation), share_of(owner, conversation)
+    full = post_json(owner, url)
+    assert full.status_code == 409 and "revoke one" in full.json()["detail"]
+    # Revoking frees a place, and the revoked link's copy goes with it.
+    owner.post(f"/shares/{first['id']}/revoke/")
+    assert Share.objects.get(pk=first["id"]).messages == []
+    assert post_json(owner, url).status_code == 201
+    owner.post(f"/shares/{first['id'] + 1}/revoke/")
+    hourly = post_json(owner, url)  # the fourth this hour
+    assert hourly.status_code == 429 and "last hour" in hourly.json()["detail"]
+    assert int(hourly["Retry-After"]) > 0
+    assert Share.objects.filter(owner=alice).count() == 3
+    # Continuing a share copies a whole branch: counted per reader too.
+    token = Share.objects.filter(owner=alice, revoked_at__isnull=True).first().token
+    reader = signed_in(bob)
+    assert [reader.post(f"/s/{token}/continue/").status_code for _ in range(4)] == [302, 302, 302, 429]
+    assert Conversation.objects.filter(owner=bob).count() == 3
