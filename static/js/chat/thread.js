@@ -196,6 +196,8 @@ export function createThreadView(store, actions, { confirm }) {
   function messageContext() {
     return {
       busy: isBusy(store.state),
+      // A temporary chat is never kept: no rating, no permanent copy.
+      temporary: Boolean(store.state.conversation && store.state.conversation.temporary),
       actions,
       editing: edits.current(),
       startEdit: edits.start,
