@@ -3,8 +3,6 @@ tool, ratings, the ratings' JSONL export and a websocket ``fork`` (a permanent c
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
