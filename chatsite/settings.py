@@ -275,6 +275,10 @@ CHAT_TOOL_OUTPUT_MAX_CHARS = env_int("CHAT_TOOL_OUTPUT_MAX_CHARS", 8000)
 # (each a process; the built-in one a Python running django.setup()) running at once per
 # server process: more calls wait for a slot within their server's timeout.
 CHAT_TOOL_MAX_CALLS = env_int("CHAT_TOOL_MAX_CALLS", 8)
+# The streamable-HTTP MCP servers the site may reach, as URL prefixes (comma-separated; same
+# scheme, host and port, a path at or below): a server row with any other URL is refused when
+# saved and never contacted. Empty: no HTTP servers. (Stdio servers are a superuser's alone.)
+MCP_HTTP_ALLOWED_URLS = env_list("MCP_HTTP_ALLOWED_URLS", [])
 CHAT_TOOL_MAX_PROCESSES = env_int("CHAT_TOOL_MAX_PROCESSES", 4)
 # Several processes (REDIS_URL set): the Redis key prefix of the process registry (processes
 # with the same prefix act as one site), and how much busier than the least-loaded process
