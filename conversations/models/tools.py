@@ -23,7 +23,6 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import models
 from django.db.models import Q
 
-
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
