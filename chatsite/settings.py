@@ -265,6 +265,12 @@ PARTIAL_SAVE_SECONDS = env_float("PARTIAL_SAVE_SECONDS", 2.0)
 # SIGTERM: live answers are saved as interrupted and background work is cut short; the
 # process is gone at most this long after the signal (keep it under the supervisor's kill timeout).
 SHUTDOWN_TIMEOUT_SECONDS = env_float("SHUTDOWN_TIMEOUT_SECONDS", 8.0)
+# The largest websocket message the server sends: Daphne's --websocket_max_message_size (1 MiB
+# unless Daphne is started with another; keep the two equal). A tab gets the thread in pages of
+# at most CHAT_THREAD_PAGE_MESSAGES (and about a third of this), newest first; a text over an
+# eighth of it is sent cut, the page fetching the rest over HTTP.
+WEBSOCKET_MAX_MESSAGE_BYTES = env_int("WEBSOCKET_MAX_MESSAGE_BYTES", 1024 * 1024)
+CHAT_THREAD_PAGE_MESSAGES = env_int("CHAT_THREAD_PAGE_MESSAGES", 100)
 # Answers one user may have being written at once, over the whole site.
 MAX_LIVE_PER_USER = env_int("MAX_LIVE_PER_USER", 4)
 # Tools through MCP in the chat (conversations.chat.tool_loop): rounds of calls per answer,
