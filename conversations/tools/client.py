@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +53,9 @@ class ToolResult:
 # Stdio servers running at once in this process: each is a process of its own (the built-in
 # one a Python that runs ``django.setup()``), so a burst of calls queues here instead of
 # forking without bound. A call that finds no slot within its timeout is an error result.
-_slots: dict[int, tuple[int, Any]] = {}
+# Per event loop (weakly: a closed loop's semaphore goes with it, and a new loop never gets
+# one bound to another).
+_slots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _process_slots():
@@ -63,7 +66,7 @@ def _process_slots():
     from django.conf import settings
 
     limit = max(1, int(getattr(settings, "CHAT_TOOL_MAX_PROCESSES", 4)))
-    key = id(asyncio.get_running_loop())
+    key = asyncio.get_running_loop()
     held = _slots.get(key)
     if held is None or held[0] != limit:
         held = _slots[key] = (limit, asyncio.Semaphore(limit))
