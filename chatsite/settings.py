@@ -277,12 +277,27 @@ PARTIAL_SAVE_SECONDS = env_float("PARTIAL_SAVE_SECONDS", 2.0)
 # SIGTERM: live answers are saved as interrupted and background work is cut short; the
 # process is gone at most this long after the signal (keep it under the supervisor's kill timeout).
 SHUTDOWN_TIMEOUT_SECONDS = env_float("SHUTDOWN_TIMEOUT_SECONDS", 8.0)
+# The largest websocket message the server sends: Daphne's --websocket_max_message_size (1 MiB
+# unless Daphne is started with another; keep the two equal). A tab gets the thread in pages of
+# at most CHAT_THREAD_PAGE_MESSAGES (and about a third of this), newest first; a text over an
+# eighth of it is sent cut, the page fetching the rest over HTTP.
+WEBSOCKET_MAX_MESSAGE_BYTES = env_int("WEBSOCKET_MAX_MESSAGE_BYTES", 1024 * 1024)
+CHAT_THREAD_PAGE_MESSAGES = env_int("CHAT_THREAD_PAGE_MESSAGES", 100)
 # Answers one user may have being written at once, over the whole site.
 MAX_LIVE_PER_USER = env_int("MAX_LIVE_PER_USER", 4)
 # Tools through MCP in the chat (conversations.chat.tool_loop): rounds of calls per answer,
 # and the characters of one tool result the model gets.
 CHAT_TOOL_MAX_ROUNDS = env_int("CHAT_TOOL_MAX_ROUNDS", 5)
 CHAT_TOOL_OUTPUT_MAX_CHARS = env_int("CHAT_TOOL_OUTPUT_MAX_CHARS", 8000)
+# Calls one answer may make (the rest get an error result, unrun), and stdio tool servers
+# (each a process; the built-in one a Python running django.setup()) running at once per
+# server process: more calls wait for a slot within their server's timeout.
+CHAT_TOOL_MAX_CALLS = env_int("CHAT_TOOL_MAX_CALLS", 8)
+# The streamable-HTTP MCP servers the site may reach, as URL prefixes (comma-separated; same
+# scheme, host and port, a path at or below): a server row with any other URL is refused when
+# saved and never contacted. Empty: no HTTP servers. (Stdio servers are a superuser's alone.)
+MCP_HTTP_ALLOWED_URLS = env_list("MCP_HTTP_ALLOWED_URLS", [])
+CHAT_TOOL_MAX_PROCESSES = env_int("CHAT_TOOL_MAX_PROCESSES", 4)
 # Several processes (REDIS_URL set): the Redis key prefix of the process registry (processes
 # with the same prefix act as one site), and how much busier than the least-loaded process
 # (running + waiting requests) a conversation's last process may be and still get its next turn.
@@ -338,6 +353,10 @@ LOGOUT_REDIRECT_URL = "login"
 ALLOW_SIGNUP = env_bool("ALLOW_SIGNUP", True)
 # Share links open for signed-in users of the site only, unless this lets anyone with the link read them.
 ALLOW_PUBLIC_SHARES = env_bool("ALLOW_PUBLIC_SHARES", False)
+# Each share copies a whole branch: live share links per user (a revoked one frees its place),
+# and new shares (and, counted apart, continued copies of shares) per user per hour. 0: no cap.
+SHARE_MAX_PER_USER = env_int("SHARE_MAX_PER_USER", 100)
+SHARES_PER_HOUR = env_int("SHARES_PER_HOUR", 30)
 # Failed logins for one username from one client within the window; more answer 429.
 LOGIN_FAILURE_LIMIT = env_int("LOGIN_FAILURE_LIMIT", 10)
 LOGIN_FAILURE_WINDOW = env_int("LOGIN_FAILURE_WINDOW", 900)

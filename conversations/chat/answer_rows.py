@@ -19,7 +19,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from conversations.chat.thread_dicts import message_dict
+from conversations.chat.thread_dicts import fitted, message_dict
 from conversations.cluster.registry import PROCESS_ID
 from conversations.models import Message
 from conversations.ops.db_thread import db_call
@@ -103,9 +103,9 @@ def take_over(message_id: int, previous_owner: str) -> bool:
 
 @db_call
 def stored_message(message_id: int) -> dict | None:
-    """The row as stored, as the tabs get it; None if it is gone."""
+    """The row as stored, as the tabs get it (fitted to a frame); None if it is gone."""
     message = Message.objects.defer("token_ids").filter(pk=message_id).first()
-    return None if message is None else message_dict(message)
+    return None if message is None else fitted(message_dict(message))
 
 
 @db_call

@@ -22,7 +22,7 @@ from conversations.chat import tree as tree_ops
 from conversations.chat.groups import broadcast, conversation_group, user_group
 from conversations.chat.queries import NotFound, get_conversation
 from conversations.chat.retention import get_retention
-from conversations.chat.socket_base import JsonSocketConsumer, Outbox, json_text
+from conversations.chat.socket_base import JsonSocketConsumer, Outbox
 from conversations.chat.tab_view import TabView
 from conversations.models import Conversation
 
@@ -80,18 +80,8 @@ class ChatConsumer(JsonSocketConsumer):
 
     # Outgoing ------------------------------------------------------------------------
     def push(self, event: dict) -> None:
-        """Called by the generation manager (and by this consumer) without awaiting. With
-        nothing queued before it, the event is written at once (one task wake-up fewer per
-        streamed delta); otherwise it waits its turn in the outbox."""
-        write = self.write_now
-        if write is not None and self.outbox.empty():
-            try:
-                write({"type": "websocket.send", "text": json_text(event)})
-            except Exception:
-                log.debug("send failed; the socket is closing", exc_info=True)
-                self.write_now = None
-        else:
-            self.outbox.put(event)
+        """Called by the generation manager (and by this consumer) without awaiting."""
+        self.deliver(event)
         if event["type"] == "finished":  # the retention's only interest
             get_retention().on_event(getattr(self.conversation, "pk", None), event)
 
@@ -201,6 +191,11 @@ class ChatConsumer(JsonSocketConsumer):
         await service.delete_subtree(await self._conversation_for(content), content.get("message_id"))
         await self._tree_changed()
 
+    async def _on_earlier(self, content: dict) -> None:
+        """``earlier {before_id}``: the page of the thread before a message this tab shows."""
+        await self._conversation_for(content)
+        await self.view.send_earlier(content.get("before_id"))
+
     async def _on_fork(self, content: dict) -> None:
         """``fork {message_id}``: the path to it as a new conversation (conversations.chat.fork)."""
         from conversations.chat.fork import fork_at
@@ -244,5 +239,5 @@ class ChatConsumer(JsonSocketConsumer):
 
 # The requests a tab may make (``receive_json`` calls ``_on_<type>``).
 REQUESTS = frozenset(
-    {"open", "send", "stop", "edit", "regenerate", "switch", "delete", "ping", "fork", "approve"}
+    {"open", "send", "stop", "edit", "regenerate", "switch", "delete", "ping", "fork", "approve", "earlier"}
 )

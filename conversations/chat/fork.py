@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from conversations.chat.tree import Busy, NotInConversation, Tree, select_leaf
+from conversations.chat.tree import Busy, NotInConversation, TemporaryChat, Tree, select_leaf
 from conversations.models import Conversation, Message
 from conversations.transfer.exporting import MESSAGE_FIELDS, SETTINGS_FIELDS, TOOL_MESSAGE_FIELDS
 
@@ -30,6 +30,9 @@ def fork_at(owner, message_id) -> Conversation:
     except (Message.DoesNotExist, TypeError, ValueError):
         raise NotInConversation(f"no message {message_id!r} among your conversations") from None
     original = source.conversation
+    if original.temporary:
+        # A temporary chat is never kept: a copy of it would be a permanent one.
+        raise TemporaryChat("a temporary chat cannot be continued in a new conversation")
     tree = Tree.load(original)
     path = tree.path_to(tree.get(source.pk))
     if any(m.status == Message.Status.STREAMING for m in path):

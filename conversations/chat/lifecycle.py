@@ -43,7 +43,7 @@ from django.utils import timezone
 from conversations.chat.answer_rows import stale_after, stored_message, update_message
 from conversations.chat.groups import broadcast, conversation_group
 from conversations.chat.records import ENDS, MOVES, Answer, Emitter, LiveNode, Phase, StopReason, ToolRun
-from conversations.chat.thread_dicts import message_dict
+from conversations.chat.thread_dicts import fitted, message_dict
 from conversations.cluster import registry as cluster
 from conversations.cluster.registry import PROCESS_ID
 from conversations.models import Message
@@ -261,7 +261,7 @@ def _interrupt_locked(rows_filter: Q, exclude_ids: list[int] | None = None) -> l
         Message.objects.filter(pk__in=[m.pk for m in rows]).update(**ABORTED, updated_at=timezone.now())
     for m in rows:
         m.status, m.finish_reason = Status.INTERRUPTED, "abort"
-    return [{**message_dict(m), "conversation_id": m.conversation_id} for m in rows]
+    return [{**fitted(message_dict(m)), "conversation_id": m.conversation_id} for m in rows]
 
 
 @database_sync_to_async
@@ -304,4 +304,4 @@ def fail_unavailable(message_id: int, error: str) -> dict | None:
         updated_at=timezone.now(), **fields
     ):
         return None
-    return message_dict(Message.objects.defer("token_ids").get(pk=message_id))
+    return fitted(message_dict(Message.objects.defer("token_ids").get(pk=message_id)))

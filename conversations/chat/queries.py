@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from conversations.chat import lifecycle
 from conversations.chat import tree as tree_ops
 from conversations.chat.prompt_history import AnswerInputs, answer_inputs_from_tree
+from conversations.chat.thread_dicts import thread_page
 from conversations.cluster import registry as cluster
 from conversations.models import Conversation, Message
 from conversations.ops.db_thread import db_call
@@ -57,9 +58,22 @@ def load_thread(
         conversation.refresh_from_db()
     tree = tree_ops.Tree.load(conversation)
     orphans = lifecycle.orphaned(tree.by_id.values(), live_ids, liveness)
-    thread = tree_ops.thread_dict(tree)
+    thread = tree_ops.thread_dict(tree, paged=True)
     lifecycle.show_interrupted(thread["messages"], orphans)
     return LoadedThread(tree, thread, orphans)
+
+
+@db_call
+def load_earlier(conversation: Conversation, before_id) -> dict:
+    """The page of the thread just before ``before_id`` (a message of the visible branch the
+    tab shows): ``{before_id, messages, earlier}`` as ``thread_page`` makes them."""
+    tree = tree_ops.Tree.load(conversation)
+    try:
+        message = tree.by_id[int(before_id)]
+    except (KeyError, TypeError, ValueError):
+        raise tree_ops.NotInConversation(f"no message {before_id!r} in this conversation") from None
+    messages, earlier = thread_page(tree.path_to(message)[:-1], tree)
+    return {"before_id": message.pk, "messages": messages, "earlier": earlier}
 
 
 @dataclass
@@ -86,7 +100,7 @@ def create_answer(
     generates it), also the first read of its prompt, in this same call."""
     tree, answer = operation(conversation, *args, **kwargs)
     lifecycle.interrupt_orphans(list(tree.by_id.values()), live_ids, liveness)
-    thread = tree_ops.thread_dict(tree)
+    thread = tree_ops.thread_dict(tree, paged=True)
     inputs = answer_inputs_from_tree(tree, answer.pk, engine) if engine is not None else None
     return CreatedAnswer(answer, tree, thread, inputs)
 

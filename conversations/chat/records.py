@@ -121,6 +121,9 @@ class ToolStep:
     call: dict  # {"id", "name", "arguments"}
     remaining: list[dict]
     approval: bool  # wait for the user's decision first
+    # Calls of this answer that may still run, this one included: past the cap
+    # (``CHAT_TOOL_MAX_CALLS``) a call's result is an error saying so, and nothing runs.
+    allowed: int = 1
     decision: asyncio.Future[bool] | None = None
     work: asyncio.Task | None = None
 

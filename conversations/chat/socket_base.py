@@ -10,6 +10,7 @@ call, so the hop per event does nothing here but cost both threads.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import logging
@@ -22,10 +23,35 @@ from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from channels.sessions import InstanceSessionWrapper
 from daphne.server import Server as DaphneServer
+from django.conf import settings
 
 from inference.engine.mailbox import Mailbox
 
 log = logging.getLogger(__name__)
+
+# A send that failed (a frame over the size limit, the server refusing it): the socket is
+# closed with this code after an ``error`` event, so the tab says so and reconnects.
+CLOSE_SEND_FAILED = 4500
+
+
+class FrameTooLarge(ValueError):
+    """An event whose frame would exceed ``WEBSOCKET_MAX_MESSAGE_BYTES``."""
+
+
+def frame_limit() -> int:
+    """The largest websocket message the server sends: Daphne's ``websocket_max_message_size``
+    (1 MiB unless started with another), which Autobahn enforces by raising on the send."""
+    return int(getattr(settings, "WEBSOCKET_MAX_MESSAGE_BYTES", 1024 * 1024))
+
+
+def frame_text(content: dict) -> str:
+    """``content`` as a frame's text; raises :class:`FrameTooLarge` past the limit (checked on
+    the UTF-8 size only when the text could be near it)."""
+    text = json_text(content)
+    limit = frame_limit()
+    if len(text) * 4 > limit and len(text.encode()) > limit:
+        raise FrameTooLarge(f"a {content.get('type')!r} event of {len(text.encode())} bytes (limit {limit})")
+    return text
 
 
 def json_text(content: dict) -> str:
@@ -45,9 +71,54 @@ class JsonSocketConsumer(AsyncJsonWebsocketConsumer):
     async def send_json(self, content: dict, close: bool = False) -> None:
         """Channels' ``send_json`` without its three coroutine layers (an awaited encoder,
         the text send, the base send) on every streamed delta: one frame to the server."""
-        await self.send_frame({"type": "websocket.send", "text": json_text(content)})
+        await self.send_frame({"type": "websocket.send", "text": frame_text(content)})
         if close:
             await self.close()
+
+    # Set by subclasses that push through an outbox (``deliver``).
+    write_now: Callable[[dict], None] | None = None
+
+    def deliver(self, event: dict) -> None:
+        """Queue ``event`` without awaiting. With nothing queued before it, it is written at
+        once (one task wake-up fewer per streamed delta); otherwise it waits its turn in the
+        outbox. A send that fails closes the socket with an error (``send_failed``)."""
+        write = self.write_now
+        if write is not None and self.outbox.empty():
+            try:
+                write({"type": "websocket.send", "text": frame_text(event)})
+            except Exception as exc:
+                self.send_failed(exc)
+        else:
+            self.outbox.put(event)
+
+    def send_failed(self, exc: BaseException) -> None:
+        """A frame could not be sent: never silence. The tab gets a small ``error`` event if
+        the socket still takes one, then the socket closes with ``CLOSE_SEND_FAILED``."""
+        log.warning(
+            "websocket send failed, closing the socket: %s", exc, exc_info=not isinstance(exc, FrameTooLarge)
+        )
+        self.write_now = None
+        if getattr(self, "closing", False):
+            return
+        self.closing = True
+        detail = (
+            "A message was too large to send; the connection is closed."
+            if isinstance(exc, FrameTooLarge)
+            else "The server could not send to this tab; the connection is closed."
+        )
+        error = {"type": "error", "code": "send_failed", "detail": detail}
+
+        async def close() -> None:
+            try:
+                await self.send_frame({"type": "websocket.send", "text": json_text(error)})
+            except Exception:
+                log.debug("the error could not be sent either", exc_info=True)
+            try:
+                await self.close(code=CLOSE_SEND_FAILED)
+            except Exception:
+                log.debug("close failed; the socket is gone", exc_info=True)
+
+        self.closer = asyncio.ensure_future(close())
 
     @cached_property
     def send_frame(self) -> Callable[[dict], Awaitable[None]]:
@@ -94,8 +165,8 @@ class JsonSocketConsumer(AsyncJsonWebsocketConsumer):
             for event in await self.outbox.take():
                 try:
                     await self.send_json(event)
-                except Exception:
-                    log.debug("send failed; the socket is closing", exc_info=True)
+                except Exception as exc:
+                    self.send_failed(exc)
                     return
 
     async def websocket_disconnect(self, message: dict) -> None:

@@ -28,7 +28,7 @@ from typing import Protocol
 from conversations.chat.lifecycle import settle_orphans
 from conversations.chat.manager import get_manager
 from conversations.chat.processes import live_processes, liveness_of
-from conversations.chat.queries import CreatedAnswer, load_thread
+from conversations.chat.queries import CreatedAnswer, load_earlier, load_thread
 from conversations.chat.tree import Tree
 from conversations.cluster import registry as cluster
 from conversations.cluster.registry import PROCESS_ID
@@ -103,6 +103,14 @@ class TabView:
         await self._lay_live_text(tree, data, processes)
         self.tab.push({"type": "thread", **data})
         return data
+
+    async def send_earlier(self, before_id) -> None:
+        """Push the page of the thread before ``before_id`` (older messages, on scroll). They
+        are finished messages: no live text to lay over them."""
+        if self.conversation is None:
+            return
+        page = await load_earlier(self.conversation, before_id)
+        self.tab.push({"type": "earlier", "conversation_id": self.conversation.pk, **page})
 
     async def _read(self, live: set[int], liveness: cluster.Liveness, refresh: bool) -> tuple[Tree, dict]:
         """The tree and the thread; the orphans it shows as interrupted are then stored so by

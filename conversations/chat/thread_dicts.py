@@ -1,13 +1,78 @@
 """What the browser receives: conversation and message dicts, and the visible thread
-(the websocket protocol in docs/interfaces.md). ``tree`` is a ``conversations.chat.tree.Tree``."""
+(the websocket protocol in docs/interfaces.md). ``tree`` is a ``conversations.chat.tree.Tree``.
+
+Every websocket message must fit one frame of ``WEBSOCKET_MAX_MESSAGE_BYTES`` (Daphne's
+limit, 1 MiB by default), whatever the conversation holds. So a tab gets the visible thread
+in pages (:func:`thread_page`: the newest messages first, at most ``CHAT_THREAD_PAGE_MESSAGES``
+and about a third of a frame; older pages on request), and a message whose text is over an
+eighth of a frame is sent with the start of it and ``truncated`` (:func:`fitted`): the page
+fetches the whole text over HTTP (``/chat/messages/<id>/text/``).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Protocol
 
+import orjson
+from django.conf import settings
+
 from conversations.models import Conversation, Message
 from conversations.models.workspace import ratings_for
+
+# A tool call's arguments shown past this are cut (the page shows them as a preview only).
+TOOL_ARGUMENTS_SHOWN_CHARS = 4000
+
+
+def _frame() -> int:
+    return int(getattr(settings, "WEBSOCKET_MAX_MESSAGE_BYTES", 1024 * 1024))
+
+
+def text_limit() -> int:
+    """The UTF-8 size of a message's text (content, reasoning) sent whole over the socket."""
+    return _frame() // 8
+
+
+def page_bytes() -> int:
+    """About how much of a frame one page of the thread fills (at least one message)."""
+    return _frame() // 3
+
+
+def page_messages() -> int:
+    return max(1, int(getattr(settings, "CHAT_THREAD_PAGE_MESSAGES", 100)))
+
+
+def _cut(text: str, limit: int) -> str | None:
+    """``text``'s start within ``limit`` UTF-8 bytes if it is longer, else None."""
+    if len(text) * 4 <= limit:
+        return None
+    raw = text.encode()
+    return raw[:limit].decode(errors="ignore") if len(raw) > limit else None
+
+
+def fitted(data: dict) -> dict:
+    """A message dict for the socket: a text over ``text_limit`` is cut to its start and named
+    in ``truncated`` (the page fetches the rest); a tool's arguments are cut for show."""
+    limit = text_limit()
+    truncated = []
+    for name in ("content", "reasoning"):
+        cut = _cut(data.get(name) or "", limit)
+        if cut is not None:
+            data[name] = cut
+            truncated.append(name)
+    if truncated:
+        data["truncated"] = truncated
+    tool = data.get("tool")
+    if tool and len(tool.get("arguments") or "") > TOOL_ARGUMENTS_SHOWN_CHARS:
+        data["tool"] = {**tool, "arguments": tool["arguments"][:TOOL_ARGUMENTS_SHOWN_CHARS] + "…"}
+    for call in data.get("tool_calls") or ():
+        if len(call.get("arguments") or "") > TOOL_ARGUMENTS_SHOWN_CHARS:
+            data["tool_calls"] = [
+                {**c, "arguments": (c.get("arguments") or "")[:TOOL_ARGUMENTS_SHOWN_CHARS]}
+                for c in data["tool_calls"]
+            ]
+            break
+    return data
 
 
 class Thread(Protocol):
@@ -86,8 +151,40 @@ def tool_dict(message: Message) -> dict:
     }
 
 
-def thread_dict(tree: Thread) -> dict:
+def thread_page(path: Sequence[Message], tree: Thread) -> tuple[list[dict], int]:
+    """The newest page of ``path`` (oldest first, as the socket sends it: fitted), and how
+    many older messages of the path it leaves out."""
+    candidates = path[-page_messages() :]
+    rated = ratings_for(
+        [
+            m.pk
+            for m in candidates
+            if m.role == Message.Role.ASSISTANT and m.status != Message.Status.STREAMING
+        ]
+    )
+    budget, size, page = page_bytes(), 0, []
+    for message in reversed(candidates):
+        data = fitted(message_dict(message, tree) | {"rating": rated.get(message.pk)})
+        cost = len(orjson.dumps(data))
+        if page and size + cost > budget:
+            break
+        page.append(data)
+        size += cost
+    page.reverse()
+    return page, len(path) - len(page)
+
+
+def thread_dict(tree: Thread, *, paged: bool = False) -> dict:
+    """The visible thread: whole (the HTTP view), or ``paged`` for a socket (its newest page,
+    ``earlier`` saying how many older messages there are to ask for)."""
     thread = tree.thread()
+    if paged:
+        messages, earlier = thread_page(thread, tree)
+        return {
+            "conversation": conversation_dict(tree.conversation),
+            "messages": messages,
+            "earlier": earlier,
+        }
     # Only a finished answer can be rated: a thread ending in a new one asks nothing.
     rated = ratings_for(
         [m.pk for m in thread if m.role == Message.Role.ASSISTANT and m.status != Message.Status.STREAMING]

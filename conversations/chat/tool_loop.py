@@ -14,7 +14,9 @@ runs the call with the server's timeout and the output cap, and saves the result
 arguments and duration. A failing tool is an error result the model reads; the answer goes
 on. After the last result a new answer starts under it. The loop ends when the user moves
 the thread elsewhere, a step is stopped, or after ``CHAT_TOOL_MAX_ROUNDS`` rounds of calls,
-after which the answer gets no tools (and its calls, if any, are left as text).
+after which the answer gets no tools (and its calls, if any, are left as text). One answer's
+calls past ``CHAT_TOOL_MAX_CALLS`` are not run: each gets an error result saying so, which
+the model reads, so every call still has its result node.
 
 The loop reaches the manager only through ``records.AnswerHost`` and ends its nodes through
 ``conversations.chat.lifecycle``.
@@ -62,6 +64,14 @@ STOPPED = "Error: the call was stopped before it finished."
 
 def max_rounds() -> int:
     return int(getattr(settings, "CHAT_TOOL_MAX_ROUNDS", 5))
+
+
+def max_calls() -> int:
+    return max(0, int(getattr(settings, "CHAT_TOOL_MAX_CALLS", 8)))
+
+
+def over_cap() -> str:
+    return f"Error: not run: one answer may make at most {max_calls()} tool calls."
 
 
 # The answer's side ------------------------------------------------------------------
@@ -112,7 +122,7 @@ async def after_answer(manager: AnswerHost, gen: Answer) -> None:
     if not gen.tool_calls or gen.stop_reason:
         return
     approval = await database_sync_to_async(_asks_approval)(gen.conversation_id)
-    await _next_call(manager, gen, gen.message_id, gen.tool_calls, approval)
+    await _next_call(manager, gen, gen.message_id, gen.tool_calls, approval, max_calls())
 
 
 def _asks_approval(conversation_id: int) -> bool:
@@ -122,9 +132,10 @@ def _asks_approval(conversation_id: int) -> bool:
 
 
 async def _next_call(
-    manager: AnswerHost, gen: LiveNode, parent_id: int, calls: list[dict], approval: bool
+    manager: AnswerHost, gen: LiveNode, parent_id: int, calls: list[dict], approval: bool, allowed: int
 ) -> None:
     call = calls[0]
+    approval = approval and allowed > 0  # a call past the cap is never asked about
     message = await database_sync_to_async(add_tool_step)(
         gen.conversation_id,
         parent_id,
@@ -137,7 +148,7 @@ async def _next_call(
     )
     if message is None:
         return
-    step = ToolStep(call=call, remaining=calls[1:], approval=approval)
+    step = ToolStep(call=call, remaining=calls[1:], approval=approval, allowed=allowed)
     manager.start_tool_step(
         conversation_id=gen.conversation_id, owner_id=gen.owner_id, message_id=message.pk, step=step
     )
@@ -210,7 +221,7 @@ async def run_step(manager: AnswerHost, gen: ToolRun) -> None:
     written = await lifecycle.end_tool_step(manager, gen, completed=completed, fields=fields, forget=forget)
     if written and completed and not gen.stop_reason:
         if step.remaining:
-            await _next_call(manager, gen, gen.message_id, step.remaining, step.approval)
+            await _next_call(manager, gen, gen.message_id, step.remaining, step.approval, step.allowed - 1)
         else:
             await _next_answer(manager, gen, gen.message_id)
 
@@ -226,6 +237,8 @@ async def _touch_while(gen: ToolRun, work: asyncio.Task) -> None:
 
 
 async def _approve_and_call(gen: ToolRun, step: ToolStep) -> tuple[ToolResult, str]:
+    if step.allowed <= 0:
+        return ToolResult(over_cap(), True, 0.0), ""
     approval = ""
     if step.approval:
         step.decision = asyncio.get_running_loop().create_future()

@@ -84,6 +84,12 @@ class Busy(TreeError):
     code = "busy"
 
 
+class TemporaryChat(TreeError):
+    """What a temporary chat never allows (a permanent copy of it)."""
+
+    code = "temporary"
+
+
 # A streaming row untouched this long with no known owner was left by a process that died.
 LEGACY_STALE_SECONDS = 60.0
 

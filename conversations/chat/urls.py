@@ -12,4 +12,5 @@ urlpatterns = [
     path("chat/conversations/<int:pk>/", views.conversation_detail, name="conversation-detail"),
     path("chat/conversations/<int:pk>/update/", views.conversation_update, name="conversation-update"),
     path("chat/conversations/<int:pk>/delete/", views.conversation_delete, name="conversation-delete"),
+    path("chat/messages/<int:pk>/text/", views.message_text, name="message-text"),
 ]

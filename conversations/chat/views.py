@@ -150,6 +150,21 @@ def conversation_detail(request: HttpRequest, pk: int) -> JsonResponse:
     return JsonResponse(thread)
 
 
+@require_GET
+@login_required_json
+@never_cache
+def message_text(request: HttpRequest, pk: int) -> JsonResponse:
+    """One message's whole text, for a page that got it cut to fit a websocket frame."""
+    row = (
+        Message.objects.filter(pk=pk, conversation__owner=request.user, conversation__deleted_at__isnull=True)
+        .values("pk", "content", "reasoning")
+        .first()
+    )
+    if row is None:
+        return JsonResponse({"detail": "no such message among your conversations"}, status=404)
+    return JsonResponse({"id": row["pk"], "content": row["content"], "reasoning": row["reasoning"]})
+
+
 class ConversationForm(forms.ModelForm):
     title = forms.CharField(max_length=200, strip=True)
     system_prompt = forms.CharField(max_length=20_000, required=False, strip=False)

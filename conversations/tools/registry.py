@@ -60,10 +60,13 @@ def _servers(user_id: int) -> list[tuple[int, str, ServerSpec]]:
     from django.contrib.auth import get_user_model
 
     user = get_user_model().objects.filter(pk=user_id).first()
-    return [
-        (server.pk, server.updated_at.isoformat(), server_spec(server, user_id))
-        for server in McpServer.usable_by(user)
-    ]
+    servers = []
+    for server in McpServer.usable_by(user):
+        if not server.usable_now():
+            log.warning("MCP server %s left out: its URL is not under MCP_HTTP_ALLOWED_URLS", server.name)
+            continue
+        servers.append((server.pk, server.updated_at.isoformat(), server_spec(server, user_id)))
+    return servers
 
 
 async def _listing(server_id: int, version: str, spec: ServerSpec) -> list[ToolInfo]:

@@ -13,13 +13,14 @@ SNIPPET_CHARS = 200
 
 
 def search_conversations(user_id: int, query: str, limit: int = 5) -> list[dict]:
-    """Messages of ``user_id``'s live conversations whose text contains ``query`` (case
+    """Messages of ``user_id``'s live, kept (not temporary) conversations whose text contains ``query`` (case
     insensitive), newest first: conversation id and title, role, and a snippet around the match."""
     query = (query or "").strip()
     if not query:
         return []
     limit = max(1, min(int(limit), MAX_RESULTS))
-    owned = Conversation.objects.filter(owner_id=int(user_id)).values("pk")
+    # A temporary chat is never searched: its text must not reach a kept conversation.
+    owned = Conversation.objects.filter(owner_id=int(user_id), temporary=False).values("pk")
     rows = (
         Message.objects.filter(conversation__in=owned, content__icontains=query)
         .exclude(role=Message.Role.TOOL)  # earlier tool output is not the user's conversation

@@ -30,7 +30,8 @@ def _prompt(message: Message, cache: dict) -> list[dict]:
 
 
 def preference_lines(ratings: Iterable[Rating]) -> Iterator[dict]:
-    ratings = list(ratings)
+    # A temporary chat's answers are never exported, whatever rated them.
+    ratings = [r for r in ratings if not r.message.conversation.temporary]
     cache: dict = {}
     by_question: dict[int, dict[int, list[Rating]]] = defaultdict(lambda: defaultdict(list))
     for rating in ratings:
@@ -48,9 +49,9 @@ def preference_lines(ratings: Iterable[Rating]) -> Iterator[dict]:
     # Pairs: the questions of the exported ratings, with every rated answer to each (a
     # filtered export keeps the pairs its answers belong to).
     questions = {r.message.parent_id for r in ratings if r.message.parent_id is not None}
-    siblings = Rating.objects.filter(message__parent_id__in=questions).select_related(
-        "message", "message__conversation"
-    )
+    siblings = Rating.objects.filter(
+        message__parent_id__in=questions, message__conversation__temporary=False
+    ).select_related("message", "message__conversation")
     for rating in siblings.order_by("message__created_at", "message_id"):
         by_question[rating.message.parent_id][rating.value].append(rating)
     for votes in by_question.values():

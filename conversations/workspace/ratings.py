@@ -21,12 +21,13 @@ def rate(request: HttpRequest, pk: int) -> JsonResponse:
             pk=pk,
             conversation__owner=request.user,
             conversation__deleted_at__isnull=True,
+            conversation__temporary=False,  # never kept, so never rated (nor exported)
             role=Message.Role.ASSISTANT,
         )
         .first()
     )
     if message is None:
-        return JsonResponse({"detail": "no such answer among your conversations"}, status=404)
+        return JsonResponse({"detail": "no such answer among your kept conversations"}, status=404)
     if message.status == Message.Status.STREAMING:
         return bad_request("this answer is still being written")
     data = json_body(request)

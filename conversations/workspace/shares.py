@@ -21,7 +21,22 @@ from django.views.decorators.http import require_GET, require_POST
 from conversations.chat.tree import Busy
 from conversations.models import Conversation, Share
 from conversations.workspace.http import login_required_json
-from conversations.workspace.sharing import fork_share, may_read, take_snapshot
+from conversations.workspace.sharing import (
+    ShareLimit,
+    check_continue_caps,
+    check_share_caps,
+    fork_share,
+    may_read,
+    shown_messages,
+    take_snapshot,
+)
+
+
+def _limited(exc: ShareLimit) -> JsonResponse:
+    response = JsonResponse({"detail": str(exc)}, status=exc.status)
+    if exc.retry_after is not None:
+        response["Retry-After"] = str(exc.retry_after)
+    return response
 
 
 def share_dict(request: HttpRequest, share: Share) -> dict:
@@ -41,9 +56,12 @@ def share_create(request: HttpRequest, pk: int) -> JsonResponse:
     if conversation.temporary:
         return JsonResponse({"detail": "a temporary chat cannot be shared"}, status=400)
     try:
+        check_share_caps(request.user)
         share = take_snapshot(conversation)
     except Busy as exc:
         return JsonResponse({"detail": str(exc)}, status=409)
+    except ShareLimit as exc:
+        return _limited(exc)
     return JsonResponse({"share": share_dict(request, share)}, status=201)
 
 
@@ -60,7 +78,10 @@ def my_shares(request: HttpRequest) -> HttpResponse:
 @require_POST
 @login_required
 def share_revoke(request: HttpRequest, pk: int) -> HttpResponse:
-    Share.objects.filter(pk=pk, owner=request.user, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    # A revoked link is never read again: its copy goes with it.
+    Share.objects.filter(pk=pk, owner=request.user, revoked_at__isnull=True).update(
+        revoked_at=timezone.now(), messages=[], settings={}
+    )
     if not Share.objects.filter(pk=pk, owner=request.user).exists():
         raise Http404("no such share")
     return redirect("my-shares")
@@ -89,9 +110,8 @@ def share_page(request: HttpRequest, token: str) -> HttpResponse:
     if isinstance(share, HttpResponse):
         return share
     messages = [
-        {"role": m.get("role"), "content": m.get("content") or "", "reasoning": m.get("reasoning") or ""}
-        for m in share.messages
-        if m.get("role") in ("user", "assistant")
+        {"role": m["role"], "content": m["content"], "reasoning": m.get("reasoning") or ""}
+        for m in shown_messages(share.messages)
     ]
     context = {"share": share, "messages": messages, "system_prompt": share.settings.get("system_prompt", "")}
     return _private(render(request, "conversations/shared.html", context))
@@ -105,5 +125,9 @@ def share_continue(request: HttpRequest, token: str) -> HttpResponse:
     share = _readable(request, token)
     if isinstance(share, HttpResponse):
         return share
+    try:
+        check_continue_caps(request.user)
+    except ShareLimit as exc:
+        return _private(HttpResponse(str(exc), status=exc.status, content_type="text/plain; charset=utf-8"))
     conversation = fork_share(share, request.user)
     return redirect("conversation", pk=conversation.pk)

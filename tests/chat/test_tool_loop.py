@@ -23,6 +23,7 @@ from tests.support.tool_model import (
     TOOL_CALL_TEXT,
     failing_tool_model,
     scripted_tool_model,
+    three_calls_tool_model,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -52,6 +53,13 @@ def tool_engine(monkeypatch):
 
 
 @pytest.fixture
+def three_calls_engine(monkeypatch):
+    engine, prompts = _engine(monkeypatch, three_calls_tool_model())
+    yield engine, prompts
+    engine.shutdown()
+
+
+@pytest.fixture
 def failing_engine(monkeypatch):
     engine, prompts = _engine(monkeypatch, failing_tool_model())
     yield engine, prompts
@@ -71,7 +79,7 @@ def builtin_server(db):
 async def _setup(make_user, make_conversation, **fields):
     alice = await sync_to_async(make_user)("alice")
     conversation = await sync_to_async(make_conversation)(
-        alice, temperature=0.0, max_tokens=64, tools_enabled=True, **fields
+        alice, **{"temperature": 0.0, "max_tokens": 64, "tools_enabled": True, **fields}
     )
     socket = await Socket.open(alice)
     await socket.send(type="open", conversation_id=conversation.pk)
@@ -241,3 +249,44 @@ def test_tool_rounds_count_answers_with_calls_since_the_last_question():
     assert tool_rounds(path) == (2, True)
     assert tool_rounds([*path, ("assistant", False), ("user", False)]) == (0, True)
     assert tool_rounds([("user", False), ("assistant", False)]) == (0, False)
+
+
+async def test_calls_past_the_per_answer_cap_get_an_error_result_and_do_not_run(
+    three_calls_engine, builtin_server, make_user, make_conversation, settings
+):
+    settings.CHAT_TOOL_MAX_CALLS = 1
+    _, conversation, socket = await _setup(make_user, make_conversation, max_tokens=200)
+    await socket.send(type="send", conversation_id=conversation.pk, content="6*7?")
+    finished = await until_answered(socket)
+    assert [m.get("role", "assistant") for m in finished] == [
+        "assistant",
+        "tool",
+        "tool",
+        "tool",
+        "assistant",
+    ]
+    assert len(finished[0]["tool_calls"]) == 3
+    refused = ("Error: not run: one answer may make at most 1 tool calls.", True)
+    results = [(m["content"], m["tool"]["is_error"]) for m in finished[1:4]]
+    assert results == [("42", False), refused, refused]
+    rows = await thread_rows(conversation.pk)
+    assert rows[-2].tool_duration_ms == 0.0 and rows[-1].content == TOOL_ANSWER
+    await socket.close()
+
+
+async def test_stdio_tool_processes_are_capped_per_server_process(settings):
+    """Two calls at once with one process slot: one starts its server, the other is refused
+    with a clear error once its timeout passes without a free slot (and starts nothing)."""
+    import sys
+
+    from conversations.tools.client import ServerSpec, call_tool
+
+    settings.CHAT_TOOL_MAX_PROCESSES = 1
+    sleeper = ServerSpec(
+        "sleeper", "stdio", sys.executable, ("-c", "import time; time.sleep(30)"), timeout=1.5
+    )
+    results = await asyncio.gather(*(call_tool(sleeper, "nap", {}, max_chars=500) for _ in range(2)))
+    texts = sorted(r.text for r in results)
+    assert all(r.is_error for r in results)
+    assert "did not answer within 1.5 seconds" in texts[0]
+    assert "was not run: the site already runs 1 tool processes" in texts[1]

@@ -113,6 +113,11 @@ def scripted_tool_model():
     return _tool_model(TOOL_CALL_TEXT, TOOL_ANSWER, "scripted-tool-caller")
 
 
+def three_calls_tool_model():
+    """As :func:`scripted_tool_model`, but a question gets three calls in one answer."""
+    return _tool_model(TOOL_CALL_TEXT * 3, TOOL_ANSWER, "scripted-three-calls")
+
+
 def failing_tool_model():
     """As :func:`scripted_tool_model`, but the call divides by zero."""
     return _tool_model(FAILING_CALL_TEXT, TOOL_ANSWER, "scripted-failing-caller")

@@ -142,7 +142,9 @@ async def test_unreachable_servers_give_error_results():
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_a_user_gets_only_the_tools_of_servers_allowed_to_them(monkeypatch):
+async def test_a_user_gets_only_the_tools_of_servers_allowed_to_them(monkeypatch, settings):
+    settings.MCP_HTTP_ALLOWED_URLS = ["http://x.test/"]
+
     async def fake_list(spec):
         return [ToolInfo(name=f"{spec.name}_tool", description="", parameters={"type": "object"})]
 

@@ -17,6 +17,14 @@ def _no_model_titles(settings):
     settings.TITLES_FROM_MODEL = False
 
 
+@pytest.fixture(autouse=True)
+def _fresh_counts():
+    """Rate-limit windows live in the cache: each test starts with none counted."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture
 def quick_user(db):
     def make(username: str):

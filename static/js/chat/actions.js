@@ -26,7 +26,10 @@ function listRefresher(store, listUrl) {
 function handleServerEvent(data, { store, socket, show, openConversation, refreshConversations }) {
   switch (data.type) {
     case "thread":
-      store.dispatch({ type: "thread", conversation: data.conversation, messages: data.messages });
+      store.dispatch({ type: "thread", conversation: data.conversation, messages: data.messages, earlier: data.earlier });
+      break;
+    case "earlier":
+      store.dispatch(data);
       break;
     case "started":
     case "delta":
@@ -53,7 +56,8 @@ function handleServerEvent(data, { store, socket, show, openConversation, refres
       refreshConversations();
       break;
     case "error":
-      // Shown, never acted on destructively: the socket stays open and nothing is cleared.
+      // Shown, never acted on destructively: nothing is cleared (a failed send also closes the
+      // socket, which reconnects).
       store.dispatch({ type: "error", code: data.code || "", message_id: data.message_id, detail: data.detail });
       toast(data.detail || "Something went wrong.", data.code || "");
       if (data.code === "not_found") socket.reopen();
@@ -61,6 +65,24 @@ function handleServerEvent(data, { store, socket, show, openConversation, refres
     default:
       break; // heartbeat and pong only feed the socket's watchdog
   }
+}
+
+/* A message too long for one websocket frame comes cut (``truncated``): its whole text is
+ * fetched over HTTP, once per message. */
+function fetchWholeTexts(store) {
+  const asked = new Set();
+  store.subscribe((state) => {
+    for (const m of state.messages) {
+      if (!m.truncated || !m.truncated.length || m.status === "streaming" || asked.has(m.id)) continue;
+      asked.add(m.id);
+      api(`/chat/messages/${m.id}/text/`)
+        .then((data) => store.dispatch({ type: "full_text", id: data.id, content: data.content, reasoning: data.reasoning }))
+        .catch((err) => {
+          asked.delete(m.id);
+          toast(`The rest of a long message could not be loaded: ${err.message}`);
+        });
+    }
+  });
 }
 
 /* Requests about the open conversation's messages, sent over the socket. */
@@ -86,6 +108,11 @@ function messageRequests(store, socket) {
     switchTo: (messageId) => conversationRequest("switch", { message_id: messageId }),
     deleteMessage: (messageId) => conversationRequest("delete", { message_id: messageId }),
     fork: (messageId) => conversationRequest("fork", { message_id: messageId }),
+    /** The page of older messages before the first one shown. */
+    loadEarlier() {
+      const first = store.state.messages[0];
+      if (first && store.state.earlier > 0) conversationRequest("earlier", { before_id: first.id });
+    },
     /** Allow or deny a tool call that waits for the user (approval on). */
     approve: (messageId, approved) => conversationRequest("approve", { message_id: messageId, approved }),
   };
@@ -103,10 +130,13 @@ export function createActions(store, boot) {
       if (code === 4404) {
         toast("That conversation does not exist.", "not_found");
         show(null, true);
+      } else if (code === 4500 || code === 1009) {
+        toast("The connection failed: the server could not send to this tab. Reconnecting…", "send_failed");
       }
     },
   });
   app.socket = socket;
+  fetchWholeTexts(store);
 
   function show(id, push, conversation) {
     store.dispatch({ type: "show", id, conversation });

@@ -92,8 +92,19 @@ export function stableLength(text) {
   return cut;
 }
 
+/** A text longer than this is shown as plain text: parsing and sanitising megabytes of
+ * Markdown would hold the page for seconds. */
+export const PLAIN_TEXT_OVER = 200000;
+
 /** Renders ``text`` into ``target``. A streaming answer keeps its finished blocks as they are. */
 export function renderMarkdown(target, text, streaming) {
+  if (!streaming && text && text.length > PLAIN_TEXT_OVER) {
+    delete target._md;
+    target.classList.add("msg-plain");
+    target.textContent = text;
+    return;
+  }
+  target.classList.remove("msg-plain");
   if (!streaming) {
     delete target._md;
     target.innerHTML = toSafeHtml(text);

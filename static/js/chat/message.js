@@ -213,7 +213,7 @@ function withFooter(article, m, index, ctx) {
   body.appendChild(footer);
   if (m.siblings && m.siblings.length > 1) footer.appendChild(switcher(m, index, ctx));
   footer.appendChild(actionsNode(m, index, ctx));
-  if (m.role === "assistant" && m.status !== "streaming" && m.content) footer.appendChild(ratingNode(m, index));
+  if (m.role === "assistant" && m.status !== "streaming" && m.content && !ctx.temporary) footer.appendChild(ratingNode(m, index));
   const state = stateNode(m);
   const meta = metaText(m);
   if (state || meta) {
@@ -247,7 +247,7 @@ function actionsNode(m, index, ctx) {
     if (m.content) add("Copy", ICONS.copy, (e) => copyText(m.content, e.currentTarget));
     add("Regenerate", ICONS.regenerate, () => act.regenerate(m.id), { disabled: busy });
   }
-  add("Continue in a new conversation", ICONS.fork, () => act.fork(m.id), { disabled: busy });
+  if (!ctx.temporary) add("Continue in a new conversation", ICONS.fork, () => act.fork(m.id), { disabled: busy });
   add("Delete message", ICONS.trash, () => ctx.confirmDeleteMessage(m), { danger: true, disabled: busy });
   return actions;
 }

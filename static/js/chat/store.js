@@ -7,11 +7,20 @@ export function initialState(boot) {
     conversationId: boot.conversation_id,
     conversation: null,
     messages: [],
+    earlier: 0, // older messages of the visible branch not loaded yet (the thread comes in pages)
     conversations: boot.conversations || [],
     query: "",
     sending: false, // a request that starts an answer is on its way; its thread has not come back
     connection: "", // "" when connected, otherwise what the status pill says
   };
+}
+
+/** The messages of ``current`` before the first of ``page``, if ``page`` starts on the same
+ * branch: both are paths from the root, so they share everything above a common message. */
+function keptBefore(current, page) {
+  if (!page.length) return [];
+  const at = current.findIndex((m) => m.id === page[0].id);
+  return at > 0 ? current.slice(0, at) : [];
 }
 
 function patchMessage(messages, id, patch) {
@@ -22,10 +31,25 @@ function patchMessage(messages, id, patch) {
 export function reduce(state, action) {
   switch (action.type) {
     case "show":
-      return { ...state, conversationId: action.id, conversation: action.conversation || null, messages: [], sending: false };
-    case "thread":
+      return { ...state, conversationId: action.id, conversation: action.conversation || null, messages: [], earlier: 0, sending: false };
+    case "thread": {
       if (action.conversation.id !== state.conversationId) return state;
-      return { ...state, conversation: action.conversation, messages: action.messages, sending: false };
+      // The newest page: older pages already loaded stay where the branch still runs through them.
+      const kept = keptBefore(state.messages, action.messages);
+      const earlier = kept.length ? state.earlier : action.earlier || 0;
+      return { ...state, conversation: action.conversation, messages: [...kept, ...action.messages], earlier, sending: false };
+    }
+    case "earlier": {
+      if (action.conversation_id !== state.conversationId) return state;
+      const first = state.messages[0];
+      if (!first || first.id !== action.before_id) return state; // the branch changed meanwhile
+      return { ...state, messages: [...action.messages, ...state.messages], earlier: action.earlier };
+    }
+    case "full_text":
+      return {
+        ...state,
+        messages: patchMessage(state.messages, action.id, () => ({ content: action.content, reasoning: action.reasoning, truncated: null })),
+      };
     case "conversation":
       if (action.conversation.id !== state.conversationId) return state;
       return { ...state, conversation: action.conversation };

@@ -76,8 +76,14 @@ function createRenderer(store, context) {
     return messageNode(m, index, { ...ctx, isLast: last && last.id === m.id });
   }
 
+  const earlierButton = $("load-earlier");
+  function showEarlierButton() {
+    earlierButton.hidden = !(store.state.earlier > 0);
+  }
+
   function renderAll() {
     const state = store.state;
+    showEarlierButton();
     const stick = nearBottom() || thread.childElementCount === 0;
     const focusKey = focusKeyOf(thread, document.activeElement);
     const ctx = context();
@@ -117,9 +123,23 @@ function createRenderer(store, context) {
     });
   }
 
+  /** Older messages drawn above: what was on screen stays where it was. */
+  function renderPrepended() {
+    const fromBottom = scroll.scrollHeight - scroll.scrollTop;
+    const focusKey = focusKeyOf(thread, document.activeElement);
+    const ctx = context();
+    thread.replaceChildren(...store.state.messages.map((m, i) => node(m, i, ctx)));
+    showEarlierButton();
+    restoreFocus(thread, focusKey);
+    scroll.scrollTop = scroll.scrollHeight - fromBottom;
+  }
+
   return {
     thread,
+    scroll,
+    earlierButton,
     renderAll,
+    renderPrepended,
     renderOne,
     scheduleFrame,
     forget: (id) => dirty.delete(id),
@@ -196,6 +216,8 @@ export function createThreadView(store, actions, { confirm }) {
   function messageContext() {
     return {
       busy: isBusy(store.state),
+      // A temporary chat is never kept: no rating, no permanent copy.
+      temporary: Boolean(store.state.conversation && store.state.conversation.temporary),
       actions,
       editing: edits.current(),
       startEdit: edits.start,
@@ -215,13 +237,35 @@ export function createThreadView(store, actions, { confirm }) {
     if (ok) actions.deleteMessage(m.id);
   }
 
+  // The thread comes newest first: older pages load on scrolling near the top (or the button).
+  let asked = null; // the message an earlier page was asked before, until it comes
+  function loadEarlier() {
+    const first = store.state.messages[0];
+    if (!first || store.state.earlier <= 0 || asked === first.id) return;
+    asked = first.id;
+    actions.loadEarlier();
+  }
+  view.scroll.addEventListener("scroll", () => {
+    if (view.scroll.scrollTop < 300) loadEarlier();
+  }, { passive: true });
+  view.earlierButton.addEventListener("click", loadEarlier);
+
   store.subscribe((state, action) => {
     switch (action.type) {
       case "show":
+        asked = null;
         edits.cancel();
         renderAll();
         break;
+      case "earlier":
+        asked = null;
+        view.renderPrepended();
+        break;
+      case "full_text":
+        view.renderOne(action.id);
+        break;
       case "thread":
+        asked = null;
         edits.accepted();
         renderAll();
         break;
