@@ -53,6 +53,8 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # The request's user and client, for audit entries written by signal receivers.
+    "conversations.audit.context.AuditContextMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "chatsite.security.ContentSecurityPolicyMiddleware",
@@ -169,6 +171,8 @@ ORPHAN_SWEEP_SECONDS = env_float("ORPHAN_SWEEP_SECONDS", 300.0)
 PURGE_SWEEP_SECONDS = env_float("PURGE_SWEEP_SECONDS", 3600.0)
 DELETED_CONVERSATION_RETENTION_DAYS = env_float("DELETED_CONVERSATION_RETENTION_DAYS", 30.0)
 API_REQUEST_RETENTION_DAYS = env_float("API_REQUEST_RETENTION_DAYS", 90.0)
+# Audit log entries older than this are deleted by the housekeeping sweep; 0 keeps them all.
+AUDIT_RETENTION_DAYS = env_float("AUDIT_RETENTION_DAYS", 365.0)
 SESSION_SWEEP_SECONDS = env_float("SESSION_SWEEP_SECONDS", 86400.0)
 # Temporary chats: purged once their tab closes them (at the next sweep) and at the latest
 # this long after they were started.
@@ -189,6 +193,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": TEMPORARY_CHAT_SWEEP_SECONDS,
     },
     "prune-api-requests": {"task": "conversations.tasks.prune_api_requests", "schedule": PURGE_SWEEP_SECONDS},
+    "prune-audit-log": {"task": "conversations.tasks.prune_audit_log", "schedule": PURGE_SWEEP_SECONDS},
     "prune-data-jobs": {"task": "conversations.tasks.prune_data_jobs", "schedule": PURGE_SWEEP_SECONDS},
     "clear-expired-sessions": {
         "task": "conversations.tasks.clear_expired_sessions",

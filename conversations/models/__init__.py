@@ -1,4 +1,5 @@
 from conversations.models.api import ApiKey, ApiRequest
+from conversations.models.audit import AuditEvent
 from conversations.models.chat import Conversation, Message
 from conversations.models.documents import ConversationDocument, Document, DocumentChunk, MessageSources
 from conversations.models.jobs import DataJob
@@ -9,6 +10,7 @@ from conversations.models.workspace import Folder, Preset, Rating, Share
 __all__ = [
     "ApiKey",
     "ApiRequest",
+    "AuditEvent",
     "Conversation",
     "ConversationDocument",
     "DataJob",

@@ -2,11 +2,12 @@
 
 from django.contrib import admin
 
+from conversations.audit.admin import AuditedAdmin
 from conversations.models import McpServer
 
 
 @admin.register(McpServer)
-class McpServerAdmin(admin.ModelAdmin):
+class McpServerAdmin(AuditedAdmin):
     list_display = ("name", "transport", "enabled", "all_users", "timeout_seconds", "updated_at")
     list_filter = ("transport", "enabled", "all_users")
     search_fields = ("name", "command", "url")

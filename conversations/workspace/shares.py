@@ -11,6 +11,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -18,6 +19,7 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
+from conversations.audit.log import Action, record
 from conversations.chat.tree import Busy
 from conversations.models import Conversation, Share
 from conversations.workspace.http import login_required_json
@@ -41,7 +43,11 @@ def share_create(request: HttpRequest, pk: int) -> JsonResponse:
     if conversation.temporary:
         return JsonResponse({"detail": "a temporary chat cannot be shared"}, status=400)
     try:
-        share = take_snapshot(conversation)
+        with transaction.atomic():
+            share = take_snapshot(conversation)
+            record(
+                Action.SHARE_CREATE, target=share, request=request, detail={"conversation": conversation.pk}
+            )
     except Busy as exc:
         return JsonResponse({"detail": str(exc)}, status=409)
     return JsonResponse({"share": share_dict(request, share)}, status=201)
@@ -60,7 +66,16 @@ def my_shares(request: HttpRequest) -> HttpResponse:
 @require_POST
 @login_required
 def share_revoke(request: HttpRequest, pk: int) -> HttpResponse:
-    Share.objects.filter(pk=pk, owner=request.user, revoked_at__isnull=True).update(revoked_at=timezone.now())
+    with transaction.atomic():
+        live = (
+            Share.objects.select_for_update()
+            .filter(pk=pk, owner=request.user, revoked_at__isnull=True)
+            .first()
+        )
+        if live is not None:
+            live.revoked_at = timezone.now()
+            live.save(update_fields=["revoked_at"])
+            record(Action.SHARE_REVOKE, target=live, request=request)
     if not Share.objects.filter(pk=pk, owner=request.user).exists():
         raise Http404("no such share")
     return redirect("my-shares")
