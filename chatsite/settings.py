@@ -55,6 +55,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # The request's user and client, for audit entries written by signal receivers.
     "conversations.audit.context.AuditContextMiddleware",
+    # Single sign-on sessions checked with the identity provider when due.
+    "conversations.accounts.sso.refresh.SsoRefreshMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "chatsite.security.ContentSecurityPolicyMiddleware",
@@ -322,6 +324,37 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 ALLOW_SIGNUP = env_bool("ALLOW_SIGNUP", True)
+# Sign-in with a username and password (the site's and the admin's pages). Off for an SSO-only
+# site; signup is then closed too.
+ALLOW_LOCAL_LOGIN = env_bool("ALLOW_LOCAL_LOGIN", True)
+# Single sign-on with an OpenID Connect provider (conversations.accounts.sso), on when the
+# issuer is set: its endpoints come from {issuer}/.well-known/openid-configuration.
+OIDC_ISSUER = env_str("OIDC_ISSUER", "")
+OIDC_PROVIDER_NAME = env_str("OIDC_PROVIDER_NAME", "your organisation")  # "Sign in with …"
+OIDC_RP_CLIENT_ID = env_str("OIDC_CLIENT_ID", "")
+OIDC_RP_CLIENT_SECRET = env_str("OIDC_CLIENT_SECRET", "")
+OIDC_RP_SCOPES = env_str("OIDC_SCOPES", "openid email profile")
+OIDC_RP_SIGN_ALGO = env_str("OIDC_SIGN_ALGO", "RS256")
+OIDC_USE_PKCE = True
+# Claims mapped to the user: the new account's username, e-mail and names; the groups claim
+# (empty: groups are not taken from the provider) sets the user's groups at every sign-in and refresh.
+OIDC_USERNAME_CLAIM = env_str("OIDC_USERNAME_CLAIM", "preferred_username")
+OIDC_EMAIL_CLAIM = env_str("OIDC_EMAIL_CLAIM", "email")
+OIDC_FIRST_NAME_CLAIM = env_str("OIDC_FIRST_NAME_CLAIM", "given_name")
+OIDC_LAST_NAME_CLAIM = env_str("OIDC_LAST_NAME_CLAIM", "family_name")
+OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups")
+# How often a signed-in SSO user's session is checked with the provider (a refresh-token
+# exchange): a user deactivated there is signed out here at the next check.
+OIDC_REFRESH_SECONDS = env_float("OIDC_REFRESH_SECONDS", 900.0)
+OIDC_TIMEOUT = 10
+if not ALLOW_LOCAL_LOGIN and not OIDC_ISSUER:
+    raise ConfigError("ALLOW_LOCAL_LOGIN=false needs single sign-on (OIDC_ISSUER), or nobody could sign in")
+if OIDC_ISSUER and not (OIDC_RP_CLIENT_ID and OIDC_RP_CLIENT_SECRET):
+    raise ConfigError("OIDC_ISSUER needs OIDC_CLIENT_ID and OIDC_CLIENT_SECRET")
+AUTHENTICATION_BACKENDS = [
+    *(["django.contrib.auth.backends.ModelBackend"] if ALLOW_LOCAL_LOGIN else []),
+    *(["conversations.accounts.sso.backend.SsoBackend"] if OIDC_ISSUER else []),
+]
 # Share links open for signed-in users of the site only, unless this lets anyone with the link read them.
 ALLOW_PUBLIC_SHARES = env_bool("ALLOW_PUBLIC_SHARES", False)
 # Failed logins for one username from one client within the window; more answer 429.

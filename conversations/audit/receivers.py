@@ -31,7 +31,14 @@ def _sign_in_detail(request) -> dict:
 
 def _signed_out(sender, request, user, **kwargs) -> None:
     if user is not None:
-        record(Action.SIGN_OUT, actor=user, request=request, target=user)
+        reason = getattr(request, "audit_sign_out_reason", "")
+        record(
+            Action.SIGN_OUT,
+            actor=user,
+            request=request,
+            target=user,
+            detail={"reason": reason} if reason else {},
+        )
 
 
 def _sign_in_failed(sender, credentials: dict, request=None, **kwargs) -> None:

@@ -2,6 +2,7 @@ from conversations.models.api import ApiKey, ApiRequest
 from conversations.models.audit import AuditEvent
 from conversations.models.chat import Conversation, Message
 from conversations.models.documents import ConversationDocument, Document, DocumentChunk, MessageSources
+from conversations.models.identity import ExternalIdentity
 from conversations.models.jobs import DataJob
 from conversations.models.ops import EngineStatus
 from conversations.models.tools import McpServer
@@ -17,6 +18,7 @@ __all__ = [
     "Document",
     "DocumentChunk",
     "EngineStatus",
+    "ExternalIdentity",
     "Folder",
     "McpServer",
     "Message",
