@@ -153,9 +153,17 @@ def count_prompts(prompt: Any) -> int:
     return len(prompt)
 
 
-def check_model(engine: Any, model: str) -> None:
+def check_model(engine: Any, model: str, request: HttpRequest) -> None:
     if model != engine.model_name:
         raise model_not_found(model)
+    if not request.auth.access.may_use_model(model):
+        raise ApiError(
+            403,
+            f"Your groups do not give you access to the model `{model}`.",
+            type="permission_error",
+            param="model",
+            code="model_access_denied",
+        )
 
 
 def model_card(engine: Any) -> dict[str, Any]:
@@ -175,14 +183,15 @@ def model_card(engine: Any) -> dict[str, Any]:
 async def list_models(request: HttpRequest) -> HttpResponse:
     engine = await ready_engine()
     request.api_log.finish(200)
-    return JsonResponse({"object": "list", "data": [model_card(engine)]})
+    cards = [model_card(engine)] if request.auth.access.may_use_model(engine.model_name) else []
+    return JsonResponse({"object": "list", "data": cards})
 
 
 @api.get("/models/{model}", response={200: schemas.ModelCard, **ERRORS}, summary="Retrieve a model")
 async def retrieve_model(request: HttpRequest, model: str) -> HttpResponse:
     request.api_log.model = model
     engine = await ready_engine()
-    check_model(engine, model)
+    check_model(engine, model, request)
     request.api_log.finish(200)
     return JsonResponse(model_card(engine))
 
@@ -233,7 +242,7 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
     api_log.model, api_log.stream = body.model, bool(body.stream)
     check_fan_out(body.n, 1)
     engine = await ready_engine()
-    check_model(engine, body.model)
+    check_model(engine, body.model, request)
     top_logprobs = None
     if body.logprobs:
         top_logprobs = body.top_logprobs or 0
@@ -304,7 +313,7 @@ async def completions(request: HttpRequest, body: schemas.CompletionRequest) -> 
     api_log.model, api_log.stream = body.model, bool(body.stream)
     check_fan_out(body.n, count_prompts(body.prompt))
     engine = await ready_engine()
-    check_model(engine, body.model)
+    check_model(engine, body.model, request)
     if body.echo and body.logprobs is not None:
         raise invalid("echo together with logprobs is not supported by this server.", param="echo")
     params = sampling_params(body, body.max_tokens, body.logprobs)

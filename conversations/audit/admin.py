@@ -21,6 +21,7 @@ from django.urls import path
 from django.utils import timezone
 
 from conversations.audit.log import Action, record
+from conversations.models import GroupAccess
 from conversations.models.audit import AuditEvent
 
 EXPORT_CHUNK = 2000
@@ -129,6 +130,15 @@ class AuditedUserAdmin(AuditedAdmin, UserAdmin):
     pass
 
 
+class GroupAccessInline(admin.StackedInline):
+    model = GroupAccess
+    can_delete = True
+    extra = 0
+    max_num = 1
+    verbose_name = "what members may use"
+    verbose_name_plural = "what members may use (none: the site's defaults)"
+
+
 @admin.register(Group)
 class AuditedGroupAdmin(AuditedAdmin, GroupAdmin):
-    pass
+    inlines = [GroupAccessInline]

@@ -14,7 +14,7 @@ from django.contrib.auth.signals import user_logged_in, user_logged_out, user_lo
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_save
 
 from conversations.audit.log import Action, record
-from conversations.models import McpServer
+from conversations.models import GroupAccess, McpServer
 
 ROLE_FIELDS = ("is_staff", "is_superuser", "is_active")
 USERNAME_LENGTH = 150
@@ -75,6 +75,19 @@ def _mcp_access_changed(sender, instance, action: str, model, pk_set, reverse: b
 def _group_saved(sender, instance: Group, created: bool, raw: bool = False, **kwargs) -> None:
     if not raw:
         record(Action.GROUP_CREATE if created else Action.GROUP_CHANGE, target=instance)
+
+
+def _group_access_saved(sender, instance: GroupAccess, raw: bool = False, **kwargs) -> None:
+    if raw:
+        return
+    fields = {f.name: getattr(instance, f.attname) for f in GroupAccess._meta.concrete_fields}
+    for name in ("id", "group", "updated_at"):
+        fields.pop(name, None)
+    record(Action.GROUP_CHANGE, target=instance.group, detail={"access": fields})
+
+
+def _group_access_deleted(sender, instance: GroupAccess, **kwargs) -> None:
+    record(Action.GROUP_CHANGE, target=instance.group, detail={"access": "removed"})
 
 
 def _group_deleted(sender, instance: Group, **kwargs) -> None:
@@ -143,6 +156,8 @@ def connect() -> None:
     m2m_changed.connect(_mcp_access_changed, sender=McpServer.groups.through, dispatch_uid="audit.mcp_groups")
     post_save.connect(_group_saved, sender=Group, dispatch_uid="audit.group_saved")
     post_delete.connect(_group_deleted, sender=Group, dispatch_uid="audit.group_deleted")
+    post_save.connect(_group_access_saved, sender=GroupAccess, dispatch_uid="audit.group_access_saved")
+    post_delete.connect(_group_access_deleted, sender=GroupAccess, dispatch_uid="audit.group_access_deleted")
     m2m_changed.connect(
         _membership_changed, sender=user_model.groups.through, dispatch_uid="audit.membership"
     )

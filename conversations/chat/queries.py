@@ -6,12 +6,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from conversations.accounts.access import access_for
 from conversations.chat import lifecycle
 from conversations.chat import tree as tree_ops
 from conversations.chat.prompt_history import AnswerInputs, answer_inputs_from_tree
 from conversations.cluster import registry as cluster
 from conversations.models import Conversation, Message
 from conversations.ops.db_thread import db_call
+from conversations.ops.engine_handle import current_engine
 from conversations.prepared_queries import PreparedRead
 
 if TYPE_CHECKING:
@@ -84,11 +86,22 @@ def create_answer(
     ``regenerate``): its answer and the thread after it, from the tree the operation loaded
     and changed under its locks (no second read); with ``engine`` (the loaded engine that
     generates it), also the first read of its prompt, in this same call."""
+    check_model_access(conversation.owner_id, engine or current_engine())
     tree, answer = operation(conversation, *args, **kwargs)
     lifecycle.interrupt_orphans(list(tree.by_id.values()), live_ids, liveness)
     thread = tree_ops.thread_dict(tree)
     inputs = answer_inputs_from_tree(tree, answer.pk, engine) if engine is not None else None
     return CreatedAnswer(answer, tree, thread, inputs)
+
+
+def check_model_access(user_id: int, engine: AsyncEngine | None) -> None:
+    """``NotAllowed`` when the user's groups exclude the served model (unknown until an
+    engine is loaded in this process; every process of a site serves the same model)."""
+    if engine is None:
+        return
+    access = access_for(user_id)
+    if not access.may_use_model(engine.model_name):
+        raise tree_ops.NotAllowed(f"Your groups do not give you access to the model {engine.model_name}.")
 
 
 @db_call

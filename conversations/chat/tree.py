@@ -72,6 +72,12 @@ class TreeError(ValueError):
     code = "invalid"
 
 
+class NotAllowed(TreeError):
+    """The user's groups do not give them what the operation needs (a model)."""
+
+    code = "not_allowed"
+
+
 class NotInConversation(TreeError):
     """The message (or conversation) named is not in this user's open conversation."""
 

@@ -1,3 +1,4 @@
+from conversations.models.access import GroupAccess
 from conversations.models.api import ApiKey, ApiRequest
 from conversations.models.audit import AuditEvent
 from conversations.models.chat import Conversation, Message
@@ -19,6 +20,7 @@ __all__ = [
     "DocumentChunk",
     "EngineStatus",
     "ExternalIdentity",
+    "GroupAccess",
     "Folder",
     "McpServer",
     "Message",

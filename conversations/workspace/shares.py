@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
+from conversations.accounts.access import access_for
 from conversations.audit.log import Action, record
 from conversations.chat.tree import Busy
 from conversations.models import Conversation, Share
@@ -42,6 +43,8 @@ def share_create(request: HttpRequest, pk: int) -> JsonResponse:
     conversation = get_object_or_404(Conversation, pk=pk, owner=request.user)
     if conversation.temporary:
         return JsonResponse({"detail": "a temporary chat cannot be shared"}, status=400)
+    if not access_for(request.user.pk).sharing:
+        return JsonResponse({"detail": "your groups do not allow sharing conversations"}, status=403)
     try:
         with transaction.atomic():
             share = take_snapshot(conversation)
