@@ -21,6 +21,7 @@ class Access:
     public_sharing: bool
     document_max_files: int
     document_max_bytes: int
+    scheduler_weight: float = 1.0
 
     def may_use_model(self, name: str) -> bool:
         return self.models is None or name in self.models
@@ -55,4 +56,5 @@ def access_for(user_id: int) -> Access:
             settings.DOCUMENT_USER_MAX_BYTES if row.document_max_bytes is None else row.document_max_bytes
             for row in rows
         ),
+        scheduler_weight=max(row.scheduler_weight for row in rows),
     )

@@ -20,11 +20,13 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from ninja import NinjaAPI
 from ninja.parser import Parser
 
+from conversations.accounts import quota
 from conversations.api import schemas
 from conversations.api.auth import ApiKeyAuth
 from conversations.api.completions import Generation, check_context, sampling_params
@@ -136,6 +138,21 @@ def check_fan_out(n: int | None, num_prompts: int) -> None:
 def engine_owner(request: HttpRequest) -> str:
     """Fair share in the engine is per API key: a flooding key queues behind itself."""
     return f"api-key:{request.auth.pk}"
+
+
+async def admit_tokens(request: HttpRequest, prompt_tokens: int) -> quota.Admission:
+    """The key owner's token quotas checked and the prompt counted, atomically across
+    processes; a spent budget is a 429 saying what ran out, with ``Retry-After`` until it resets."""
+    try:
+        return await sync_to_async(quota.admission)(request.auth.owner_id, prompt_tokens)
+    except quota.Exhausted as exc:
+        raise ApiError(
+            429,
+            str(exc),
+            type="insufficient_quota",
+            code="insufficient_quota",
+            headers={"Retry-After": str(exc.retry_after)},
+        ) from exc
 
 
 def engine_cache(
@@ -263,6 +280,7 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
     # A leading system prompt's blocks are shared with everyone, as the chat's are.
     prompt, shared = await encode_chat(engine, messages, shared=not body.cache_salt)
     check_context(engine, [prompt], max_tokens, "messages")
+    admitted = await admit_tokens(request, (body.n or 1) * len(prompt))
     generation = Generation(
         engine,
         kind="chat",
@@ -272,6 +290,7 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
         top_logprobs=top_logprobs,
         owner=engine_owner(request),
         cache=engine_cache(request, body.cache_salt, shared),
+        admission=admitted,
     )
     return await respond(request, generation, body, outputs.tools)
 
@@ -320,6 +339,7 @@ async def completions(request: HttpRequest, body: schemas.CompletionRequest) -> 
     params.grammar = await completion_grammar(engine, body)
     prompts, texts = await encode_prompts(engine, body.prompt)
     check_context(engine, prompts, body.max_tokens, "prompt")
+    admitted = await admit_tokens(request, (body.n or 1) * sum(len(p) for p in prompts))
     generation = Generation(
         engine,
         kind="completion",
@@ -329,6 +349,7 @@ async def completions(request: HttpRequest, body: schemas.CompletionRequest) -> 
         echo=texts if body.echo else None,
         owner=engine_owner(request),
         cache=engine_cache(request, body.cache_salt),
+        admission=admitted,
     )
     return await respond(request, generation, body)
 

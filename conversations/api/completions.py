@@ -20,6 +20,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from asgiref.sync import sync_to_async
+
+from conversations.accounts import quota
 from conversations.api.errors import ApiError, invalid, overloaded
 
 log = logging.getLogger(__name__)
@@ -148,6 +151,8 @@ class Generation:
         # The engine's cache options (conversations.chat.cache_salt.cache_options): the key
         # owner's namespace, with the body's cache_salt nested in it.
         cache: dict[str, Any] | None = None,
+        # The owner's token budgets and fair-share weight (conversations.accounts.quota).
+        admission: quota.Admission | None = None,
     ) -> None:
         self.engine = engine
         self.kind = kind
@@ -157,7 +162,12 @@ class Generation:
         self.n = params.n
         self.top_logprobs = top_logprobs
         self.echo = echo
-        self.engine_options = {"owner": owner, **(cache or {})}
+        self.admission = admission
+        self.engine_options = {
+            "owner": owner,
+            **(cache or {}),
+            **(admission.engine_options() if admission else {}),
+        }
         self.id = new_response_id(kind)
         self.created = int(time.time())
         self.model = engine.model_name
@@ -199,6 +209,7 @@ class Generation:
                 if delta.request_finished:
                     self._finished.add(delta.request_id)
                 yield choice, delta
+            await self._settle_quota()
         except ApiError:
             raise
         except Exception as exc:
@@ -211,6 +222,16 @@ class Generation:
                 with contextlib.suppress(Exception):
                     await stream.aclose()
             self.abort()
+
+    async def _settle_quota(self) -> None:
+        """The cached-prompt discount given back; a budget spent mid-answer audited."""
+        gate = self.admission.gate if self.admission else None
+        if gate is None:
+            return
+        cached = sum(p.num_cached_tokens for p in self.prompt_states) * self.n
+        await asyncio.to_thread(quota.settle_cached, gate, cached)
+        if gate.exhausted is not None:
+            await sync_to_async(quota.note_exhausted)(self.admission.user_id, gate.exhausted, "stopped")
 
     def abort(self) -> None:
         """Abort every engine request of this call that has not finished (a finished one's

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from conversations.accounts import quota
 from conversations.accounts.access import access_for
 from conversations.chat import lifecycle
 from conversations.chat import tree as tree_ops
@@ -87,6 +88,7 @@ def create_answer(
     and changed under its locks (no second read); with ``engine`` (the loaded engine that
     generates it), also the first read of its prompt, in this same call."""
     check_model_access(conversation.owner_id, engine or current_engine())
+    check_quota(conversation.owner_id)
     tree, answer = operation(conversation, *args, **kwargs)
     lifecycle.interrupt_orphans(list(tree.by_id.values()), live_ids, liveness)
     thread = tree_ops.thread_dict(tree)
@@ -102,6 +104,15 @@ def check_model_access(user_id: int, engine: AsyncEngine | None) -> None:
     access = access_for(user_id)
     if not access.may_use_model(engine.model_name):
         raise tree_ops.NotAllowed(f"Your groups do not give you access to the model {engine.model_name}.")
+
+
+def check_quota(user_id: int) -> None:
+    """``QuotaExhausted`` (saying what ran out and when it resets) before anything is created;
+    the prompt is counted when the answer starts (``conversations.chat.answers``)."""
+    try:
+        quota.admission(user_id, 0)
+    except quota.Exhausted as exc:
+        raise tree_ops.QuotaExhausted(str(exc)) from exc
 
 
 @db_call

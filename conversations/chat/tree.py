@@ -78,6 +78,12 @@ class NotAllowed(TreeError):
     code = "not_allowed"
 
 
+class QuotaExhausted(TreeError):
+    """A token budget of the user (or of a group of theirs) is spent."""
+
+    code = "quota_exhausted"
+
+
 class NotInConversation(TreeError):
     """The message (or conversation) named is not in this user's open conversation."""
 

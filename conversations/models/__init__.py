@@ -1,4 +1,4 @@
-from conversations.models.access import GroupAccess
+from conversations.models.access import GroupAccess, TokenQuota
 from conversations.models.api import ApiKey, ApiRequest
 from conversations.models.audit import AuditEvent
 from conversations.models.chat import Conversation, Message
@@ -28,4 +28,5 @@ __all__ = [
     "Preset",
     "Rating",
     "Share",
+    "TokenQuota",
 ]
