@@ -1,11 +1,11 @@
-"""Admin for accounts: the provider identities of single sign-on users."""
+"""Admin for accounts: the provider identities of single sign-on users, and token quotas."""
 
 from __future__ import annotations
 
 from django.contrib import admin
 
 from conversations.audit.admin import AuditedAdmin
-from conversations.models import ExternalIdentity
+from conversations.models import ExternalIdentity, TokenQuota
 
 
 @admin.register(ExternalIdentity)
@@ -19,3 +19,21 @@ class ExternalIdentityAdmin(AuditedAdmin):
 
     def has_add_permission(self, request) -> bool:
         return False
+
+
+@admin.register(TokenQuota)
+class TokenQuotaAdmin(AuditedAdmin):
+    """Token budgets of a user or a group (a group's is shared by its members); empty: no limit."""
+
+    list_display = (
+        "__str__",
+        "prompt_tokens_per_day",
+        "completion_tokens_per_day",
+        "prompt_tokens_per_month",
+        "completion_tokens_per_month",
+        "cached_prompt_discount",
+        "updated_at",
+    )
+    raw_id_fields = ("user",)
+    list_select_related = ("user", "group")
+    search_fields = ("user__username", "group__name")

@@ -14,7 +14,7 @@ from django.contrib.auth.signals import user_logged_in, user_logged_out, user_lo
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_save
 
 from conversations.audit.log import Action, record
-from conversations.models import GroupAccess, McpServer
+from conversations.models import GroupAccess, McpServer, TokenQuota
 
 ROLE_FIELDS = ("is_staff", "is_superuser", "is_active")
 USERNAME_LENGTH = 150
@@ -90,6 +90,19 @@ def _group_access_deleted(sender, instance: GroupAccess, **kwargs) -> None:
     record(Action.GROUP_CHANGE, target=instance.group, detail={"access": "removed"})
 
 
+def _quota_saved(sender, instance: TokenQuota, created: bool, raw: bool = False, **kwargs) -> None:
+    if raw:
+        return
+    fields = {f.attname: getattr(instance, f.attname) for f in TokenQuota._meta.concrete_fields}
+    for name in ("id", "updated_at"):
+        fields.pop(name, None)
+    record(Action.QUOTA_CHANGE, target=instance, detail={"created" if created else "changed": fields})
+
+
+def _quota_deleted(sender, instance: TokenQuota, **kwargs) -> None:
+    record(Action.QUOTA_CHANGE, target=instance, detail={"removed": True})
+
+
 def _group_deleted(sender, instance: Group, **kwargs) -> None:
     record(Action.GROUP_DELETE, target=instance)
 
@@ -157,6 +170,8 @@ def connect() -> None:
     post_save.connect(_group_saved, sender=Group, dispatch_uid="audit.group_saved")
     post_delete.connect(_group_deleted, sender=Group, dispatch_uid="audit.group_deleted")
     post_save.connect(_group_access_saved, sender=GroupAccess, dispatch_uid="audit.group_access_saved")
+    post_save.connect(_quota_saved, sender=TokenQuota, dispatch_uid="audit.quota_saved")
+    post_delete.connect(_quota_deleted, sender=TokenQuota, dispatch_uid="audit.quota_deleted")
     post_delete.connect(_group_access_deleted, sender=GroupAccess, dispatch_uid="audit.group_access_deleted")
     m2m_changed.connect(
         _membership_changed, sender=user_model.groups.through, dispatch_uid="audit.membership"

@@ -60,6 +60,7 @@ class AuditEvent(models.Model):
         EXPORT = "data.export", "exported data"
         IMPORT = "data.import", "imported data"
         ADMIN_DELETE = "admin.delete", "deleted through the admin"
+        QUOTA_CHANGE = "quota.change", "changed a token quota"
         QUOTA_EXHAUSTED = "quota.exhausted", "ran out of a token quota"
         AUDIT_EXPORT = "audit.export", "exported the audit log"
         AUDIT_PRUNE = "audit.prune", "removed expired audit entries"

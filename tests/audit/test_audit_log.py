@@ -19,7 +19,7 @@ from django.utils import timezone
 from conversations.audit.admin import AuditedAdmin, AuditEventAdmin
 from conversations.audit.log import Action, record
 from conversations.audit.retention import prune_audit_log
-from conversations.models import ApiKey, AuditEvent, Conversation, McpServer, Share
+from conversations.models import ApiKey, AuditEvent, Conversation, McpServer, Share, TokenQuota
 from tests.workspace.conftest import post_json
 
 pytestmark = pytest.mark.django_db
@@ -328,3 +328,32 @@ def test_retention_removes_entries_past_their_age_and_logs_itself(settings, user
         not AuditEvent.objects.filter(pk=old.pk).exists() and AuditEvent.objects.filter(pk=recent.pk).exists()
     )
     assert only(Action.AUDIT_PRUNE).detail["removed"] == 1
+
+
+# --- quotas ---------------------------------------------------------------------------------------------
+
+
+def test_quota_changes_in_the_admin_are_logged(admin_client, user):
+    form = {"user": user.pk, "completion_tokens_per_day": "500", "cached_prompt_discount": "0.5"}
+    assert admin_client.post("/admin/conversations/tokenquota/add/", form).status_code == 302
+    quota = TokenQuota.objects.get(user=user)
+    created = only(Action.QUOTA_CHANGE)
+    assert created.actor_name == "root" and created.object_id == str(quota.pk)
+    assert created.detail["created"]["completion_tokens_per_day"] == 500
+    admin_client.post(
+        f"/admin/conversations/tokenquota/{quota.pk}/change/", {**form, "completion_tokens_per_day": "900"}
+    )
+    assert entries(Action.QUOTA_CHANGE)[-1].detail["changed"]["completion_tokens_per_day"] == 900
+
+
+def test_quota_exhaustion_is_logged_when_a_request_is_refused(user):
+    from conversations.accounts import quota
+    from conversations.accounts.quota_store import counter_store
+
+    TokenQuota.objects.create(user=user, prompt_tokens_per_day=10)
+    quota.admission(user.pk, 6)
+    with pytest.raises(quota.Exhausted, match="daily prompt-token quota"):
+        quota.admission(user.pk, 6)
+    entry = only(Action.QUOTA_EXHAUSTED)
+    assert entry.actor_name == "alice" and entry.detail["how"] == "refused" and entry.detail["limit"] == 10
+    counter_store().values.clear()  # the in-process counters of this SQLite run
