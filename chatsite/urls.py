@@ -14,6 +14,7 @@ urlpatterns = [
     path("accounts/", include("conversations.accounts.urls")),
     # Before the admin's own login page: the same throttle as the site's, and off with local sign-in.
     path("admin/login/", admin_login),
+    path("", include("conversations.usage.urls")),  # /admin/usage/ before the admin's own pages
     path("admin/", admin.site.urls),
     path("", include("conversations.transfer.urls")),
     path("", include("conversations.documents.urls")),

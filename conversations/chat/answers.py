@@ -68,6 +68,7 @@ from conversations.cluster import registry as cluster
 from conversations.models import Message
 from conversations.ops.db_thread import db_call
 from conversations.ops.engine_handle import EngineLoadError, aget_engine
+from conversations.usage import record as usage_record
 
 if TYPE_CHECKING:
     from conversations.chat.prompt_history import AnswerInputs
@@ -380,6 +381,17 @@ class GenerationManager:
         )
         if status is not None:
             titles.answer_finished(answer.conversation_id, answer.message_id, status)
+            await add_usage(
+                usage_record.Finished(
+                    user_id=answer.owner_id,
+                    model=str(answer.start_fields.get("model_name", "")),
+                    source="chat",
+                    prompt_tokens=answer.prompt_tokens,
+                    completion_tokens=count,
+                    cached_tokens=answer.cached_tokens,
+                    ttft_ms=fields["time_to_first_token_ms"],
+                )
+            )
         if answer.quota_gate is not None:
             await self._settle_quota(answer, answer.quota_gate)
 
@@ -404,6 +416,7 @@ class GenerationManager:
 
 
 quota_admission = db_call(quota.admission)
+add_usage = db_call(usage_record.add)
 
 
 @db_call

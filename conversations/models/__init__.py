@@ -7,6 +7,7 @@ from conversations.models.identity import ExternalIdentity
 from conversations.models.jobs import DataJob
 from conversations.models.ops import EngineStatus
 from conversations.models.tools import McpServer
+from conversations.models.usage import UsageDay
 from conversations.models.workspace import Folder, Preset, Rating, Share
 
 __all__ = [
@@ -29,4 +30,5 @@ __all__ = [
     "Rating",
     "Share",
     "TokenQuota",
+    "UsageDay",
 ]
