@@ -202,3 +202,10 @@ def note_exhausted(user_id: int, counter: Counter, how: str) -> None:
             target=user,
             detail={"quota": counter.key.rsplit(":", 1)[0], "limit": counter.limit, "how": how},
         )
+
+
+def settle(admitted: Admission, cached_tokens: int) -> None:
+    """After a request: the cached-prompt discount given back; a budget it spent, audited."""
+    settle_cached(admitted.gate, cached_tokens)
+    if admitted.gate is not None and admitted.gate.exhausted is not None:
+        note_exhausted(admitted.user_id, admitted.gate.exhausted, "stopped")

@@ -224,14 +224,9 @@ class Generation:
             self.abort()
 
     async def _settle_quota(self) -> None:
-        """The cached-prompt discount given back; a budget spent mid-answer audited."""
-        gate = self.admission.gate if self.admission else None
-        if gate is None:
-            return
-        cached = sum(p.num_cached_tokens for p in self.prompt_states) * self.n
-        await asyncio.to_thread(quota.settle_cached, gate, cached)
-        if gate.exhausted is not None:
-            await sync_to_async(quota.note_exhausted)(self.admission.user_id, gate.exhausted, "stopped")
+        if self.admission is not None and self.admission.gate is not None:
+            cached = sum(p.num_cached_tokens for p in self.prompt_states) * self.n
+            await sync_to_async(quota.settle)(self.admission, cached)
 
     def abort(self) -> None:
         """Abort every engine request of this call that has not finished (a finished one's
