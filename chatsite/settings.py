@@ -53,6 +53,10 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # The request's user and client, for audit entries written by signal receivers.
+    "conversations.audit.context.AuditContextMiddleware",
+    # Single sign-on sessions checked with the identity provider when due.
+    "conversations.accounts.sso.refresh.SsoRefreshMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "chatsite.security.ContentSecurityPolicyMiddleware",
@@ -169,6 +173,8 @@ ORPHAN_SWEEP_SECONDS = env_float("ORPHAN_SWEEP_SECONDS", 300.0)
 PURGE_SWEEP_SECONDS = env_float("PURGE_SWEEP_SECONDS", 3600.0)
 DELETED_CONVERSATION_RETENTION_DAYS = env_float("DELETED_CONVERSATION_RETENTION_DAYS", 30.0)
 API_REQUEST_RETENTION_DAYS = env_float("API_REQUEST_RETENTION_DAYS", 90.0)
+# Audit log entries older than this are deleted by the housekeeping sweep; 0 keeps them all.
+AUDIT_RETENTION_DAYS = env_float("AUDIT_RETENTION_DAYS", 365.0)
 SESSION_SWEEP_SECONDS = env_float("SESSION_SWEEP_SECONDS", 86400.0)
 # Temporary chats: purged once their tab closes them (at the next sweep) and at the latest
 # this long after they were started.
@@ -189,6 +195,7 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": TEMPORARY_CHAT_SWEEP_SECONDS,
     },
     "prune-api-requests": {"task": "conversations.tasks.prune_api_requests", "schedule": PURGE_SWEEP_SECONDS},
+    "prune-audit-log": {"task": "conversations.tasks.prune_audit_log", "schedule": PURGE_SWEEP_SECONDS},
     "prune-data-jobs": {"task": "conversations.tasks.prune_data_jobs", "schedule": PURGE_SWEEP_SECONDS},
     "clear-expired-sessions": {
         "task": "conversations.tasks.clear_expired_sessions",
@@ -351,6 +358,37 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
 ALLOW_SIGNUP = env_bool("ALLOW_SIGNUP", True)
+# Sign-in with a username and password (the site's and the admin's pages). Off for an SSO-only
+# site; signup is then closed too.
+ALLOW_LOCAL_LOGIN = env_bool("ALLOW_LOCAL_LOGIN", True)
+# Single sign-on with an OpenID Connect provider (conversations.accounts.sso), on when the
+# issuer is set: its endpoints come from {issuer}/.well-known/openid-configuration.
+OIDC_ISSUER = env_str("OIDC_ISSUER", "")
+OIDC_PROVIDER_NAME = env_str("OIDC_PROVIDER_NAME", "your organisation")  # "Sign in with …"
+OIDC_RP_CLIENT_ID = env_str("OIDC_CLIENT_ID", "")
+OIDC_RP_CLIENT_SECRET = env_str("OIDC_CLIENT_SECRET", "")
+OIDC_RP_SCOPES = env_str("OIDC_SCOPES", "openid email profile")
+OIDC_RP_SIGN_ALGO = env_str("OIDC_SIGN_ALGO", "RS256")
+OIDC_USE_PKCE = True
+# Claims mapped to the user: the new account's username, e-mail and names; the groups claim
+# (empty: groups are not taken from the provider) sets the user's groups at every sign-in and refresh.
+OIDC_USERNAME_CLAIM = env_str("OIDC_USERNAME_CLAIM", "preferred_username")
+OIDC_EMAIL_CLAIM = env_str("OIDC_EMAIL_CLAIM", "email")
+OIDC_FIRST_NAME_CLAIM = env_str("OIDC_FIRST_NAME_CLAIM", "given_name")
+OIDC_LAST_NAME_CLAIM = env_str("OIDC_LAST_NAME_CLAIM", "family_name")
+OIDC_GROUPS_CLAIM = env_str("OIDC_GROUPS_CLAIM", "groups")
+# How often a signed-in SSO user's session is checked with the provider (a refresh-token
+# exchange): a user deactivated there is signed out here at the next check.
+OIDC_REFRESH_SECONDS = env_float("OIDC_REFRESH_SECONDS", 900.0)
+OIDC_TIMEOUT = 10
+if not ALLOW_LOCAL_LOGIN and not OIDC_ISSUER:
+    raise ConfigError("ALLOW_LOCAL_LOGIN=false needs single sign-on (OIDC_ISSUER), or nobody could sign in")
+if OIDC_ISSUER and not (OIDC_RP_CLIENT_ID and OIDC_RP_CLIENT_SECRET):
+    raise ConfigError("OIDC_ISSUER needs OIDC_CLIENT_ID and OIDC_CLIENT_SECRET")
+AUTHENTICATION_BACKENDS = [
+    *(["django.contrib.auth.backends.ModelBackend"] if ALLOW_LOCAL_LOGIN else []),
+    *(["conversations.accounts.sso.backend.SsoBackend"] if OIDC_ISSUER else []),
+]
 # Share links open for signed-in users of the site only, unless this lets anyone with the link read them.
 ALLOW_PUBLIC_SHARES = env_bool("ALLOW_PUBLIC_SHARES", False)
 # Each share copies a whole branch: live share links per user (a revoked one frees its place),

@@ -3,7 +3,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from conversations.accounts.login_throttle import throttled
+from conversations.accounts.views import admin_login
 
 urlpatterns = [
     # First: every API call resolves its path, and Django tries the patterns in order.
@@ -12,8 +12,9 @@ urlpatterns = [
     path("", include("conversations.workspace.urls")),
     path("", include("conversations.ops.urls")),
     path("accounts/", include("conversations.accounts.urls")),
-    # Before the admin's own login page: the same throttle as the site's.
-    path("admin/login/", throttled(admin.site.login)),
+    # Before the admin's own login page: the same throttle as the site's, and off with local sign-in.
+    path("admin/login/", admin_login),
+    path("", include("conversations.usage.urls")),  # /admin/usage/ before the admin's own pages
     path("admin/", admin.site.urls),
     path("", include("conversations.transfer.urls")),
     path("", include("conversations.documents.urls")),

@@ -12,6 +12,7 @@ class ConversationsConfig(AppConfig):
         from django.db.models.signals import post_delete
 
         from conversations.accounts import login_throttle  # noqa: F401 - connects its signal receivers
+        from conversations.audit import receivers as audit_receivers
         from conversations.chat.kv_purge import user_deleted
         from conversations.ops import db_thread, files
 
@@ -20,4 +21,5 @@ class ConversationsConfig(AppConfig):
         # The thread of the websocket's database calls keeps its connection.
         connection_created.connect(db_thread.on_connection_created, dispatch_uid="conversations.db_thread")
         # A deleted user's KV blocks leave every engine's tiers.
+        audit_receivers.connect()
         post_delete.connect(user_deleted, sender=settings.AUTH_USER_MODEL, dispatch_uid="kv-purge-user")

@@ -16,6 +16,7 @@ from celery import shared_task
 from django.conf import settings
 
 from conversations import enqueue
+from conversations.audit import retention
 from conversations.chat import housekeeping, titles
 from conversations.transfer import jobs as data_jobs
 
@@ -76,6 +77,11 @@ def purge_temporary_conversations() -> int:
 @shared_task
 def prune_api_requests() -> int:
     return housekeeping.prune_api_requests()
+
+
+@shared_task
+def prune_audit_log() -> int:
+    return retention.prune_audit_log()
 
 
 @shared_task

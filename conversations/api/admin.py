@@ -6,10 +6,13 @@ Imported by ``conversations.admin``, the admin registry.
 from __future__ import annotations
 
 from django.contrib import admin, messages
+from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 from django.utils.html import format_html
 
+from conversations.audit.admin import AuditedAdmin
+from conversations.audit.log import Action, record
 from conversations.models import ApiKey, ApiRequest
 
 
@@ -29,7 +32,7 @@ class RevokedFilter(admin.SimpleListFilter):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(AuditedAdmin):
     list_display = (
         "prefix_display",
         "name",
@@ -86,7 +89,14 @@ class ApiKeyAdmin(admin.ModelAdmin):
     def save_model(self, request, obj: ApiKey, form, change: bool) -> None:
         if not change:
             raw = obj.set_new_key()
-            super().save_model(request, obj, form, change)
+            with transaction.atomic():
+                super().save_model(request, obj, form, change)
+                record(
+                    Action.API_KEY_CREATE,
+                    target=obj,
+                    request=request,
+                    detail={"for": obj.owner.get_username()},
+                )
             messages.warning(
                 request,
                 f"The new API key for {obj.owner} is {raw} — copy it now: it is stored hashed and will not be shown again.",
@@ -96,12 +106,16 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke selected API keys")
     def revoke_keys(self, request, queryset) -> None:
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        with transaction.atomic():
+            live = list(queryset.filter(revoked_at__isnull=True).select_for_update())
+            count = queryset.filter(pk__in=[k.pk for k in live]).update(revoked_at=timezone.now())
+            for key in live:
+                record(Action.API_KEY_REVOKE, target=key, request=request)
         self.message_user(request, f"Revoked {count} key{'s' if count != 1 else ''}.", messages.SUCCESS)
 
 
 @admin.register(ApiRequest)
-class ApiRequestAdmin(admin.ModelAdmin):
+class ApiRequestAdmin(AuditedAdmin):
     """The usage log: read-only."""
 
     list_display = (

@@ -20,11 +20,13 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from ninja import NinjaAPI
 from ninja.parser import Parser
 
+from conversations.accounts import quota
 from conversations.api import legacy_functions, schemas
 from conversations.api.auth import ApiKeyAuth
 from conversations.api.completions import Generation, check_context, sampling_params
@@ -138,6 +140,21 @@ def engine_owner(request: HttpRequest) -> str:
     return f"api-key:{request.auth.pk}"
 
 
+async def admit_tokens(request: HttpRequest, prompt_tokens: int) -> quota.Admission:
+    """The key owner's token quotas checked and the prompt counted, atomically across
+    processes; a spent budget is a 429 saying what ran out, with ``Retry-After`` until it resets."""
+    try:
+        return await sync_to_async(quota.admission)(request.auth.owner_id, prompt_tokens)
+    except quota.Exhausted as exc:
+        raise ApiError(
+            429,
+            str(exc),
+            type="insufficient_quota",
+            code="insufficient_quota",
+            headers={"Retry-After": str(exc.retry_after)},
+        ) from exc
+
+
 def engine_cache(
     request: HttpRequest, cache_salt: str | None, shared_prefix_tokens: int = 0
 ) -> dict[str, Any]:
@@ -159,9 +176,17 @@ def check_stream_options(body: Any) -> None:
         raise invalid("stream_options is only allowed when stream is true.", param="stream_options")
 
 
-def check_model(engine: Any, model: str) -> None:
+def check_model(engine: Any, model: str, request: HttpRequest) -> None:
     if model != engine.model_name:
         raise model_not_found(model)
+    if not request.auth.access.may_use_model(model):
+        raise ApiError(
+            403,
+            f"Your groups do not give you access to the model `{model}`.",
+            type="permission_error",
+            param="model",
+            code="model_access_denied",
+        )
 
 
 def model_card(engine: Any) -> dict[str, Any]:
@@ -181,14 +206,15 @@ def model_card(engine: Any) -> dict[str, Any]:
 async def list_models(request: HttpRequest) -> HttpResponse:
     engine = await ready_engine()
     request.api_log.finish(200)
-    return JsonResponse({"object": "list", "data": [model_card(engine)]})
+    cards = [model_card(engine)] if request.auth.access.may_use_model(engine.model_name) else []
+    return JsonResponse({"object": "list", "data": cards})
 
 
 @api.get("/models/{model}", response={200: schemas.ModelCard, **ERRORS}, summary="Retrieve a model")
 async def retrieve_model(request: HttpRequest, model: str) -> HttpResponse:
     request.api_log.model = model
     engine = await ready_engine()
-    check_model(engine, model)
+    check_model(engine, model, request)
     request.api_log.finish(200)
     return JsonResponse(model_card(engine))
 
@@ -241,7 +267,7 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
     check_stream_options(body)
     body, legacy = legacy_functions.as_tools(body)
     engine = await ready_engine()
-    check_model(engine, body.model)
+    check_model(engine, body.model, request)
     top_logprobs = None
     if body.logprobs:
         top_logprobs = body.top_logprobs or 0
@@ -264,6 +290,7 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
     # A leading system prompt's blocks are shared with everyone, as the chat's are.
     prompt, shared = await encode_chat(engine, messages, shared=not body.cache_salt)
     check_context(engine, [prompt], max_tokens, "messages")
+    admitted = await admit_tokens(request, (body.n or 1) * len(prompt))
     generation = Generation(
         engine,
         kind="chat",
@@ -273,6 +300,7 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
         top_logprobs=top_logprobs,
         owner=engine_owner(request),
         cache=engine_cache(request, body.cache_salt, shared),
+        admission=admitted,
     )
     legacy = legacy_functions.LegacyAnswer(outputs.tools) if legacy else None
     return await respond(request, generation, body, legacy or outputs.tools)
@@ -316,7 +344,7 @@ async def completions(request: HttpRequest, body: schemas.CompletionRequest) -> 
     check_fan_out(body.n, count_prompts(body.prompt))
     check_stream_options(body)
     engine = await ready_engine()
-    check_model(engine, body.model)
+    check_model(engine, body.model, request)
     scores_prompt = bool(body.echo) and body.logprobs is not None
     if scores_prompt and body.use_beam_search:
         raise invalid("echo with logprobs is not available with use_beam_search.", param="echo")
@@ -332,6 +360,7 @@ async def completions(request: HttpRequest, body: schemas.CompletionRequest) -> 
     params.grammar = await completion_grammar(engine, body, engine_owner(request))
     prompts, texts = await encode_prompts(engine, body.prompt)
     check_context(engine, prompts, body.max_tokens, "prompt")
+    admitted = await admit_tokens(request, (body.n or 1) * sum(len(p) for p in prompts))
     generation = Generation(
         engine,
         kind="completion",
@@ -341,6 +370,7 @@ async def completions(request: HttpRequest, body: schemas.CompletionRequest) -> 
         echo=texts if body.echo else None,
         owner=engine_owner(request),
         cache=engine_cache(request, body.cache_salt),
+        admission=admitted,
     )
     return await respond(request, generation, body)
 

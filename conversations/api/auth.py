@@ -6,6 +6,7 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 from ninja.security import HttpBearer
 
+from conversations.accounts.access import access_for
 from conversations.api import rate_limit
 from conversations.api.errors import ApiError
 from conversations.api.usage import RequestLog
@@ -30,6 +31,14 @@ def checked_key(token: str) -> ApiKey:
         raise _unauthorized(f"Incorrect API key provided: {_masked(token)}.")
     if not key.is_active:
         raise _unauthorized(f"The API key {key.prefix}… has been revoked.")
+    key.access = access_for(key.owner_id)
+    if not key.access.api:
+        raise ApiError(
+            403,
+            "Your groups do not include access to the API. Ask your administrator.",
+            type="permission_error",
+            code="api_access_denied",
+        )
     rate_limit.count(key)
     return key
 

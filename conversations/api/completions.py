@@ -20,6 +20,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from asgiref.sync import sync_to_async
+
+from conversations.accounts import quota
 from conversations.api.errors import ApiError, invalid, overloaded
 
 log = logging.getLogger(__name__)
@@ -189,6 +192,8 @@ class Generation:
         # The engine's cache options (conversations.chat.cache_salt.cache_options): the key
         # owner's namespace, with the body's cache_salt nested in it.
         cache: dict[str, Any] | None = None,
+        # The owner's token budgets and fair-share weight (conversations.accounts.quota).
+        admission: quota.Admission | None = None,
     ) -> None:
         self.engine = engine
         self.kind = kind
@@ -198,7 +203,12 @@ class Generation:
         self.n = params.n
         self.top_logprobs = top_logprobs
         self.echo = echo
-        self.engine_options = {"owner": owner, **(cache or {})}
+        self.admission = admission
+        self.engine_options = {
+            "owner": owner,
+            **(cache or {}),
+            **(admission.engine_options() if admission else {}),
+        }
         self.id = new_response_id(kind)
         self.created = int(time.time())
         self.model = engine.model_name
@@ -242,6 +252,7 @@ class Generation:
                 if delta.request_finished:
                     self._finished.add(delta.request_id)
                 yield choice, delta
+            await self._settle_quota()
         except ApiError:
             raise
         except Exception as exc:
@@ -254,6 +265,11 @@ class Generation:
                 with contextlib.suppress(Exception):
                     await stream.aclose()
             self.abort()
+
+    async def _settle_quota(self) -> None:
+        if self.admission is not None and self.admission.gate is not None:
+            cached = sum(p.num_cached_tokens for p in self.prompt_states) * self.n
+            await sync_to_async(quota.settle)(self.admission, cached)
 
     def abort(self) -> None:
         """Abort every engine request of this call that has not finished (a finished one's

@@ -12,6 +12,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from conversations.accounts.user_lock import lock_user
+from conversations.audit.log import Action, record
 from conversations.models import ApiKey
 
 MAX_ACTIVE_KEYS = 20
@@ -58,7 +59,8 @@ def api_keys(request: HttpRequest) -> HttpResponse:
     with transaction.atomic():  # the user's row locked: keys made at once are counted one by one
         lock_user(request.user.pk)
         if ApiKey.objects.filter(owner=request.user).active().count() < MAX_ACTIVE_KEYS:
-            _key, raw = ApiKey.objects.create_key(request.user, name=name)
+            key, raw = ApiKey.objects.create_key(request.user, name=name)
+            record(Action.API_KEY_CREATE, target=key, request=request)
     if raw is None:
         return _page(request, error=f"You have {MAX_ACTIVE_KEYS} active keys: revoke one first.", status=400)
     # Rendered, not redirected: the raw key exists only in this response.
@@ -70,6 +72,9 @@ def api_keys(request: HttpRequest) -> HttpResponse:
 @require_POST
 def revoke_api_key(request: HttpRequest, key_id: int) -> HttpResponse:
     key = get_object_or_404(ApiKey, pk=key_id, owner=request.user)
-    key.revoke()
+    with transaction.atomic():
+        if key.is_active:
+            key.revoke()
+            record(Action.API_KEY_REVOKE, target=key, request=request)
     messages.success(request, f"Revoked the key {key.prefix}….")
     return redirect("api_keys")

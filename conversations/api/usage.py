@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from conversations.models import ApiKey, ApiRequest
 from conversations.ops.db_thread import connections_last, keep_connections
+from conversations.usage import record as usage_record
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,19 @@ def _write(rows: list[dict[str, Any]]) -> None:
     close_old_connections()
     try:
         ApiRequest.objects.bulk_create([ApiRequest(**row) for row in rows])
+        for row in rows:
+            if row["status_code"] == 200 and row["endpoint"].endswith("completions"):
+                usage_record.add(
+                    usage_record.Finished(
+                        user_id=row["owner_id"],
+                        model=row["model"],
+                        source="api",
+                        prompt_tokens=row["prompt_tokens"],
+                        completion_tokens=row["completion_tokens"],
+                        cached_tokens=row["cached_tokens"],
+                        ttft_ms=None,  # the chat's answers carry the figure; API calls do not time it
+                    )
+                )
         keys = {row["key_id"] for row in rows}
         ApiKey.objects.filter(pk__in=keys).update(last_used_at=timezone.now())
     except Exception:

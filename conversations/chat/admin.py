@@ -9,6 +9,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 
+from conversations.audit.admin import AuditedAdmin
 from conversations.chat.tree import Tree
 from conversations.models import Conversation, Message
 
@@ -36,7 +37,7 @@ class MessageInline(admin.TabularInline):
 
 
 @admin.register(Conversation)
-class ConversationAdmin(admin.ModelAdmin):
+class ConversationAdmin(AuditedAdmin):
     list_display = ("title", "owner", "message_count", "updated_at", "created_at")
     list_select_related = ("owner",)
     search_fields = ("title", "owner__username", "messages__content")
@@ -158,7 +159,7 @@ def creates_cycle(message_id: int, new_parent_id: int, conversation_id: int) -> 
 
 
 @admin.register(Message)
-class MessageAdmin(admin.ModelAdmin):
+class MessageAdmin(AuditedAdmin):
     form = MessageAdminForm
     list_display = (
         "id",

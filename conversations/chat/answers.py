@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from django.conf import settings
 
+from conversations.accounts import quota
 from conversations.chat import lifecycle, titles, tool_loop
 from conversations.chat.answer_deltas import AnswerDeltas
 from conversations.chat.answer_rows import store_user_segment
@@ -65,7 +66,9 @@ from conversations.chat.records import Answer, LiveNode, StopReason, ToolRun, To
 from conversations.chat.retention import get_retention
 from conversations.cluster import registry as cluster
 from conversations.models import Message
+from conversations.ops.db_thread import db_call
 from conversations.ops.engine_handle import EngineLoadError, aget_engine
+from conversations.usage import record as usage_record
 
 if TYPE_CHECKING:
     from conversations.chat.prompt_history import AnswerInputs
@@ -318,7 +321,9 @@ class GenerationManager:
         }
         await lifecycle.start_streaming(self, answer, started)
         self.partials.add(answer)
-        options = engine_options(answer.owner_id, plan, answer.cache_options)
+        admitted = await quota_admission(answer.owner_id, len(plan.token_ids))
+        answer.quota_gate = admitted.gate
+        options = {**engine_options(answer.owner_id, plan, answer.cache_options), **admitted.engine_options()}
         deltas = AnswerDeltas(answer, timing, self.emit, self.relays.poke)
         engine.submit(plan.token_ids, params, deltas, answer.request_id, **options)
         try:
@@ -376,12 +381,55 @@ class GenerationManager:
         )
         if status is not None:
             titles.answer_finished(answer.conversation_id, answer.message_id, status)
+            await add_usage(
+                usage_record.Finished(
+                    user_id=answer.owner_id,
+                    model=str(answer.start_fields.get("model_name", "")),
+                    source="chat",
+                    prompt_tokens=answer.prompt_tokens,
+                    completion_tokens=count,
+                    cached_tokens=answer.cached_tokens,
+                    ttft_ms=fields["time_to_first_token_ms"],
+                )
+            )
+        if answer.quota_gate is not None:
+            await self._settle_quota(answer, answer.quota_gate)
+
+    async def _settle_quota(self, answer: Answer, gate: quota.QuotaGate) -> None:
+        """The cached-prompt discount given back; an answer the budget stopped gets a notice
+        (and its audit entry)."""
+        await asyncio.to_thread(quota.settle_cached, gate, answer.cached_tokens)
+        if gate.exhausted is None:
+            return
+        await quota_stopped(answer.owner_id, gate.exhausted)
+        notice = quota.describe(gate.exhausted) + " The answer stopped there."
+        self.emit(
+            answer.conversation_id,
+            {
+                "type": "notice",
+                "conversation_id": answer.conversation_id,
+                "message_id": answer.message_id,
+                "code": "quota_exhausted",
+                "text": notice,
+            },
+        )
+
+
+quota_admission = db_call(quota.admission)
+add_usage = db_call(usage_record.add)
+
+
+@db_call
+def quota_stopped(user_id: int, counter: quota.Counter) -> None:
+    quota.note_exhausted(user_id, counter, "stopped")
 
 
 def failure_text(exc: Exception, answer: Answer) -> str:
     """What the tab is told of an answer that failed with ``exc`` (empty: not a failure)."""
     from inference import EngineOverloadedError, InvalidPromptError, PromptTooLongError
 
+    if isinstance(exc, quota.Exhausted):
+        return str(exc)
     if isinstance(exc, PromptTooLongError):
         return (
             f"This message is too long for the model: the prompt needs {exc.num_tokens} tokens "

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from conversations.accounts import quota
+from conversations.accounts.access import access_for
 from conversations.chat import lifecycle
 from conversations.chat import tree as tree_ops
 from conversations.chat.prompt_history import AnswerInputs, answer_inputs_from_tree
@@ -13,6 +15,7 @@ from conversations.chat.thread_dicts import thread_page
 from conversations.cluster import registry as cluster
 from conversations.models import Conversation, Message
 from conversations.ops.db_thread import db_call
+from conversations.ops.engine_handle import current_engine
 from conversations.prepared_queries import PreparedRead
 
 if TYPE_CHECKING:
@@ -98,11 +101,32 @@ def create_answer(
     ``regenerate``): its answer and the thread after it, from the tree the operation loaded
     and changed under its locks (no second read); with ``engine`` (the loaded engine that
     generates it), also the first read of its prompt, in this same call."""
+    check_model_access(conversation.owner_id, engine or current_engine())
+    check_quota(conversation.owner_id)
     tree, answer = operation(conversation, *args, **kwargs)
     lifecycle.interrupt_orphans(list(tree.by_id.values()), live_ids, liveness)
     thread = tree_ops.thread_dict(tree, paged=True)
     inputs = answer_inputs_from_tree(tree, answer.pk, engine) if engine is not None else None
     return CreatedAnswer(answer, tree, thread, inputs)
+
+
+def check_model_access(user_id: int, engine: AsyncEngine | None) -> None:
+    """``NotAllowed`` when the user's groups exclude the served model (unknown until an
+    engine is loaded in this process; every process of a site serves the same model)."""
+    if engine is None:
+        return
+    access = access_for(user_id)
+    if not access.may_use_model(engine.model_name):
+        raise tree_ops.NotAllowed(f"Your groups do not give you access to the model {engine.model_name}.")
+
+
+def check_quota(user_id: int) -> None:
+    """``QuotaExhausted`` (saying what ran out and when it resets) before anything is created;
+    the prompt is counted when the answer starts (``conversations.chat.answers``)."""
+    try:
+        quota.admission(user_id, 0)
+    except quota.Exhausted as exc:
+        raise tree_ops.QuotaExhausted(str(exc)) from exc
 
 
 @db_call

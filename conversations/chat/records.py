@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 from conversations.chat.reasoning import Reasoning
 
 if TYPE_CHECKING:
+    from conversations.accounts.quota import QuotaGate
     from inference import AsyncEngine
     from inference.tools import ToolFormat
 
@@ -112,6 +113,8 @@ class Answer(LiveNode):
     tools: AnswerTools | None = None
     tool_calls: list[dict] | None = None
     start_fields: dict[str, object] = field(default_factory=dict)  # the prompt's counts, the model
+    # Its token budgets (conversations.accounts.quota): charged by the engine every step.
+    quota_gate: QuotaGate | None = None
 
 
 @dataclass

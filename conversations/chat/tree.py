@@ -72,6 +72,18 @@ class TreeError(ValueError):
     code = "invalid"
 
 
+class NotAllowed(TreeError):
+    """The user's groups do not give them what the operation needs (a model)."""
+
+    code = "not_allowed"
+
+
+class QuotaExhausted(TreeError):
+    """A token budget of the user (or of a group of theirs) is spent."""
+
+    code = "quota_exhausted"
+
+
 class NotInConversation(TreeError):
     """The message (or conversation) named is not in this user's open conversation."""
 

@@ -19,6 +19,7 @@ from django.db import connection, transaction
 from django.db.models import Sum
 from django.utils import timezone
 
+from conversations.accounts.access import access_for
 from conversations.accounts.user_lock import lock_user
 from conversations.documents.chunking import chunk_text
 from conversations.documents.extract import extract
@@ -73,16 +74,18 @@ def check_caps(owner, filename: str, size: int) -> None:
         raise DocumentError(
             f"{filename} is {size:,} bytes; a file may have at most {settings.DOCUMENT_MAX_BYTES:,}."
         )
+    # The caps are the largest any of the owner's groups sets (the settings' without groups).
+    access = access_for(owner.pk)
     mine = Document.objects.filter(owner=owner)
-    if mine.count() >= settings.DOCUMENT_USER_MAX_FILES:
+    if mine.count() >= access.document_max_files:
         raise DocumentError(
-            f"You have {settings.DOCUMENT_USER_MAX_FILES} files already: delete some in Your files first."
+            f"You have {access.document_max_files} files already: delete some in Your files first."
         )
     used = mine.aggregate(total=Sum("size"))["total"] or 0
-    if used + size > settings.DOCUMENT_USER_MAX_BYTES:
+    if used + size > access.document_max_bytes:
         raise DocumentError(
             f"{filename} would take your files to {used + size:,} bytes; the limit is "
-            f"{settings.DOCUMENT_USER_MAX_BYTES:,}. Delete some in Your files first."
+            f"{access.document_max_bytes:,}. Delete some in Your files first."
         )
 
 

@@ -16,6 +16,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
+from conversations.accounts.access import access_for
 from conversations.chat.json_guard import json_body, login_required_json
 from conversations.chat.views import _own_conversation
 from conversations.documents.formats import ACCEPT, DocumentError
@@ -184,7 +185,7 @@ def documents_page(request: HttpRequest) -> HttpResponse:
         "documents": docs,
         "busy": any(d.status in ("pending", "extracting") for d in docs),
         "used_mb": used / 1e6,
-        "max_mb": settings.DOCUMENT_USER_MAX_BYTES / 1e6,
+        "max_mb": access_for(request.user.pk).document_max_bytes / 1e6,
         "file_max_mb": settings.DOCUMENT_MAX_BYTES / 1e6,
         "accept": ",".join(ACCEPT),
     }

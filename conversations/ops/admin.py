@@ -7,13 +7,14 @@ from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
+from conversations.audit.admin import AuditedAdmin
 from conversations.models import EngineStatus
 from conversations.ops.engine_handle import engine_status
 from conversations.ops.metrics import live_stats_json, pd_figures
 
 
 @admin.register(EngineStatus)
-class EngineStatusAdmin(admin.ModelAdmin):
+class EngineStatusAdmin(AuditedAdmin):
     """A read-only page of the engine's live numbers (never loads the model itself)."""
 
     def has_add_permission(self, request) -> bool:

@@ -11,6 +11,7 @@ from django import forms
 from django.contrib import admin
 from django.core.exceptions import NON_FIELD_ERRORS, PermissionDenied, ValidationError
 
+from conversations.audit.admin import AuditedAdmin
 from conversations.models import McpServer
 
 
@@ -43,7 +44,7 @@ class McpServerForm(forms.ModelForm):
 
 
 @admin.register(McpServer)
-class McpServerAdmin(admin.ModelAdmin):
+class McpServerAdmin(AuditedAdmin):
     form = McpServerForm
     list_display = ("name", "transport", "enabled", "all_users", "timeout_seconds", "updated_at")
     list_filter = ("transport", "enabled", "all_users")

@@ -12,12 +12,14 @@ import re
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.csrf import csrf_exempt, csrf_protect
 from django.views.decorators.http import require_GET, require_POST
 
+from conversations.audit.log import Action, record
 from conversations.models import Conversation, DataJob
 from conversations.transfer import jobs as data_jobs
 from conversations.transfer.upload_limit import ImportSizeLimit, announced_size
@@ -41,6 +43,8 @@ def _export_one(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
     # A temporary chat is not kept, so it has no export either.
     conversation = get_object_or_404(Conversation, pk=pk, owner=request.user, temporary=False)
     body = data_jobs.render_export(request.user, fmt, conversation_id=conversation.pk)
+    with transaction.atomic():
+        record(Action.EXPORT, target=conversation, request=request, detail={"format": fmt})
     extension = data_jobs.EXTENSIONS[fmt]
     content_type = "text/markdown; charset=utf-8" if fmt == "markdown" else "application/json"
     return _download(body, f"{_slug(conversation.title)}-{pk}.{extension}", content_type)
@@ -81,9 +85,13 @@ def export_all(request: HttpRequest) -> HttpResponse:
         return redirect("data")
     if data_jobs.message_count(request.user) <= settings.EXPORT_INLINE_MAX_MESSAGES:
         body = data_jobs.render_export(request.user, fmt)
+        with transaction.atomic():
+            record(Action.EXPORT, request=request, detail={"format": fmt, "scope": "all"})
         content_type = "text/markdown; charset=utf-8" if fmt == "markdown" else "application/json"
         return _download(body, f"conversations.{data_jobs.EXTENSIONS[fmt]}", content_type)
-    data_jobs.start_export(request.user, fmt)
+    with transaction.atomic():
+        job = data_jobs.start_export(request.user, fmt)
+        record(Action.EXPORT, target=job, request=request, detail={"format": fmt, "scope": "all"})
     messages.info(request, "Your export is being prepared. It will be listed below when it is ready.")
     return redirect("data")
 
@@ -109,7 +117,9 @@ def _import_upload(request: HttpRequest, counter: ImportSizeLimit) -> HttpRespon
     if upload is None:
         messages.error(request, "Choose a file to import.")
         return redirect("data")
-    data_jobs.start_import(request.user, upload.name or "upload.json", upload.read())
+    with transaction.atomic():
+        job = data_jobs.start_import(request.user, upload.name or "upload.json", upload.read())
+        record(Action.IMPORT, target=job, request=request, detail={"file": job.filename})
     messages.info(request, "Your file is being imported. Its progress and result are listed below.")
     return redirect("data")
 

@@ -7,6 +7,7 @@ from django.contrib import admin
 from django.http import HttpResponse
 from django.utils import timezone
 
+from conversations.audit.admin import AuditedAdmin
 from conversations.models import Folder, Preset, Rating, Share
 from conversations.workspace.preferences import render_jsonl
 
@@ -27,7 +28,7 @@ class HasReasonFilter(admin.SimpleListFilter):
 
 
 @admin.register(Rating)
-class RatingAdmin(admin.ModelAdmin):
+class RatingAdmin(AuditedAdmin):
     list_display = ("value", "answer_excerpt", "reason", "model", "owner", "updated_at")
     list_filter = ("value", HasReasonFilter, "message__model_name", "updated_at")
     search_fields = ("reason", "message__content", "message__conversation__owner__username")
@@ -63,7 +64,7 @@ class RatingAdmin(admin.ModelAdmin):
 
 
 @admin.register(Preset)
-class PresetAdmin(admin.ModelAdmin):
+class PresetAdmin(AuditedAdmin):
     """Presets without an owner are site-wide: every user is offered them."""
 
     list_display = ("name", "owner", "temperature", "top_p", "top_k", "max_tokens")
@@ -73,7 +74,7 @@ class PresetAdmin(admin.ModelAdmin):
 
 
 @admin.register(Share)
-class ShareAdmin(admin.ModelAdmin):
+class ShareAdmin(AuditedAdmin):
     list_display = ("title", "owner", "created_at", "revoked_at")
     list_filter = ("created_at", "revoked_at")
     search_fields = ("title", "owner__username", "token")
@@ -83,7 +84,7 @@ class ShareAdmin(admin.ModelAdmin):
 
 
 @admin.register(Folder)
-class FolderAdmin(admin.ModelAdmin):
+class FolderAdmin(AuditedAdmin):
     list_display = ("name", "owner", "created_at")
     search_fields = ("name", "owner__username")
     raw_id_fields = ("owner",)

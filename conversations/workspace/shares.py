@@ -11,6 +11,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
+from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -18,6 +19,8 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
+from conversations.accounts.access import access_for
+from conversations.audit.log import Action, record
 from conversations.chat.tree import Busy
 from conversations.models import Conversation, Share
 from conversations.workspace.http import login_required_json
@@ -55,9 +58,15 @@ def share_create(request: HttpRequest, pk: int) -> JsonResponse:
     conversation = get_object_or_404(Conversation, pk=pk, owner=request.user)
     if conversation.temporary:
         return JsonResponse({"detail": "a temporary chat cannot be shared"}, status=400)
+    if not access_for(request.user.pk).sharing:
+        return JsonResponse({"detail": "your groups do not allow sharing conversations"}, status=403)
     try:
         check_share_caps(request.user)
-        share = take_snapshot(conversation)
+        with transaction.atomic():
+            share = take_snapshot(conversation)
+            record(
+                Action.SHARE_CREATE, target=share, request=request, detail={"conversation": conversation.pk}
+            )
     except Busy as exc:
         return JsonResponse({"detail": str(exc)}, status=409)
     except ShareLimit as exc:
@@ -79,9 +88,17 @@ def my_shares(request: HttpRequest) -> HttpResponse:
 @login_required
 def share_revoke(request: HttpRequest, pk: int) -> HttpResponse:
     # A revoked link is never read again: its copy goes with it.
-    Share.objects.filter(pk=pk, owner=request.user, revoked_at__isnull=True).update(
-        revoked_at=timezone.now(), messages=[], settings={}
-    )
+    with transaction.atomic():
+        live = (
+            Share.objects.select_for_update()
+            .filter(pk=pk, owner=request.user, revoked_at__isnull=True)
+            .first()
+        )
+        if live is not None:
+            live.revoked_at = timezone.now()
+            live.messages, live.settings = [], {}
+            live.save(update_fields=["revoked_at", "messages", "settings"])
+            record(Action.SHARE_REVOKE, target=live, request=request)
     if not Share.objects.filter(pk=pk, owner=request.user).exists():
         raise Http404("no such share")
     return redirect("my-shares")

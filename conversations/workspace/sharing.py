@@ -17,6 +17,7 @@ import time
 from django.conf import settings
 from django.db import transaction
 
+from conversations.accounts.access import access_for
 from conversations.chat.tree import Busy, Tree, select_leaf
 from conversations.models import Conversation, Message, Share
 from conversations.ops.window_counts import add_one
@@ -128,10 +129,13 @@ def check_continue_caps(user) -> None:
 
 def may_read(share: Share | None, user) -> bool:
     """Whether ``user`` (perhaps anonymous) may read ``share``: a live share, for any signed-in
-    user of the site, or for anyone when the admin allows public shares."""
+    user of the site, or for anyone when the admin allows public shares and the owner's groups
+    allow public sharing."""
     if share is None or not share.is_active:
         return False
-    return bool(user.is_authenticated) or settings.ALLOW_PUBLIC_SHARES
+    if user.is_authenticated:
+        return True
+    return settings.ALLOW_PUBLIC_SHARES and access_for(share.owner_id).public_sharing
 
 
 @transaction.atomic

@@ -41,6 +41,7 @@ from inference.engine.embedding_jobs import EmbedJob
 from inference.engine.llm_engine import LLMEngine
 from inference.engine.mailbox import Mailbox
 from inference.engine.outputs import EngineStats, StreamDelta
+from inference.engine.token_budget import TokenGate
 from inference.sampling.params import SamplingParams
 from inference.tokenizer import Tokenizer
 
@@ -69,7 +70,7 @@ class _Add:
     prompt: str | None
     loop: asyncio.AbstractEventLoop
     sink: DeltaSink
-    # LLMEngine.add_request's keyword options (owner, cache_namespace, cache_salt, cache_salt_from).
+    # LLMEngine.add_request's keyword options (owner, cache options, weight, token_gate).
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -170,13 +171,15 @@ class AsyncEngine:
         cache_namespace: str | None = None,
         cache_salt: str | None = None,
         cache_salt_from: int = 0,
+        weight: float = 1.0,
+        token_gate: TokenGate | None = None,
     ) -> str:
         """Queue a request whose deltas go to ``sink.put_nowait``, called on the calling
         event loop's thread within each hand-over (so it must not block, and should not
         raise), then its failure, if it fails, as an exception instance; its id. Raises
         ``PromptTooLongError`` or ``EngineOverloadedError`` at once. The caller aborts the
         request if it stops listening before the delta with ``request_finished``.
-        ``owner`` and the cache options: see ``LLMEngine.add_request``."""
+        ``owner``, ``weight``, ``token_gate`` and the cache options: see ``LLMEngine.add_request``."""
         params = params or SamplingParams()
         token_ids = self.engine.encode_prompt(prompt)
         self.engine.admission.admit_prompt(token_ids)
@@ -193,6 +196,8 @@ class AsyncEngine:
                 "cache_namespace": cache_namespace,
                 "cache_salt": cache_salt,
                 "cache_salt_from": cache_salt_from,
+                "weight": weight,
+                "token_gate": token_gate,
             },
         )
         with self._cond:

@@ -29,6 +29,7 @@ from inference.engine.sequence import Request, Sequence
 from inference.engine.sequence_factory import SequenceFactory, make_private
 from inference.engine.stats import engine_stats, observe_kv_usage
 from inference.engine.step_budget import MIN_CHUNK, count_tokens
+from inference.engine.token_gate import TokenGate, charge_step
 from inference.kv.salt import cache_salt as derive_cache_salt
 from inference.kv.salt import salt_hash
 from inference.model_config import ModelConfig
@@ -126,9 +127,12 @@ class LLMEngine:
         cache_namespace: str | None = None,
         cache_salt: str | None = None,
         cache_salt_from: int = 0,
+        weight: float = 1.0,
+        token_gate: TokenGate | None = None,
     ) -> Request:
         """Queue a request. ``owner`` (a user, an API key) gets a fair share of admissions
-        against other owners. ``cache_namespace`` (a site's user, ``"user:<id>"``) keeps
+        against other owners, in proportion to ``weight``; ``token_gate`` is charged its
+        output tokens every step and stops it when spent (``inference.engine.token_gate``). ``cache_namespace`` (a site's user, ``"user:<id>"``) keeps
         the prefix cache of the prompt's tokens from ``cache_salt_from`` on private to
         requests of the same namespace, and ``cache_salt`` (a caller's, nested inside the
         namespace) to requests with the same salt too (the blocks wholly before it, e.g. a
@@ -149,6 +153,9 @@ class LLMEngine:
             cache_salt=cache_salt,
             cache_salt_from=cache_salt_from,
         )
+        if weight <= 0:
+            raise ValueError("a fair-share weight must be positive")
+        request.weight, request.token_gate = weight, token_gate
         self.scheduler.add(request)
         self.requests[request_id] = request
         self.metrics.total_prompt_tokens += len(token_ids)
@@ -346,6 +353,8 @@ class LLMEngine:
         for request, rows in groups.items():
             if request.first_token_time is None:
                 self.metrics.observe_first_token(request, now)
+            if request.token_gate is not None and not request.params.use_beam_search:
+                charge_step(request)
             if request.params.use_beam_search:
                 beams = [seqs[r] for r in rows]
                 generated += len(beams)

@@ -7,10 +7,12 @@ decode is one token, a long prompt continues its chunk), then waiting requests
 in arrival order. A step thus mixes decodes and prefill chunks, new requests
 join any step, and finished ones leave at once.
 
-Fair share: requests carry an ``owner`` (a chat user, an API key). Admission from
-the waiting queue picks, among the owners with waiting requests, the one holding the
-fewest running seats (ties: whose oldest waiting request came first), and admits
-that owner's oldest request. One owner with hundreds of queued requests thus gets
+Fair share: requests carry an ``owner`` (a chat user, an API key) and a ``weight``
+(1 by default; the site sets it from the owner's groups). Admission from the waiting
+queue picks, among the owners with waiting requests, the one holding the fewest running
+seats per unit of weight (ties: whose oldest waiting request came first), and admits
+that owner's oldest request. Two busy owners of weights 1 and 3 thus hold seats (and
+get tokens) one to three. One owner with hundreds of queued requests gets
 every other seat, not all of them, and a chat message waits for a free seat rather
 than behind the whole flood. Unowned requests count as one owner; with no owners
 at all this is plain arrival order.
@@ -264,13 +266,14 @@ class Scheduler:
         if head.num_preemptions or all(r.owner is None for r in self.waiting):
             return head
         best: Request | None = None
-        best_key: tuple[int, int] | None = None
+        best_key: tuple[float, int] | None = None
         seen: set[str | None] = set()
         for position, r in enumerate(self.waiting):  # oldest first, so an owner's first is its oldest
             if r.owner in seen:
                 continue
             seen.add(r.owner)
-            key = (owner_seats.get(r.owner, 0), position)
+            # Seats per unit of weight: an owner of weight 3 is served as three of weight 1.
+            key = (owner_seats.get(r.owner, 0) / r.weight, position)
             if best_key is None or key < best_key:
                 best, best_key = r, key
                 if key[0] == 0:  # no later owner can beat an idle one that waited longer

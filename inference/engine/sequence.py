@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from inference.engine.token_budget import TokenGate
 from inference.sampling.params import SamplingParams
 
 _seq_ids = itertools.count()
@@ -129,6 +130,11 @@ class Request:
     # Who asked (a user, an API key): the scheduler admits waiting requests round-robin
     # across owners. None: FIFO among other unowned requests.
     owner: str | None = None
+    # The owner's fair-share weight (seats per unit of weight decide admission).
+    weight: float = 1.0
+    # A token budget the engine charges each step's new tokens to (``inference.engine.token_gate``).
+    token_gate: TokenGate | None = None
+    charged_tokens: int = 0  # output tokens already charged to ``token_gate``
     # See Sequence.cache_salt; copied to every sequence of the request.
     cache_salt: int = 0
     cache_salt_block: int = 0

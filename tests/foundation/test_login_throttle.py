@@ -92,6 +92,9 @@ class WaitingBackend:
         return None
 
 
+# Transactional: each failed attempt writes its audit entry from its own thread, which the
+# test's own open transaction (SQLite's write lock) would otherwise hold off.
+@pytest.mark.django_db(transaction=True)
 @override_settings(
     LOGIN_FAILURE_LIMIT=3,
     AUTHENTICATION_BACKENDS=["tests.foundation.test_login_throttle.WaitingBackend"],

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
+from django.db import transaction
 
+from conversations.audit.log import Action, record
 from conversations.models import ApiKey
 
 
@@ -23,6 +25,8 @@ class Command(BaseCommand):
             raise CommandError(f"No user named {username!r}.") from exc
         if not user.is_active:
             raise CommandError(f"The user {username!r} is inactive.")
-        key, raw = ApiKey.objects.create_key(user, name=name[:100])
+        with transaction.atomic():
+            key, raw = ApiKey.objects.create_key(user, name=name[:100])
+            record(Action.API_KEY_CREATE, target=key, detail={"via": "manage.py", "for": username})
         self.stderr.write(f"Created API key {key.prefix}… for {username}. It is shown once; store it now.")
         self.stdout.write(raw)

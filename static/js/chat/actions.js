@@ -37,6 +37,9 @@ function handleServerEvent(data, { store, socket, show, openConversation, refres
       store.dispatch(data);
       if (data.type === "finished" && data.message.status === "error") toast(data.message.error || "The answer failed.", "server_error");
       break;
+    case "notice":
+      toast(data.text, data.code || "");
+      break;
     case "title":
       store.dispatch(data);
       break;
