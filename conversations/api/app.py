@@ -42,7 +42,8 @@ from conversations.api.sse import DONE, sse_event
 from conversations.api.tool_calls import ToolPlan, message_extras
 from conversations.api.usage import CLIENT_CLOSED, RequestLog
 from conversations.chat.cache_salt import cache_options, system_prompt_tokens
-from conversations.ops.engine_handle import aget_engine
+from conversations.ops.engine_handle import UnknownModelError, aget_engine, current_engine, model_entries
+from conversations.ops.served_models import ServedModel, find_model, served_models
 
 log = logging.getLogger(__name__)
 
@@ -110,13 +111,41 @@ def stream_doc(schema: str) -> dict[str, Any]:
     }
 
 
-async def ready_engine() -> Any:
+async def ready_engine(model: str | None = None) -> Any:
     try:
-        return await aget_engine()
+        return await aget_engine(model)
+    except UnknownModelError:
+        raise model_not_found(model or "") from None
     except Exception as exc:
         raise ApiError(
             503, "The model is not available right now.", type="server_error", code="engine_unavailable"
         ) from exc
+
+
+async def served_model(request: HttpRequest, model_id: str) -> ServedModel:
+    """The model id a request names, if its key's owner may use it; else a 404."""
+    is_staff = request.auth.owner.is_staff
+    try:
+        found = await asyncio.to_thread(find_model, model_id, is_staff)
+    except Exception as exc:  # the shorthand's model is named once loaded: it did not load
+        raise ApiError(
+            503, "The model is not available right now.", type="server_error", code="engine_unavailable"
+        ) from exc
+    if found is None:
+        raise model_not_found(model_id)
+    return found
+
+
+async def model_engine(request: HttpRequest, model_id: str) -> tuple[Any, ServedModel]:
+    """The engine serving ``model_id`` (loaded if it is not), and the model id's record."""
+    model = await served_model(request, model_id)
+    return await ready_engine(engine_key(model)), model
+
+
+def engine_key(model: ServedModel) -> str | None:
+    """With ENGINE_MODELS, engines are found by the base's name; the shorthand's one engine
+    is the default."""
+    return model.base if any(e.name for e in model_entries()) else None
 
 
 def check_fan_out(n: int | None, num_prompts: int) -> None:
@@ -153,19 +182,21 @@ def count_prompts(prompt: Any) -> int:
     return len(prompt)
 
 
-def check_model(engine: Any, model: str) -> None:
-    if model != engine.model_name:
-        raise model_not_found(model)
-
-
-def model_card(engine: Any) -> dict[str, Any]:
+def model_card(model: ServedModel, engine: Any | None) -> dict[str, Any]:
     return {
-        "id": engine.model_name,
+        "id": model.id,
         "object": "model",
         "created": STARTED,
         "owned_by": "chatsite",
-        "max_model_len": engine.max_model_len,
+        "root": model.root or model.id,
+        "parent": model.parent,
+        "max_model_len": engine.max_model_len if engine is not None else None,
     }
+
+
+async def model_cards(is_staff: bool) -> list[dict[str, Any]]:
+    models = await asyncio.to_thread(served_models, is_staff)
+    return [model_card(m, current_engine(engine_key(m))) for m in models]
 
 
 # --- Models -------------------------------------------------------------------------------
@@ -173,18 +204,22 @@ def model_card(engine: Any) -> dict[str, Any]:
 
 @api.get("/models", response={200: schemas.ModelList, **ERRORS}, summary="List models")
 async def list_models(request: HttpRequest) -> HttpResponse:
-    engine = await ready_engine()
+    try:
+        cards = await model_cards(request.auth.owner.is_staff)
+    except Exception as exc:
+        raise ApiError(
+            503, "The model is not available right now.", type="server_error", code="engine_unavailable"
+        ) from exc
     request.api_log.finish(200)
-    return JsonResponse({"object": "list", "data": [model_card(engine)]})
+    return JsonResponse({"object": "list", "data": cards})
 
 
 @api.get("/models/{model}", response={200: schemas.ModelCard, **ERRORS}, summary="Retrieve a model")
 async def retrieve_model(request: HttpRequest, model: str) -> HttpResponse:
     request.api_log.model = model
-    engine = await ready_engine()
-    check_model(engine, model)
+    found = await served_model(request, model)
     request.api_log.finish(200)
-    return JsonResponse(model_card(engine))
+    return JsonResponse(model_card(found, current_engine(engine_key(found))))
 
 
 # --- Chat completions ----------------------------------------------------------------------
@@ -232,8 +267,7 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
     api_log: RequestLog = request.api_log
     api_log.model, api_log.stream = body.model, bool(body.stream)
     check_fan_out(body.n, 1)
-    engine = await ready_engine()
-    check_model(engine, body.model)
+    engine, served = await model_engine(request, body.model)
     top_logprobs = None
     if body.logprobs:
         top_logprobs = body.top_logprobs or 0
@@ -263,6 +297,8 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
         top_logprobs=top_logprobs,
         owner=engine_owner(request),
         cache=engine_cache(request, body.cache_salt, shared),
+        model=served.id,
+        adapter=served.adapter,
     )
     return await respond(request, generation, body, outputs.tools)
 
@@ -303,8 +339,7 @@ async def completions(request: HttpRequest, body: schemas.CompletionRequest) -> 
     api_log: RequestLog = request.api_log
     api_log.model, api_log.stream = body.model, bool(body.stream)
     check_fan_out(body.n, count_prompts(body.prompt))
-    engine = await ready_engine()
-    check_model(engine, body.model)
+    engine, served = await model_engine(request, body.model)
     if body.echo and body.logprobs is not None:
         raise invalid("echo together with logprobs is not supported by this server.", param="echo")
     params = sampling_params(body, body.max_tokens, body.logprobs)
@@ -320,6 +355,8 @@ async def completions(request: HttpRequest, body: schemas.CompletionRequest) -> 
         echo=texts if body.echo else None,
         owner=engine_owner(request),
         cache=engine_cache(request, body.cache_salt),
+        model=served.id,
+        adapter=served.adapter,
     )
     return await respond(request, generation, body)
 

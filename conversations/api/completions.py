@@ -148,6 +148,8 @@ class Generation:
         # The engine's cache options (conversations.chat.cache_salt.cache_options): the key
         # owner's namespace, with the body's cache_salt nested in it.
         cache: dict[str, Any] | None = None,
+        model: str | None = None,  # the model id asked for (an adapter's); None: the engine's
+        adapter: str | None = None,  # the LoRA adapter the engine runs, or None
     ) -> None:
         self.engine = engine
         self.kind = kind
@@ -158,9 +160,11 @@ class Generation:
         self.top_logprobs = top_logprobs
         self.echo = echo
         self.engine_options = {"owner": owner, **(cache or {})}
+        if adapter is not None:
+            self.engine_options["adapter"] = adapter
         self.id = new_response_id(kind)
         self.created = int(time.time())
-        self.model = engine.model_name
+        self.model = model or engine.model_name
         self.request_ids = [self.id if len(prompts) == 1 else f"{self.id}-{i}" for i in range(len(prompts))]
         self.choices = [ChoiceState(i) for i in range(len(prompts) * self.n)]
         self.prompt_states = [PromptState() for _ in prompts]

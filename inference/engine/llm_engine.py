@@ -70,7 +70,7 @@ class LLMEngine:
         self.tokenizer.byte_pieces()  # the detokenizers' table, built now rather than at the first request
         param = next(self.model.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self.model_name = self.model_config.name
+        self.model_name = config.served_name or self.model_config.name
         self.kv_spec = self.model.kv_spec  # declared by the model class: sizes the pool
         kv = build_kv_stack(config, self.model, self.model_config, self.tokenizer)
         self.max_model_len = kv.pool.max_model_len

@@ -74,6 +74,9 @@ class Sequence:
     cache_salt_block: int = 0
     cache_namespace: int = 0
     cache_private: bool = False
+    # The LoRA adapter's key (``inference.lora``; 0: the base model), mixed into the hash
+    # chain's root so no block is shared across adapters.
+    adapter_key: int = 0
     pending_loads: list[Any] = field(default_factory=list)  # kv_tiers.Load, while loading KV
     # Sampling and output state.
     generator: torch.Generator | None = None

@@ -130,7 +130,10 @@ def _finish(
     if seq.num_tokens <= request.num_prompt_tokens:  # finished without a token (its pool was too small)
         return PrefillFailed(job.request_id, f"the worker finished it without a token ({seq.finish_reason})")
     bs = engine.block_manager.block_size
-    hashes = prefix_hashes(job.token_ids[: job.num_blocks * bs], bs, job.cache_salt, job.cache_salt_block)
+    root = engine.block_manager.hash_root  # the same model's, so the same as the engine's
+    hashes = prefix_hashes(
+        job.token_ids[: job.num_blocks * bs], bs, job.cache_salt, job.cache_salt_block, root
+    )
     block_ids = [engine.block_manager.cached_block(h) for h in hashes]
     if any(b is None for b in block_ids):  # evicted in the step that finished it: a tiny pool
         return PrefillFailed(job.request_id, "the worker's pool no longer holds the prompt's blocks")
