@@ -66,6 +66,10 @@ class EngineConfig:
     pd_queue_size: int = 4
     pd_timeout_s: float = 60.0
     pd_affinity: str = "auto"
+    # LoRA adapters (inference.lora): how many may be resident on the device at once (and
+    # so run in one batch; 0 = no adapters), and the largest rank served.
+    max_loras: int = 0
+    max_lora_rank: int = 16
 
     def __post_init__(self) -> None:
         checks = {
@@ -91,6 +95,8 @@ class EngineConfig:
             "pd_min_prompt_tokens": self.pd_min_prompt_tokens >= 0,
             "pd_queue_size": self.pd_queue_size >= 1,
             "pd_timeout_s": self.pd_timeout_s > 0,
+            "max_loras": self.max_loras >= 0,
+            "max_lora_rank": self.max_lora_rank >= 1,
         }
         for name, ok in checks.items():
             if not ok:

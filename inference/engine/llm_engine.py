@@ -29,6 +29,7 @@ from inference.engine.sequence_factory import SequenceFactory, make_private
 from inference.engine.stats import engine_stats, observe_kv_usage
 from inference.kv.salt import cache_salt as derive_cache_salt
 from inference.kv.salt import salt_hash
+from inference.lora import LoraAdapter, LoraManager
 from inference.model_config import ModelConfig
 from inference.runner.model_loader import load_model
 from inference.sampling.beam_search import (
@@ -88,6 +89,10 @@ class LLMEngine:
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
         self.requests: dict[str, Request] = {}
         self.speculator = build_speculator(config, self)
+        self.loras: LoraManager | None = None
+        if config.max_loras:
+            self.loras = LoraManager(self.model, config.max_loras, config.max_lora_rank)
+            self.runner.lora, self.scheduler.max_loras = self.loras, config.max_loras
         self._pending: list[StreamDelta] = []  # abort deltas, returned by the next step
 
     # ---- requests -------------------------------------------------------------------
@@ -109,8 +114,10 @@ class LLMEngine:
         cache_namespace: str | None = None,
         cache_salt: str | None = None,
         cache_salt_from: int = 0,
+        adapter: str | None = None,
     ) -> Request:
-        """Queue a request. ``owner`` (a user, an API key) gets a fair share of admissions
+        """Queue a request. ``adapter``: the LoRA adapter it runs (``add_adapter``'s name;
+        None: the base model). ``owner`` (a user, an API key) gets a fair share of admissions
         against other owners. ``cache_namespace`` (a site's user, ``"user:<id>"``) keeps
         the prefix cache of the prompt's tokens from ``cache_salt_from`` on private to
         requests of the same namespace, and ``cache_salt`` (a caller's, nested inside the
@@ -121,6 +128,7 @@ class LLMEngine:
         request_id = request_id or uuid.uuid4().hex
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already running")
+        adapter_key = self.adapter_key(adapter)
         self.admission.admit(token_ids)
         request = self.sequences.new_request(
             request_id,
@@ -132,10 +140,44 @@ class LLMEngine:
             cache_salt=cache_salt,
             cache_salt_from=cache_salt_from,
         )
+        if adapter is not None:
+            request.adapter, request.adapter_key = adapter, adapter_key
+            for seq in request.seqs:
+                seq.adapter, seq.adapter_key = adapter, adapter_key
         self.scheduler.add(request)
         self.requests[request_id] = request
         self.metrics.total_prompt_tokens += len(token_ids)
         return request
+
+    # ---- LoRA adapters ------------------------------------------------------------------
+    def adapter_key(self, adapter: str | None) -> int:
+        """The key of a served adapter (0 for None); ValueError for one not served."""
+        if adapter is None:
+            return 0
+        found = self.loras.get(adapter) if self.loras is not None else None
+        if found is None:
+            raise ValueError(f"the LoRA adapter {adapter!r} is not loaded")
+        return found.key
+
+    def add_adapter(self, adapter: LoraAdapter) -> None:
+        """Serve ``adapter`` under its name; one of that name is replaced (its running
+        requests are aborted: their blocks were computed with the old weights)."""
+        if self.loras is None:
+            raise ValueError("this engine serves no LoRA adapters (EngineConfig.max_loras is 0)")
+        self._abort_adapter(adapter.name)
+        self.loras.add(adapter)
+
+    def remove_adapter(self, name: str) -> bool:
+        """Stop serving adapter ``name``: its running requests are aborted first."""
+        if self.loras is None:
+            return False
+        self._abort_adapter(name)
+        return self.loras.remove(name)
+
+    def _abort_adapter(self, name: str) -> None:
+        for request_id, request in list(self.requests.items()):
+            if request.adapter == name:
+                self.abort(request_id)
 
     def abort(self, request_id: str, outcome: str = "abort") -> bool:
         """Stop a request now and free its blocks; its final deltas come with the next step.
@@ -169,13 +211,15 @@ class LLMEngine:
         cache_namespace: str | None = None,
         cache_salt: str | None = None,
         cache_salt_from: int = 0,
+        adapter: str | None = None,
     ) -> int:
         """Keep the KV blocks of ``token_ids`` (an open conversation's history) in memory
         longest: evicted last, to the next tier. ``key`` replaces its earlier prefix; the cache
         options are those its requests pass to ``add_request``. Returns the blocks marked."""
         salt = derive_cache_salt(cache_namespace, cache_salt).value
         salt_block = max(0, cache_salt_from) // self.block_manager.block_size
-        return self.block_manager.retain(key, [int(t) for t in token_ids], salt, salt_block if salt else 0)
+        ids = [int(t) for t in token_ids]
+        return self.block_manager.retain(key, ids, salt, salt_block if salt else 0, self.adapter_key(adapter))
 
     def purge_namespace(self, namespace: str) -> int:
         """Forget every KV block salted in ``namespace`` (``add_request``'s

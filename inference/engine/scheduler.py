@@ -86,6 +86,9 @@ class Scheduler:
         self.num_preemptions = 0
         self.num_swaps = 0
         self.step_budget = step_budget
+        # LoRA adapters one batch may hold (the engine's resident-adapter cap; None: no
+        # adapters): a request of one more adapter waits for a running adapter to finish.
+        self.max_loras: int | None = None
 
     # ---- requests -------------------------------------------------------------------
     @property
@@ -187,10 +190,15 @@ class Scheduler:
             num_owners = len({r.owner for r in self.waiting})  # an upper bound once some are admitted
             for r in self.running + self.loading:
                 owner_seats[r.owner] = owner_seats.get(r.owner, 0) + r.num_seats
+            adapters = {r.adapter for r in self.running + self.loading if r.adapter is not None}
             while self.waiting and budget > 0:
                 request = self._next_waiting(owner_seats, num_owners)
                 if request.num_seats > seats:
                     break
+                if request.adapter is not None and request.adapter not in adapters:
+                    if self.max_loras is not None and len(adapters) >= self.max_loras:
+                        break  # its adapter would be one more than a batch can hold: later
+                    adapters.add(request.adapter)
                 loading = self._start_loading(request)
                 if loading is None:
                     break  # its blocks are below the pool: wait for room to load them

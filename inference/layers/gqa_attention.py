@@ -6,6 +6,8 @@ and one C call rotates q and k and stores k and v."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
@@ -19,11 +21,15 @@ from inference.layers.linear import Linear, linear_released, packable, quant_lin
 from inference.layers.rotary import apply_rotary
 from inference.model_config import ModelConfig
 
+if TYPE_CHECKING:
+    from inference.lora.layers import AttentionLora
+
 
 class Attention(nn.Module):
     _packed: tuple[torch.Tensor, torch.Tensor | None] | None = None
     _packed_key: tuple[tuple[int, int], ...] | None = None
     _qkv_quant: PackedQuant | None = None  # q, k and v rows of one quantized format
+    lora: AttentionLora | None = None  # LoRA adapters' products (inference.lora), when served
 
     def __init__(self, config: ModelConfig, layer_idx: int) -> None:
         super().__init__()
@@ -51,6 +57,11 @@ class Attention(nn.Module):
         hq, hkv = self.num_heads, self.num_kv_heads
         k_cache, v_cache = kv_cache[:, 0, self.layer_idx], kv_cache[:, 1, self.layer_idx]
         qkv = self.fused_qkv(hidden)
+        lora = self.lora if self.lora is not None and self.lora.active else None
+        if lora is not None:  # the adapters' q/k/v products join the base's before rotary
+            if qkv is None:
+                qkv = torch.cat([self.q_proj(hidden), self.k_proj(hidden), self.v_proj(hidden)], dim=-1)
+            lora.add_qkv(hidden, qkv, (hq * d, hkv * d, hkv * d))
         if qkv is not None and cpu_layer_ops.is_cpu_f32(kv_cache) and cpu_layer_ops.available():
             # Decode steps are dominated by per-op overhead at these sizes: one packed
             # q/k/v product, then one call rotates q and k in place and stores k and v.
@@ -68,7 +79,11 @@ class Attention(nn.Module):
             q = apply_rotary(q.reshape(tokens, hq, d), cos, sin)
             k = apply_rotary(k.reshape(tokens, hkv, d), cos, sin)
             out = paged_attention(q, k, v.reshape(tokens, hkv, d), k_cache, v_cache, ctx, self.scale)
-        return self.o_proj(out.reshape(tokens, hq * d))
+        out = out.reshape(tokens, hq * d)
+        projected = self.o_proj(out)
+        if lora is not None:
+            lora.add_o(out, projected)
+        return projected
 
     def fused_qkv(self, hidden: torch.Tensor) -> torch.Tensor | None:
         """``[T, (Hq + 2 Hkv) D]`` from one product over the packed q/k/v weights, or

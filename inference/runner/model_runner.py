@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import array
 import logging
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -27,12 +28,17 @@ from inference.model_config import ModelConfig
 from inference.runner.cuda_graphs import CUDAGraphRunner
 from inference.runner.packed_batch import PackedBatch
 
+if TYPE_CHECKING:
+    from inference.lora import LoraManager
+
 logger = logging.getLogger(__name__)
 
 _TYPECODES = {torch.int64: "q", torch.int32: "i"}
 
 
 class ModelRunner:
+    lora: LoraManager | None = None  # the engine's LoRA adapters, when it serves any
+
     def __init__(
         self,
         model: torch.nn.Module,
@@ -205,7 +211,14 @@ class ModelRunner:
         ``batch.seqs`` of the N sequences that get a new token)."""
         self.copy_blocks(batch.copies)
         packed = self.pack(batch)
-        hidden = self.run_model(packed)
+        slots = None
+        if self.lora is not None:
+            slots = self.lora.row_slots([s.adapter for s in batch.seqs], batch.num_new_tokens)
+        if slots is None:
+            hidden = self.run_model(packed)
+        else:  # rows of LoRA adapters: eager, the layers adding the adapters' products
+            with self.lora.step(slots):
+                hidden = self.model(packed.input_ids, packed.positions, packed.ctx, self.kv_cache)
         if not packed.sampled:
             return None, []
         return self.model.compute_logits(hidden[packed.sample_rows]), packed.sampled

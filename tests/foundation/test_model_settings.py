@@ -26,7 +26,9 @@ def test_several_models_split_the_kv_budget_in_the_stated_proportions():
     assert [e.name for e in entries] == ["smol", "tiny", "big"]
     assert by_name["smol"].path is None and by_name["tiny"].path == "/m/tiny"
     assert by_name["big"].kv_cache_gb == 0.5  # set per model
-    assert by_name["smol"].kv_cache_gb == pytest.approx(1.0) and by_name["tiny"].kv_cache_gb == pytest.approx(0.5)
+    assert by_name["smol"].kv_cache_gb == pytest.approx(1.0) and by_name["tiny"].kv_cache_gb == pytest.approx(
+        0.5
+    )
     assert by_name["smol"].description == "Small and quick" and by_name["tiny"].staff_only
 
 
