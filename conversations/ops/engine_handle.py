@@ -98,6 +98,8 @@ def model_entries() -> list[ModelEntry]:
 
 def _load_error(exc: Exception, setting: str) -> EngineLoadError:
     setting = "ENGINE_LOADER" if settings.ENGINE_LOADER else setting
+    if "adapter" in str(exc).lower() or "lora" in type(exc).__name__.lower():
+        setting = "ENGINE_LORA_MODULES"
     cause = str(exc).splitlines()[0] if str(exc) else ""
     return EngineLoadError(
         f"the model could not be loaded ({type(exc).__name__}: {cause}); check {setting} "
@@ -109,6 +111,7 @@ def _engine_options(entry: ModelEntry) -> dict:
     """EngineConfig keywords of one model: the shared ENGINE settings, its own path, name,
     KV share and (several models) its own disk-tier directory."""
     options = {k: v for k, v in settings.ENGINE.items() if v is not None}
+    options.setdefault("max_loras", settings.ENGINE_MAX_LORAS)
     if entry.name is None:
         return options  # the shorthand: settings.ENGINE as it stands (tests change it)
     options.update(served_name=entry.name, kv_cache_gb=entry.kv_cache_gb)
@@ -144,6 +147,13 @@ def get_engine(model: str | None = None, *, log_failure: bool = True) -> AsyncEn
             interval = max(0.0, settings.ENGINE_STREAM_INTERVAL_MS) / 1000
             loaded = {"loaded": import_string(loader)()} if loader and slot.entry.path is None else {}
             engine = AsyncEngine(config, stream_interval=interval, **loaded)
+            try:
+                from conversations.ops.lora_adapters import load_configured  # noqa: PLC0415
+
+                load_configured(engine, slot.entry.name)
+            except Exception:
+                engine.shutdown()
+                raise
         except Exception as exc:
             error = _load_error(exc, slot.setting)
             slot.state, slot.error = "error", str(error)

@@ -29,7 +29,7 @@ from inference.engine.sequence_factory import SequenceFactory, make_private
 from inference.engine.stats import engine_stats, observe_kv_usage
 from inference.kv.salt import cache_salt as derive_cache_salt
 from inference.kv.salt import salt_hash
-from inference.lora import LoraAdapter, LoraManager
+from inference.lora import LoraAdapter, LoraLoadError, LoraManager
 from inference.model_config import ModelConfig
 from inference.runner.model_loader import load_model
 from inference.sampling.beam_search import (
@@ -91,8 +91,12 @@ class LLMEngine:
         self.speculator = build_speculator(config, self)
         self.loras: LoraManager | None = None
         if config.max_loras:
-            self.loras = LoraManager(self.model, config.max_loras, config.max_lora_rank)
-            self.runner.lora, self.scheduler.max_loras = self.loras, config.max_loras
+            try:
+                self.loras = LoraManager(self.model, config.max_loras, config.max_lora_rank)
+            except LoraLoadError as exc:  # another architecture: served without adapters
+                logger.info("engine: %s; no LoRA adapters for %s", exc, self.model_name)
+            else:
+                self.runner.lora, self.scheduler.max_loras = self.loras, config.max_loras
         self._pending: list[StreamDelta] = []  # abort deltas, returned by the next step
 
     # ---- requests -------------------------------------------------------------------

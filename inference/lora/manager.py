@@ -55,17 +55,28 @@ class LoraManager:
         param = next(model.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.model, self.max_loras, self.max_rank = model, max_loras, max_rank
-        self.stacks: list[dict[str, Stack]] = []
+        self._layers = list(layers)
+        self._stacks: list[dict[str, Stack]] | None = None  # allocated with the first adapter
         for i, layer in enumerate(layers):
-            modules = {**{n: getattr(layer.self_attn, n) for n in GROUPS["qkv"] + GROUPS["o"]},
-                       **{n: getattr(layer.mlp, n) for n in GROUPS["gate_up"] + GROUPS["down"]}}  # fmt: skip
-            self.stacks.append({group: self._stack(modules, names) for group, names in GROUPS.items()})
             layer.self_attn.lora, layer.mlp.lora = AttentionLora(self, i), MlpLora(self, i)
         self.scales = torch.zeros(max_loras, dtype=torch.float32, device=self.device)
         self.adapters: dict[str, LoraAdapter] = {}  # every loaded adapter, on the host
         self.resident: OrderedDict[str, int] = OrderedDict()  # name -> slot, least recent first
         self.active: torch.Tensor | None = None  # the step's row slots, while one runs
         self._lock = threading.Lock()  # loads come from the caller's thread, steps from the engine's
+
+    @property
+    def stacks(self) -> list[dict[str, Stack]]:
+        """Per layer, each group's stack (allocated on first use: an engine that serves no
+        adapter holds none)."""
+        if self._stacks is None:
+            stacks = []
+            for layer in self._layers:
+                modules = {**{n: getattr(layer.self_attn, n) for n in GROUPS["qkv"] + GROUPS["o"]},
+                           **{n: getattr(layer.mlp, n) for n in GROUPS["gate_up"] + GROUPS["down"]}}  # fmt: skip
+                stacks.append({group: self._stack(modules, names) for group, names in GROUPS.items()})
+            self._stacks = stacks
+        return self._stacks
 
     def _stack(self, modules: dict[str, nn.Module], names: tuple[str, ...]) -> Stack:
         s, r = self.max_loras, self.max_rank

@@ -18,6 +18,12 @@
 
 #include "vec8.h"
 
+/* A decode batch's products are a few hundred thousand multiply-adds: well under a
+ * millisecond on one core, while a parallel region's barrier waits for the slowest
+ * thread, which on a busy machine is one the OS has descheduled. Only prefill-sized
+ * products are split. */
+#define PARALLEL_MIN (1 << 22)
+
 static float dot(const float *a, const float *b, int64_t n) {
     v8f acc = (v8f){0};
     int64_t i = 0;
@@ -38,7 +44,7 @@ int lora_shrink_f32(const float *x, int64_t xs, const float *a, int64_t S, int64
     if (T < 0 || S < 1 || R < 1 || K < 1) return 1;
     const int rc = check_slots(slots, T, S);
     if (rc) return rc;
-#pragma omp parallel for schedule(static) num_threads(num_threads) if (T * R * K > 32768)
+#pragma omp parallel for schedule(static) num_threads(num_threads) if (T * R * K > PARALLEL_MIN)
     for (int64_t t = 0; t < T; t++) {
         float *yr = y + t * ys;
         const int32_t s = slots[t];
@@ -60,7 +66,7 @@ int lora_expand_f32(const float *y, int64_t ys, const float *b, int64_t S, int64
     if (rc) return rc;
     /* Rows times column chunks: a decode batch has few rows and many columns. */
     const int64_t chunk = 256, chunks = (N + chunk - 1) / chunk;
-#pragma omp parallel for collapse(2) schedule(static) num_threads(num_threads) if (T * N * R > 32768)
+#pragma omp parallel for collapse(2) schedule(static) num_threads(num_threads) if (T * N * R > PARALLEL_MIN)
     for (int64_t t = 0; t < T; t++) {
         for (int64_t c = 0; c < chunks; c++) {
             const int32_t s = slots[t];
