@@ -1,5 +1,5 @@
 from conversations.models.api import ApiKey, ApiRequest
-from conversations.models.chat import Conversation, Message
+from conversations.models.chat import Conversation, Message, ModelPreference
 from conversations.models.documents import ConversationDocument, Document, DocumentChunk, MessageSources
 from conversations.models.jobs import DataJob
 from conversations.models.ops import EngineStatus
@@ -19,6 +19,7 @@ __all__ = [
     "McpServer",
     "Message",
     "MessageSources",
+    "ModelPreference",
     "Preset",
     "Rating",
     "Share",
