@@ -76,7 +76,7 @@ async def application(scope, receive, send):
     return await asyncio.shield(request)
 
 
-if settings.ENGINE_PRELOAD:
+if settings.ENGINE_PRELOAD or settings.ENGINE_MODELS_LOAD == "start":
     from conversations.ops.engine_handle import preload_engine_or_exit
 
     preload_engine_or_exit()

@@ -7,6 +7,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from chatsite.env import ConfigError
+from chatsite.model_settings import check_fit
 
 
 def check_database() -> None:
@@ -39,11 +40,22 @@ def check_redis() -> None:
         raise ConfigError(f"REDIS_URL: cannot connect to Redis ({exc})") from None
 
 
+def check_models_fit() -> None:
+    """The served models' weights and KV pools fit ENGINE_MEMORY_GB (the machine's memory)."""
+    from django.conf import settings
+
+    try:
+        check_fit(settings.ENGINE_MODEL_LIST, settings.ENGINE_MEMORY_GB)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def exit_if_unreachable() -> None:
     import django
 
     def checks() -> None:
         django.setup()
+        check_models_fit()
         check_database()
         check_redis()
 

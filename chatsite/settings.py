@@ -13,6 +13,7 @@ import dj_database_url
 
 from chatsite import secret_key
 from chatsite.env import ConfigError, env_bool, env_float, env_int, env_list, env_str, env_url
+from chatsite.model_settings import LOAD_MODES, ModelEntry, parse_models
 from chatsite.speculative_setting import parse_speculative
 from conversations.ops import files
 
@@ -249,6 +250,44 @@ ENGINE = {
     "embed_max_queued_tokens_per_owner": env_int("ENGINE_EMBED_MAX_QUEUED_TOKENS_PER_USER", 65_536),
 }
 ENGINE_PRELOAD = env_bool("ENGINE_PRELOAD", False)
+
+
+# Several models in one process (chatsite.model_settings says the forms): each has its own
+# engine, built from ENGINE with its path and its share of ENGINE_KV_CACHE_GB.
+def _engine_models() -> list[ModelEntry]:
+    try:
+        return parse_models(
+            env_str("ENGINE_MODELS", ""),
+            env_str("ENGINE_MODEL", ""),
+            ENGINE["kv_cache_gb"],
+            kv_gb=env_str("ENGINE_MODEL_KV_GB", ""),
+            kv_shares=env_str("ENGINE_MODEL_KV_SHARES", ""),
+            descriptions=env_str("ENGINE_MODEL_DESCRIPTIONS", ""),
+            staff_models=env_str("ENGINE_STAFF_MODELS", ""),
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+ENGINE_MODEL_LIST = _engine_models()
+# Models and adapters only staff may use (until groups decide access): names, comma separated.
+ENGINE_STAFF_MODELS = env_str("ENGINE_STAFF_MODELS", "")
+ENGINE_MODELS_LOAD = env_str("ENGINE_MODELS_LOAD", "first_use")
+if ENGINE_MODELS_LOAD not in LOAD_MODES:
+    raise ConfigError(
+        f"ENGINE_MODELS_LOAD: expected one of {', '.join(LOAD_MODES)}, got {ENGINE_MODELS_LOAD!r}"
+    )
+# A model nobody used for this many seconds is unloaded (0: never); it loads again when asked for.
+ENGINE_MODEL_IDLE_UNLOAD_S = env_float("ENGINE_MODEL_IDLE_UNLOAD_S", 0.0)
+# The memory the models' weights and KV pools must fit together at start (0: the machine's).
+ENGINE_MEMORY_GB = env_float("ENGINE_MEMORY_GB", 0.0)
+# The model (a name from ENGINE_MODELS) that writes conversation titles; empty: the first.
+TITLE_MODEL = env_str("TITLE_MODEL", "")
+# LoRA adapters served on a base model: "name=/path/to/peft/dir" (on the first model) or
+# "name=base:/path"; admins add more at run time (/v1/load_lora_adapter). At most
+# ENGINE_MAX_LORAS adapters are resident per model; the least recently used goes to host memory.
+ENGINE_LORA_MODULES = env_str("ENGINE_LORA_MODULES", "")
+ENGINE_MAX_LORAS = env_int("ENGINE_MAX_LORAS", 4)
 # Documents (conversations.documents): an embedding model directory (a Hugging Face encoder) for
 # /v1/embeddings and retrieval; empty: the served model's mean-pooled last hidden state.
 EMBEDDING_MODEL = env_str("EMBEDDING_MODEL", "")

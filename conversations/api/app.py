@@ -44,7 +44,8 @@ from conversations.api.sse import DONE, sse_event
 from conversations.api.tool_calls import ToolPlan, message_extras
 from conversations.api.usage import CLIENT_CLOSED, RequestLog
 from conversations.chat.cache_salt import cache_options, system_prompt_tokens
-from conversations.ops.engine_handle import aget_engine
+from conversations.ops.engine_handle import UnknownModelError, aget_engine, current_engine, model_entries
+from conversations.ops.served_models import ServedModel, find_model, served_models
 
 log = logging.getLogger(__name__)
 
@@ -112,13 +113,42 @@ def stream_doc(schema: str) -> dict[str, Any]:
     }
 
 
-async def ready_engine() -> Any:
+async def ready_engine(model: str | None = None) -> Any:
     try:
-        return await aget_engine()
+        return await aget_engine(model)
+    except UnknownModelError:
+        raise model_not_found(model or "") from None
     except Exception as exc:
         raise ApiError(
             503, "The model is not available right now.", type="server_error", code="engine_unavailable"
         ) from exc
+
+
+async def served_model(request: HttpRequest, model_id: str) -> ServedModel:
+    """The model id a request names, if its key's owner may use it; else a 404."""
+    is_staff = request.auth.owner.is_staff
+    try:
+        found = await asyncio.to_thread(find_model, model_id, is_staff)
+    except Exception as exc:  # the shorthand's model is named once loaded: it did not load
+        raise ApiError(
+            503, "The model is not available right now.", type="server_error", code="engine_unavailable"
+        ) from exc
+    if found is None:
+        raise model_not_found(model_id)
+    check_model_access(request, found.id)
+    return found
+
+
+async def model_engine(request: HttpRequest, model_id: str) -> tuple[Any, ServedModel]:
+    """The engine serving ``model_id`` (loaded if it is not), and the model id's record."""
+    model = await served_model(request, model_id)
+    return await ready_engine(engine_key(model)), model
+
+
+def engine_key(model: ServedModel) -> str | None:
+    """With ENGINE_MODELS, engines are found by the base's name; the shorthand's one engine
+    is the default."""
+    return model.base if any(e.name for e in model_entries()) else None
 
 
 def check_fan_out(n: int | None, num_prompts: int) -> None:
@@ -176,27 +206,33 @@ def check_stream_options(body: Any) -> None:
         raise invalid("stream_options is only allowed when stream is true.", param="stream_options")
 
 
-def check_model(engine: Any, model: str, request: HttpRequest) -> None:
-    if model != engine.model_name:
-        raise model_not_found(model)
-    if not request.auth.access.may_use_model(model):
+def check_model_access(request: HttpRequest, model_id: str) -> None:
+    """A 403 when the key owner's groups exclude ``model_id``."""
+    if not request.auth.access.may_use_model(model_id):
         raise ApiError(
             403,
-            f"Your groups do not give you access to the model `{model}`.",
+            f"Your groups do not give you access to the model `{model_id}`.",
             type="permission_error",
             param="model",
             code="model_access_denied",
         )
 
 
-def model_card(engine: Any) -> dict[str, Any]:
+def model_card(model: ServedModel, engine: Any | None) -> dict[str, Any]:
     return {
-        "id": engine.model_name,
+        "id": model.id,
         "object": "model",
         "created": STARTED,
         "owned_by": "chatsite",
-        "max_model_len": engine.max_model_len,
+        "root": model.root or model.id,
+        "parent": model.parent,
+        "max_model_len": engine.max_model_len if engine is not None else None,
     }
+
+
+async def model_cards(is_staff: bool) -> list[dict[str, Any]]:
+    models = await asyncio.to_thread(served_models, is_staff)
+    return [model_card(m, current_engine(engine_key(m))) for m in models]
 
 
 # --- Models -------------------------------------------------------------------------------
@@ -204,19 +240,23 @@ def model_card(engine: Any) -> dict[str, Any]:
 
 @api.get("/models", response={200: schemas.ModelList, **ERRORS}, summary="List models")
 async def list_models(request: HttpRequest) -> HttpResponse:
-    engine = await ready_engine()
+    try:
+        cards = await model_cards(request.auth.owner.is_staff)
+    except Exception as exc:
+        raise ApiError(
+            503, "The model is not available right now.", type="server_error", code="engine_unavailable"
+        ) from exc
     request.api_log.finish(200)
-    cards = [model_card(engine)] if request.auth.access.may_use_model(engine.model_name) else []
+    cards = [card for card in cards if request.auth.access.may_use_model(card["id"])]
     return JsonResponse({"object": "list", "data": cards})
 
 
 @api.get("/models/{model}", response={200: schemas.ModelCard, **ERRORS}, summary="Retrieve a model")
 async def retrieve_model(request: HttpRequest, model: str) -> HttpResponse:
     request.api_log.model = model
-    engine = await ready_engine()
-    check_model(engine, model, request)
+    found = await served_model(request, model)
     request.api_log.finish(200)
-    return JsonResponse(model_card(engine))
+    return JsonResponse(model_card(found, current_engine(engine_key(found))))
 
 
 # --- Chat completions ----------------------------------------------------------------------
@@ -266,8 +306,7 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
     check_fan_out(body.n, 1)
     check_stream_options(body)
     body, legacy = legacy_functions.as_tools(body)
-    engine = await ready_engine()
-    check_model(engine, body.model, request)
+    engine, served = await model_engine(request, body.model)
     top_logprobs = None
     if body.logprobs:
         top_logprobs = body.top_logprobs or 0
@@ -301,6 +340,8 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
         owner=engine_owner(request),
         cache=engine_cache(request, body.cache_salt, shared),
         admission=admitted,
+        model=served.id,
+        adapter=served.adapter,
     )
     legacy = legacy_functions.LegacyAnswer(outputs.tools) if legacy else None
     return await respond(request, generation, body, legacy or outputs.tools)
@@ -343,8 +384,7 @@ async def completions(request: HttpRequest, body: schemas.CompletionRequest) -> 
     api_log.model, api_log.stream = body.model, bool(body.stream)
     check_fan_out(body.n, count_prompts(body.prompt))
     check_stream_options(body)
-    engine = await ready_engine()
-    check_model(engine, body.model, request)
+    engine, served = await model_engine(request, body.model)
     scores_prompt = bool(body.echo) and body.logprobs is not None
     if scores_prompt and body.use_beam_search:
         raise invalid("echo with logprobs is not available with use_beam_search.", param="echo")
@@ -371,6 +411,8 @@ async def completions(request: HttpRequest, body: schemas.CompletionRequest) -> 
         owner=engine_owner(request),
         cache=engine_cache(request, body.cache_salt),
         admission=admitted,
+        model=served.id,
+        adapter=served.adapter,
     )
     return await respond(request, generation, body)
 

@@ -194,6 +194,8 @@ class Generation:
         cache: dict[str, Any] | None = None,
         # The owner's token budgets and fair-share weight (conversations.accounts.quota).
         admission: quota.Admission | None = None,
+        model: str | None = None,  # the model id asked for (an adapter's); None: the engine's
+        adapter: str | None = None,  # the LoRA adapter the engine runs, or None
     ) -> None:
         self.engine = engine
         self.kind = kind
@@ -209,9 +211,11 @@ class Generation:
             **(cache or {}),
             **(admission.engine_options() if admission else {}),
         }
+        if adapter is not None:
+            self.engine_options["adapter"] = adapter
         self.id = new_response_id(kind)
         self.created = int(time.time())
-        self.model = engine.model_name
+        self.model = model or engine.model_name
         self.request_ids = [self.id if len(prompts) == 1 else f"{self.id}-{i}" for i in range(len(prompts))]
         self.choices = [ChoiceState(i) for i in range(len(prompts) * self.n)]
         self.prompt_states = [PromptState() for _ in prompts]

@@ -199,7 +199,11 @@ class ModelCard(Schema):
     object: Literal["model"] = "model"
     created: int
     owned_by: str
-    max_model_len: int
+    # vLLM's fields: the weights' path, an adapter's base model (None for a base model),
+    # and the context served (None while a model that loads on first use is not loaded).
+    root: str | None = None
+    parent: str | None = None
+    max_model_len: int | None = None
 
 
 class ModelList(Schema):

@@ -2,11 +2,12 @@
 
 from django.urls import path
 
-from conversations.api import embeddings, key_pages
+from conversations.api import embeddings, key_pages, lora_admin
 from conversations.api.app import api
 from conversations.api.errors import api_not_found
 
-assert embeddings.create_embeddings  # importing it registers /v1/embeddings before api.urls
+# Importing them registers /v1/embeddings and the LoRA endpoints before api.urls.
+assert embeddings.create_embeddings and lora_admin.load_lora_adapter
 
 urlpatterns = [
     path("v1/", api.urls),

@@ -60,6 +60,7 @@ from conversations.chat.answer_tasks import (
     relay_piece,
 )
 from conversations.chat.final_saves import FinalSaves
+from conversations.chat.model_choice import answer_engine
 from conversations.chat.prompt_history import answer_prompt
 from conversations.chat.prompts import cache_salt_options, engine_options
 from conversations.chat.records import Answer, LiveNode, StopReason, ToolRun, ToolStep
@@ -67,7 +68,7 @@ from conversations.chat.retention import get_retention
 from conversations.cluster import registry as cluster
 from conversations.models import Message
 from conversations.ops.db_thread import db_call
-from conversations.ops.engine_handle import EngineLoadError, aget_engine
+from conversations.ops.engine_handle import EngineLoadError
 from conversations.usage import record as usage_record
 
 if TYPE_CHECKING:
@@ -282,7 +283,8 @@ class GenerationManager:
         """Build the prompt and stream the answer into ``answer``, saved now and then."""
         from inference import SamplingParams
 
-        engine = answer.engine = await aget_engine()
+        engine, adapter, model_id = await answer_engine(answer.message_id)
+        answer.engine = engine
         # Built off the database thread, with the tools if the conversation has them on.
         tools_for = tool_loop.PromptTools(answer.owner_id)
         prompt = await answer_prompt(answer.message_id, engine, tools_for, inputs)
@@ -310,7 +312,7 @@ class GenerationManager:
         answer.start_fields = {
             "prompt_tokens": answer.prompt_tokens,
             "context_dropped": plan.dropped,
-            "model_name": engine.model_name[:200],
+            "model_name": model_id[:200],
         }
         if answer.stop_reason:
             return
@@ -324,6 +326,8 @@ class GenerationManager:
         admitted = await quota_admission(answer.owner_id, len(plan.token_ids))
         answer.quota_gate = admitted.gate
         options = {**engine_options(answer.owner_id, plan, answer.cache_options), **admitted.engine_options()}
+        if adapter is not None:
+            options["adapter"] = adapter
         deltas = AnswerDeltas(answer, timing, self.emit, self.relays.poke)
         engine.submit(plan.token_ids, params, deltas, answer.request_id, **options)
         try:

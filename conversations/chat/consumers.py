@@ -165,9 +165,19 @@ class ChatConsumer(JsonSocketConsumer):
     async def _on_send(self, content: dict) -> None:
         text = self._text(content)
         await self._conversation_for(content)
-        await service.start_answer(
-            self.view, self.user.pk, tree_ops.send_message, text, content.get("parent_id")
-        )
+        models = content.get("models")
+        if isinstance(models, list) and len(models) > 1:
+            models = [str(m) for m in models]
+            await service.send_side_by_side(self.view, self.user.pk, text, content.get("parent_id"), models)
+        else:
+            await service.start_answer(
+                self.view,
+                self.user.pk,
+                tree_ops.send_message,
+                text,
+                content.get("parent_id"),
+                model=_model(content),
+            )
         # A new title, or the conversation moved to the top of the sidebar.
         await broadcast(user_group(self.user.pk), "conversations")
 
@@ -180,7 +190,12 @@ class ChatConsumer(JsonSocketConsumer):
 
     async def _on_regenerate(self, content: dict) -> None:
         await self._conversation_for(content)
-        await service.regenerate(self.view, self.user.pk, content.get("message_id"))
+        await service.regenerate(self.view, self.user.pk, content.get("message_id"), _model(content))
+
+    async def _on_set_model(self, content: dict) -> None:
+        conversation = await self._conversation_for(content)
+        await service.choose_model(conversation, self.user, str(content.get("model") or ""))
+        await self._tree_changed()
 
     async def _on_switch(self, content: dict) -> None:
         conversation = await self._conversation_for(content)
@@ -239,5 +254,11 @@ class ChatConsumer(JsonSocketConsumer):
 
 # The requests a tab may make (``receive_json`` calls ``_on_<type>``).
 REQUESTS = frozenset(
-    {"open", "send", "stop", "edit", "regenerate", "switch", "delete", "ping", "fork", "approve", "earlier"}
+    {"open", "send", "stop", "edit", "regenerate", "switch", "delete", "ping", "fork", "approve", "earlier", "set_model"}
 )
+
+
+def _model(content: dict) -> str | None:
+    """A request's ``model`` (a model id), if it names one."""
+    model = content.get("model")
+    return str(model) if model else None

@@ -24,7 +24,7 @@ from django.db import transaction
 from conversations.chat.cache_salt import user_namespace
 from conversations.cluster import registry as cluster
 from conversations.cluster.registry import PROCESS_ID
-from conversations.ops.engine_handle import current_engine
+from conversations.ops.engine_handle import loaded_engines
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +40,7 @@ def purge_user_kv(user_id: int) -> None:
 
 
 def purge_namespace_everywhere(namespace: str) -> None:
-    engine = current_engine()
-    if engine is not None:
+    for engine in loaded_engines():  # every served model's
         engine.purge_namespace(namespace)
     if not cluster.enabled():
         return
@@ -74,9 +73,9 @@ async def tell_other_processes(namespace: str) -> int:
 def apply_purge_message(message: dict) -> None:
     """A ``kv.purge`` from another process: drop the namespace from this process's engine."""
     namespace = message.get("namespace")
-    engine = current_engine()
-    if isinstance(namespace, str) and namespace and engine is not None:
-        engine.purge_namespace(namespace)
+    if isinstance(namespace, str) and namespace:
+        for engine in loaded_engines():
+            engine.purge_namespace(namespace)
 
 
 def user_deleted(sender: type, instance: object, **kwargs: object) -> None:

@@ -49,9 +49,11 @@ def retention_key(conversation_id: int, origin: str | None = None) -> str:
 
 
 def _engine() -> Any | None:
-    from conversations.ops import engine_handle as engine  # noqa: PLC0415 - read the live module state
+    """The default model's engine, if loaded: the conversations' marks are kept there (a
+    conversation on another model gets no mark: its blocks are evicted as any others)."""
+    from conversations.ops import engine_handle  # noqa: PLC0415 - read the live module state
 
-    return engine._engine
+    return engine_handle.current_engine(None)
 
 
 @database_sync_to_async

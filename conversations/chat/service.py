@@ -27,6 +27,7 @@ from dataclasses import asdict
 
 from channels.db import database_sync_to_async
 
+from conversations.chat import model_choice
 from conversations.chat import tree as tree_ops
 from conversations.chat.groups import broadcast, conversation_group
 from conversations.chat.manager import get_manager
@@ -74,7 +75,7 @@ async def _route(conversation: Conversation) -> tuple[str, dict[str, cluster.Pro
     return cluster.choose_owner(await last_owner(conversation.pk), processes), processes
 
 
-async def _create(conversation: Conversation, operation: Callable, *args: object) -> Created:
+async def _create(conversation: Conversation, operation: Callable, *args: object, model: str = "") -> Created:
     """Run a tree operation that adds an answer, with its owner chosen and the limits
     checked site-wide under row locks; also the thread after it, and where it is generated
     here, its prompt's first read."""
@@ -90,15 +91,20 @@ async def _create(conversation: Conversation, operation: Callable, *args: object
         live_ids=live,
         liveness=liveness,
         engine=current_engine() if owner == PROCESS_ID else None,
+        model=model,
     )
     return Created(row, owner, processes, liveness)
 
 
-async def start_answer(view: TabView, user_id: int, operation: Callable, *args: object) -> None:
+async def start_answer(
+    view: TabView, user_id: int, operation: Callable, *args: object, model: str | None = None
+) -> Message:
     """Add an answer with a tree operation (``send_message``, ``edit_message``,
-    ``regenerate``), show the thread with it, and have it generated here or by its owner."""
+    ``regenerate``), asked of ``model`` (None: the conversation's; ``model_choice``), show
+    the thread with it, and have it generated here or by its owner. Returns its row."""
     conversation = view.conversation
-    created = await _create(conversation, operation, *args)
+    chosen = await model_choice.resolve_for(user_id, conversation, model)
+    created = await _create(conversation, operation, *args, model=chosen)
     await view.send_thread(created)
     answer = created.row.answer
     request = handoff.Handoff(conversation.pk, user_id, answer.pk)
@@ -107,10 +113,28 @@ async def start_answer(view: TabView, user_id: int, operation: Callable, *args: 
     elif await handoff.forward(get_manager(), created.owner, created.processes, request, view.tab.push):
         view.follow(answer.pk)
     await broadcast(conversation_group(conversation.pk), "tree", origin=view.tab.channel_name)
+    return answer
 
 
-async def regenerate(view: TabView, user_id: int, message_id: object) -> None:
-    await start_answer(view, user_id, tree_ops.regenerate, message_id)
+async def regenerate(view: TabView, user_id: int, message_id: object, model: str | None = None) -> None:
+    await start_answer(view, user_id, tree_ops.regenerate, message_id, model=model)
+
+
+async def send_side_by_side(
+    view: TabView, user_id: int, text: str, parent_id: object, models: list[str]
+) -> None:
+    """One question to 2-3 models: their answers are sibling branches of it, generated at
+    once; the user keeps the one they like by going on from it."""
+    if not 2 <= len(models) <= model_choice.MAX_SIDE_BY_SIDE or len(set(models)) != len(models):
+        raise tree_ops.TreeError(f"side by side takes 2 to {model_choice.MAX_SIDE_BY_SIDE} different models")
+    first = await start_answer(view, user_id, tree_ops.send_message, text, parent_id, model=models[0])
+    for model in models[1:]:
+        await start_answer(view, user_id, tree_ops.regenerate, first.parent_id, model=model)
+
+
+async def choose_model(conversation: Conversation, user: object, model: str) -> None:
+    """The user's pick in the conversation's model picker (and their new default)."""
+    await model_choice.choose(user, conversation, model)
 
 
 # Stopping ----------------------------------------------------------------------------------

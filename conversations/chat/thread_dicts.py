@@ -101,6 +101,7 @@ def conversation_dict(conversation: Conversation) -> dict:
         "archived": conversation.archived_at is not None,
         "tools_enabled": conversation.tools_enabled,
         "tools_approval": conversation.tools_approval,
+        "model": conversation.model,
     }
 
 

@@ -45,6 +45,7 @@ from conversations.enqueue import GENERATE_TITLE, enqueue_on_commit, tasks_run_h
 from conversations.models import Conversation, Message
 from conversations.ops import stopping
 from conversations.ops.engine_handle import aget_engine, engine_status
+from conversations.ops.served_models import title_model_id
 
 if TYPE_CHECKING:
     from inference import AsyncEngine
@@ -201,7 +202,7 @@ async def ask_site(messages: list[dict], owner_id: int, timeout: float) -> str:
 
 async def _title_text(messages: list[dict], owner_id: int, local_only: bool) -> str:
     if engine_status()["ready"]:  # this process is a site process with its engine loaded
-        return await generate_with_engine(await aget_engine(), messages, owner_id)
+        return await generate_with_engine(await aget_engine(title_model_id()), messages, owner_id)
     if local_only:
         raise NoLiveEngine("this process has no engine loaded")
     return await ask_site(messages, owner_id, settings.TITLE_REPLY_SECONDS)
@@ -303,7 +304,7 @@ async def _answer(layer, request: dict) -> None:
         if not isinstance(owner_id, int):
             # No owner, no title: an unsalted prompt would put the question in everyone's cache.
             raise ValueError("a title request must name the conversation's owner")
-        text = await generate_with_engine(await aget_engine(), messages, owner_id)
+        text = await generate_with_engine(await aget_engine(title_model_id()), messages, owner_id)
         reply = {"type": "title.reply", "text": text}
     except Exception as exc:
         log.warning("title generation failed", exc_info=True)

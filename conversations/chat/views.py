@@ -6,6 +6,8 @@ and a conversation id that is not the user's is a 404, never a 403.
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 from asgiref.sync import async_to_sync
 from django import forms
 from django.contrib.auth.decorators import login_required
@@ -16,7 +18,7 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
-from conversations.chat import lifecycle
+from conversations.chat import lifecycle, model_choice
 from conversations.chat import tree as tree_ops
 from conversations.chat.groups import broadcast, conversation_group, user_group
 from conversations.chat.json_guard import json_body, login_required_json
@@ -50,6 +52,9 @@ def _chat_page(request: HttpRequest, conversation: Conversation | None) -> HttpR
             "create": "/chat/conversations/new/",
             "websocket": "/ws/chat/",
         },
+        # The model picker: the models this user may pick, and their default.
+        "models": [asdict(o) for o in model_choice.options_for(request.user.is_staff)],
+        "default_model": model_choice.default_model(request.user),
         **page_state(request),
     }
     return render(request, "conversations/chat.html", {"state": state, "conversation": conversation})

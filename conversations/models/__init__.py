@@ -1,7 +1,7 @@
 from conversations.models.access import GroupAccess, TokenQuota
 from conversations.models.api import ApiKey, ApiRequest
 from conversations.models.audit import AuditEvent
-from conversations.models.chat import Conversation, Message
+from conversations.models.chat import Conversation, Message, ModelPreference
 from conversations.models.documents import ConversationDocument, Document, DocumentChunk, MessageSources
 from conversations.models.identity import ExternalIdentity
 from conversations.models.jobs import DataJob
@@ -26,6 +26,7 @@ __all__ = [
     "McpServer",
     "Message",
     "MessageSources",
+    "ModelPreference",
     "Preset",
     "Rating",
     "Share",

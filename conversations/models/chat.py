@@ -45,6 +45,8 @@ class Conversation(models.Model):
     max_tokens = models.IntegerField(default=512)
     # Tools through MCP (conversations.tools): offered to the model only when on, and with
     # approval on each call waits for the user's yes before it runs.
+    # The model id (conversations.ops.served_models) new answers here use; empty: the default.
+    model = models.CharField(max_length=200, blank=True, default="")
     tools_enabled = models.BooleanField(default=False)
     tools_approval = models.BooleanField(default=False)
     # The leaf of the visible thread; the thread is the path from the root to it.
@@ -161,3 +163,12 @@ class Message(models.Model):
 
     def __str__(self) -> str:
         return f"{self.role}: {self.content[:40]}"
+
+
+class ModelPreference(models.Model):
+    """A user's default model id: the one they last picked, given to their new conversations."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="model_preference"
+    )
+    model = models.CharField(max_length=200)

@@ -1,8 +1,14 @@
-"""The one inference engine of this process, created lazily on first use.
+"""The inference engines of this process: one per served model, each created lazily.
 
 Neither Daphne nor Django's ASGI handler has a lifespan hook, and AppConfig.ready()
-also runs in migrate and Celery, so the engine is built on first use (or by an
-explicit background preload) and shared by every consumer and API request.
+also runs in migrate and Celery, so an engine is built on first use (or by an explicit
+background preload) and shared by every consumer and API request.
+
+``settings.ENGINE_MODEL_LIST`` (``chatsite.model_settings``) names the models: each gets
+its own engine and KV pool, built from ``settings.ENGINE`` with its path, served name and
+share of the KV budget. The first is the default (``model=None``). With
+``ENGINE_MODEL_IDLE_UNLOAD_S`` a model nobody used for that long, and that runs nothing,
+is unloaded, and loads again when next asked for.
 """
 
 from __future__ import annotations
@@ -10,23 +16,23 @@ from __future__ import annotations
 import atexit
 import gc
 import logging
+import os
 import sys
 import threading
+import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from chatsite.model_settings import ModelEntry
+
 if TYPE_CHECKING:
     from inference import AsyncEngine
 
 log = logging.getLogger(__name__)
-
-_lock = threading.Lock()
-_engine: AsyncEngine | None = None
-_state = "not_loaded"  # not_loaded | loading | ready | error | stopped
-_error: str | None = None
 
 
 class EngineLoadError(RuntimeError):
@@ -34,8 +40,66 @@ class EngineLoadError(RuntimeError):
     ENGINE_MODEL, a broken install, a device that is not there). Names the setting to check."""
 
 
-def _load_error(exc: Exception) -> EngineLoadError:
-    setting = "ENGINE_LOADER" if settings.ENGINE_LOADER else "ENGINE_MODEL"
+class UnknownModelError(LookupError):
+    """No served model has that name."""
+
+
+@dataclass
+class _Slot:
+    """One served model and its engine (None until loaded)."""
+
+    entry: ModelEntry
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    engine: AsyncEngine | None = None
+    state: str = "not_loaded"  # not_loaded | loading | ready | error | stopped
+    error: str | None = None
+    last_used: float = 0.0
+
+    @property
+    def setting(self) -> str:
+        return "ENGINE_MODELS" if self.entry.name else "ENGINE_MODEL"
+
+
+_slots_lock = threading.Lock()
+_slots: dict[str, _Slot] | None = None  # by served name ("" for the ENGINE_MODEL shorthand)
+_reaper: threading.Thread | None = None
+
+
+def _all_slots() -> dict[str, _Slot]:
+    global _slots
+    with _slots_lock:
+        if _slots is None:
+            _slots = {(e.name or ""): _Slot(e) for e in settings.ENGINE_MODEL_LIST}
+        return _slots
+
+
+def slot_for(model: str | None) -> _Slot:
+    """The slot serving ``model`` (None: the default). The shorthand's one model answers to
+    its own name only once loaded, so any name reaches it and the caller compares."""
+    slots = _all_slots()
+    if model is None or "" in slots:
+        return next(iter(slots.values()))
+    try:
+        return slots[model]
+    except KeyError:
+        raise UnknownModelError(model) from None
+
+
+def model_names() -> list[str]:
+    """The served models' names, default first ("" for the shorthand's unloaded model)."""
+    return [
+        slot.entry.name or (slot.engine.model_name if slot.engine else "") for slot in _all_slots().values()
+    ]
+
+
+def model_entries() -> list[ModelEntry]:
+    return [slot.entry for slot in _all_slots().values()]
+
+
+def _load_error(exc: Exception, setting: str) -> EngineLoadError:
+    setting = "ENGINE_LOADER" if settings.ENGINE_LOADER else setting
+    if "adapter" in str(exc).lower() or "lora" in type(exc).__name__.lower():
+        setting = "ENGINE_LORA_MODULES"
     cause = str(exc).splitlines()[0] if str(exc) else ""
     return EngineLoadError(
         f"the model could not be loaded ({type(exc).__name__}: {cause}); check {setting} "
@@ -43,18 +107,36 @@ def _load_error(exc: Exception) -> EngineLoadError:
     )
 
 
-def get_engine(*, log_failure: bool = True) -> AsyncEngine:
+def _engine_options(entry: ModelEntry) -> dict:
+    """EngineConfig keywords of one model: the shared ENGINE settings, its own path, name,
+    KV share and (several models) its own disk-tier directory."""
+    options = {k: v for k, v in settings.ENGINE.items() if v is not None}
+    options.setdefault("max_loras", settings.ENGINE_MAX_LORAS)
+    if entry.name is None:
+        return options  # the shorthand: settings.ENGINE as it stands (tests change it)
+    options.update(served_name=entry.name, kv_cache_gb=entry.kv_cache_gb)
+    options.pop("model", None)
+    if entry.path:
+        options["model"] = entry.path
+    if options.get("kv_disk_dir"):
+        options["kv_disk_dir"] = os.path.join(options["kv_disk_dir"], entry.name)
+    return options
+
+
+def get_engine(model: str | None = None, *, log_failure: bool = True) -> AsyncEngine:
     """Blocking: loads the model the first time. Call it off the event loop. A model that
-    cannot load raises EngineLoadError (the next call tries again)."""
-    global _engine, _state, _error
-    with _lock:
-        if _engine is not None:
-            return _engine
+    cannot load raises EngineLoadError (the next call tries again); an unknown name
+    UnknownModelError."""
+    slot = slot_for(model)
+    with slot.lock:
+        slot.last_used = time.monotonic()
+        if slot.engine is not None:
+            return slot.engine
         from inference import AsyncEngine, EngineConfig
 
-        _state = "loading"
+        slot.state = "loading"
         try:
-            config = EngineConfig(**{k: v for k, v in settings.ENGINE.items() if v is not None})
+            config = EngineConfig(**_engine_options(slot.entry))
             loader = settings.ENGINE_LOADER
             if loader and config.prefill_workers:
                 # A worker loads config.model itself: its KV would come from another model.
@@ -63,17 +145,25 @@ def get_engine(*, log_failure: bool = True) -> AsyncEngine:
                     "cannot load an ENGINE_LOADER model"
                 )
             interval = max(0.0, settings.ENGINE_STREAM_INTERVAL_MS) / 1000
-            loaded = {"loaded": import_string(loader)()} if loader else {}
-            _engine = AsyncEngine(config, stream_interval=interval, **loaded)
+            loaded = {"loaded": import_string(loader)()} if loader and slot.entry.path is None else {}
+            engine = AsyncEngine(config, stream_interval=interval, **loaded)
+            try:
+                from conversations.ops.lora_adapters import load_configured  # noqa: PLC0415
+
+                load_configured(engine, slot.entry.name)
+            except Exception:
+                engine.shutdown()
+                raise
         except Exception as exc:
-            error = _load_error(exc)
-            _state, _error = "error", str(error)
+            error = _load_error(exc, slot.setting)
+            slot.state, slot.error = "error", str(error)
             if log_failure:  # the traceback only for whoever debugs the install (LOG_LEVEL=DEBUG)
                 log.error("engine failed to load: %s", error, exc_info=log.isEnabledFor(logging.DEBUG))
             raise error from exc
         freeze_long_lived_objects()  # before "ready": its one full collection is no request's pause
-        _state, _error = "ready", None
-        return _engine
+        slot.engine, slot.state, slot.error = engine, "ready", None
+        _start_reaper()
+        return engine
 
 
 def freeze_long_lived_objects() -> None:
@@ -89,54 +179,132 @@ def freeze_long_lived_objects() -> None:
     atexit.register(gc.unfreeze)
 
 
-async def aget_engine() -> AsyncEngine:
-    if _engine is not None:
-        return _engine
-    return await sync_to_async(get_engine, thread_sensitive=False)()
+async def aget_engine(model: str | None = None) -> AsyncEngine:
+    slot = slot_for(model)
+    if slot.engine is not None:
+        slot.last_used = time.monotonic()
+        return slot.engine
+    return await sync_to_async(get_engine, thread_sensitive=False)(model)
 
 
-def current_engine() -> AsyncEngine | None:
+def current_engine(model: str | None = None) -> AsyncEngine | None:
     """The engine if it is loaded, without loading it."""
-    return _engine
+    return slot_for(model).engine
+
+
+def loaded_engines() -> list[AsyncEngine]:
+    """Every engine loaded now (purges and idle work reach each model)."""
+    return [slot.engine for slot in _all_slots().values() if slot.engine is not None]
 
 
 def preload_engine_or_exit() -> None:
-    """ENGINE_PRELOAD: the model loads before the server listens, so its first message never
-    waits for it, and a model that cannot load stops the start with one line naming the cause
-    and the setting to check (as a malformed setting does), instead of a site that answers
-    503 for as long as it runs."""
-    try:
-        get_engine(log_failure=False)
-    except EngineLoadError as exc:
-        print(f"error: ENGINE_PRELOAD: {exc}", file=sys.stderr)
-        sys.exit(1)
+    """ENGINE_PRELOAD (or ENGINE_MODELS_LOAD=start): the models load before the server
+    listens, so no first message waits for one, and a model that cannot load stops the
+    start with one line naming the cause and the setting to check (as a malformed setting
+    does), instead of a site that answers 503 for as long as it runs."""
+    names = [e.name for e in model_entries()]
+    if not (settings.ENGINE_PRELOAD or settings.ENGINE_MODELS_LOAD == "start"):
+        names = names[:0]
+    elif not settings.ENGINE_MODELS_LOAD == "start":
+        names = names[:1]  # ENGINE_PRELOAD alone: the default model
+    for name in names:
+        try:
+            get_engine(name, log_failure=False)
+        except EngineLoadError as exc:
+            label = f"model {name!r}: " if name else ""
+            print(f"error: ENGINE_PRELOAD: {label}{exc}", file=sys.stderr)
+            sys.exit(1)
 
 
-def engine_status() -> dict:
-    status: dict = {"ready": _state == "ready", "state": _state}
-    if _error:
-        status["error"] = _error
-    if _engine is not None:
-        status["model"] = _engine.model_name
-        status["stats"] = _engine.stats().as_dict()
+def _status_of(slot: _Slot) -> dict:
+    status: dict = {"ready": slot.state == "ready", "state": slot.state}
+    if slot.error:
+        status["error"] = slot.error
+    if slot.engine is not None:
+        status["model"] = slot.engine.model_name
+        status["stats"] = slot.engine.stats().as_dict()
+    elif slot.entry.name:
+        status["model"] = slot.entry.name
     return status
 
 
-def stop_engine(timeout: float) -> None:
-    """At shutdown, off the event loop (it joins the engine thread): the engine thread ends
-    its step and fails the requests left, so the interpreter never exits in the middle of a
-    step. Not ready any more: nothing new is sent to it."""
-    global _state
-    engine = _engine
+def engine_status(model: str | None = None) -> dict:
+    """The default model's status (or ``model``'s); with several models, ``models`` lists
+    each one's too. A model that loads on first use and is not loaded yet is not an error:
+    the site is ready when the default model is, or could load."""
+    status = _status_of(slot_for(model))
+    slots = _all_slots()
+    if len(slots) > 1:
+        status["models"] = [_status_of(s) for s in slots.values()]
+    return status
+
+
+def _unload(slot: _Slot) -> None:
+    with slot.lock:
+        engine, slot.engine = slot.engine, None
+        slot.state = "not_loaded"
     if engine is not None:
-        _state = "stopped"
-        engine.shutdown(timeout)
+        engine.shutdown()
+        log.info(
+            "engine: unloaded model %s after %.0f s unused",
+            slot.entry.name,
+            settings.ENGINE_MODEL_IDLE_UNLOAD_S,
+        )
+
+
+def unload_idle(now: float | None = None) -> list[str]:
+    """Unload every model unused for ENGINE_MODEL_IDLE_UNLOAD_S that runs nothing; the names
+    unloaded. The default model stays (titles, embeddings and health checks lean on it)."""
+    limit = settings.ENGINE_MODEL_IDLE_UNLOAD_S
+    now = time.monotonic() if now is None else now
+    unloaded = []
+    for slot in list(_all_slots().values())[1:]:
+        engine = slot.engine
+        if limit <= 0 or engine is None or now - slot.last_used < limit:
+            continue
+        stats = engine.stats()
+        if stats.running or stats.waiting:
+            continue
+        _unload(slot)
+        unloaded.append(slot.entry.name or "")
+    return unloaded
+
+
+def _start_reaper() -> None:
+    global _reaper
+    limit = settings.ENGINE_MODEL_IDLE_UNLOAD_S
+    if limit <= 0 or len(_all_slots()) < 2 or (_reaper is not None and _reaper.is_alive()):
+        return
+
+    def reap() -> None:
+        while _slots is not None:
+            time.sleep(max(0.5, min(limit / 4, 10.0)))
+            try:
+                unload_idle()
+            except Exception:  # never let the reaper die silently: the next round tries again
+                log.exception("idle unload failed")
+
+    _reaper = threading.Thread(target=reap, name="engine-idle-unload", daemon=True)
+    _reaper.start()
+
+
+def stop_engine(timeout: float) -> None:
+    """At shutdown, off the event loop (it joins the engine threads): each engine thread ends
+    its step and fails the requests left, so the interpreter never exits in the middle of a
+    step. Not ready any more: nothing new is sent to them."""
+    for slot in _all_slots().values():
+        if slot.engine is not None:
+            slot.state = "stopped"
+            slot.engine.shutdown(timeout)
 
 
 def reset_engine_for_tests() -> None:
-    """Shut the engine down so the next get_engine() builds one from current settings."""
-    global _engine, _state, _error
-    with _lock:
-        if _engine is not None:
-            _engine.shutdown()
-        _engine, _state, _error = None, "not_loaded", None
+    """Shut the engines down so the next get_engine() builds them from current settings."""
+    global _slots
+    with _slots_lock:
+        slots, _slots = _slots, None
+    for slot in (slots or {}).values():
+        with slot.lock:
+            if slot.engine is not None:
+                slot.engine.shutdown()
+            slot.engine = None

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from conversations.ops.engine_handle import current_engine
+from conversations.ops.engine_handle import loaded_engines
 
 # CPython runs a full collection once this many younger ones ran (and enough objects aged).
 FULL_COLLECTIONS_OFF = 2**31 - 1
@@ -82,12 +82,13 @@ class IdleCollector:
 
 
 def engine_activity() -> tuple[int, bool]:
-    """The site engine's steps so far, and whether it has requests running or queued."""
-    engine = current_engine()
-    if engine is None:
-        return 0, False
-    stats = engine.stats()
-    return stats.num_steps, bool(stats.running or stats.waiting or stats.loading)
+    """The site engines' steps so far, and whether any has requests running or queued."""
+    steps, busy = 0, False
+    for engine in loaded_engines():
+        stats = engine.stats()
+        steps += stats.num_steps
+        busy = busy or bool(stats.running or stats.waiting or stats.loading)
+    return steps, busy
 
 
 _collector: IdleCollector | None = None

@@ -31,7 +31,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -93,6 +93,14 @@ class _Purge:
 
 
 @dataclass
+class _Call:
+    """A function of the LLMEngine run on the engine thread between steps."""
+
+    fn: Callable[[], Any]
+    done: Future[Any]
+
+
+@dataclass
 class _Embed:
     job: EmbedJob
 
@@ -125,7 +133,7 @@ class AsyncEngine:
         self.max_model_len: int = self.engine.max_model_len
         self.grammars = self.engine.grammars  # thread-safe: the API compiles grammars to check them
         self._cond = threading.Condition()
-        self._commands: deque[_Add | _Abort | _Retain | _Purge | _Embed] = deque()
+        self._commands: deque[_Add | _Abort | _Retain | _Purge | _Embed | _Call] = deque()
         self._num_pending_adds = 0
         self._sinks: dict[str, tuple[asyncio.AbstractEventLoop, DeltaSink]] = {}  # engine thread only
         self._stats = self.engine.stats()
@@ -173,6 +181,7 @@ class AsyncEngine:
         cache_salt_from: int = 0,
         weight: float = 1.0,
         token_gate: TokenGate | None = None,
+        adapter: str | None = None,
     ) -> str:
         """Queue a request whose deltas go to ``sink.put_nowait``, called on the calling
         event loop's thread within each hand-over (so it must not block, and should not
@@ -198,6 +207,7 @@ class AsyncEngine:
                 "cache_salt_from": cache_salt_from,
                 "weight": weight,
                 "token_gate": token_gate,
+                "adapter": adapter,
             },
         )
         with self._cond:
@@ -230,6 +240,32 @@ class AsyncEngine:
         done: Future[int] = Future()
         self._command(_Purge(namespace, done))
         return done
+
+    def call_future(self, fn: Callable[[], Any]) -> Future[Any]:
+        """Run ``fn`` (of the LLMEngine's state) on the engine thread between steps."""
+        done: Future[Any] = Future()
+        with self._cond:
+            if self._shutdown:
+                raise EngineShutDownError("the engine is shut down")
+            self._commands.append(_Call(fn, done))
+            self._cond.notify()
+        return done
+
+    def load_adapter(self, name: str, path: str) -> Future[Any]:
+        """Read the PEFT adapter at ``path`` (here, in the caller's thread: a LoraLoadError
+        at once for a bad one) and serve it as ``name`` from the next step on."""
+        from inference.lora import load_peft_adapter  # noqa: PLC0415 - only with adapters
+
+        adapter = load_peft_adapter(name, path, self.engine.model_config.num_layers)
+        return self.call_future(lambda: self.engine.add_adapter(adapter))
+
+    def unload_adapter(self, name: str) -> Future[Any]:
+        """Stop serving adapter ``name`` (its running requests are aborted); True if it was served."""
+        return self.call_future(lambda: self.engine.remove_adapter(name))
+
+    def adapter_names(self) -> list[str]:
+        loras = self.engine.loras
+        return loras.names() if loras is not None else []
 
     def embed_future(self, inputs: list[list[int]], owner: str | None = None) -> Future[Any]:
         """Thread-safe embeddings: the engine thread runs them in chunks between steps,
@@ -351,10 +387,18 @@ class AsyncEngine:
         engine.close()
 
     def _apply(
-        self, command: _Add | _Abort | _Retain | _Purge | _Embed, outbox: dict[Any, list[tuple[Any, Any]]]
+        self,
+        command: _Add | _Abort | _Retain | _Purge | _Embed | _Call,
+        outbox: dict[Any, list[tuple[Any, Any]]],
     ) -> None:
         if isinstance(command, _Abort):
             self.engine.abort(command.request_id)
+            return
+        if isinstance(command, _Call):
+            try:
+                command.done.set_result(command.fn())
+            except Exception as exc:  # the caller's error, not the engine thread's
+                command.done.set_exception(exc)
             return
         if isinstance(command, _Embed):
             try:

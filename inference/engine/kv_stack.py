@@ -9,6 +9,7 @@ tiers and the block manager both ask, comes first.
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -19,6 +20,7 @@ from inference.config import EngineConfig, KVPoolSize
 from inference.engine.scheduler import Scheduler
 from inference.engine.step_budget import StepBudget
 from inference.kv.block_manager import BlockManager
+from inference.kv.chain_hash import hash_root
 from inference.kv.fingerprint import kv_fingerprint
 from inference.kv.retention import Retention
 from inference.kv.tiers import TierStack, build_tiers
@@ -26,6 +28,7 @@ from inference.model_config import ModelConfig
 from inference.models.contract import CausalLM
 from inference.runner.cuda_graphs import MAX_GRAPH_BATCH
 from inference.runner.model_runner import ModelRunner
+from inference.runner.weights_identity import ATTRIBUTE as WEIGHTS_ATTRIBUTE
 from inference.runner.weights_identity import weights_identity
 from inference.tokenizer import Tokenizer
 
@@ -90,6 +93,7 @@ def build_kv_stack(
         tiers=tiers,
         retention=retention,
         groups=model.kv_spec.groups,
+        hash_root=model_hash_root(config, model, model_config),
     )
     scheduler = _build_scheduler(config, block_manager, pool.max_model_len, runner.kv_cache, workers)
     logger.info(
@@ -103,6 +107,15 @@ def build_kv_stack(
         pool.max_model_len,
     )
     return KVStack(pool, block_manager, scheduler, runner, tiers)
+
+
+def model_hash_root(config: EngineConfig, model: torch.nn.Module, model_config: ModelConfig) -> int:
+    """The root of this engine's block hashes: its served name, the model's own name and
+    what its weights were loaded from (``load_model``'s tag, when there is one; hashing an
+    untagged model's tensors is left to the disk tier, which needs it)."""
+    identity = getattr(model, WEIGHTS_ATTRIBUTE, None)
+    tagged = json.dumps(identity, sort_keys=True, default=str) if identity else ""
+    return hash_root(config.served_name or "", model_config.name, tagged)
 
 
 def _build_scheduler(

@@ -32,6 +32,7 @@ from inference.engine.step_budget import MIN_CHUNK, count_tokens
 from inference.engine.token_gate import TokenGate, charge_step
 from inference.kv.salt import cache_salt as derive_cache_salt
 from inference.kv.salt import salt_hash
+from inference.lora import LoraAdapter, LoraLoadError, LoraManager
 from inference.model_config import ModelConfig
 from inference.models.contract import CausalLM
 from inference.runner.model_loader import load_model
@@ -75,7 +76,7 @@ class LLMEngine:
         self.tokenizer.byte_pieces()  # the detokenizers' table, built now rather than at the first request
         param = next(self.model.parameters())
         self.device, self.dtype = param.device, param.dtype
-        self.model_name = self.model_config.name
+        self.model_name = config.served_name or self.model_config.name
         self.kv_spec = self.model.kv_spec  # declared by the model class: sizes the pool
         kv = build_kv_stack(config, self.model, self.model_config, self.tokenizer)
         self.max_model_len = kv.pool.max_model_len
@@ -102,6 +103,14 @@ class LLMEngine:
         self.eos_token_ids = frozenset(self.tokenizer.eos_token_ids)
         self.requests: dict[str, Request] = {}
         self.speculator = build_speculator(config, self)
+        self.loras: LoraManager | None = None
+        if config.max_loras:
+            try:
+                self.loras = LoraManager(self.model, config.max_loras, config.max_lora_rank)
+            except LoraLoadError as exc:  # another architecture: served without adapters
+                logger.info("engine: %s; no LoRA adapters for %s", exc, self.model_name)
+            else:
+                self.runner.lora, self.scheduler.max_loras = self.loras, config.max_loras
         self._pending: list[StreamDelta] = []  # abort deltas, returned by the next step
         self.embeddings = EmbeddingQueue(
             config.embed_max_queued_tokens, config.embed_max_queued_tokens_per_owner
@@ -129,8 +138,10 @@ class LLMEngine:
         cache_salt_from: int = 0,
         weight: float = 1.0,
         token_gate: TokenGate | None = None,
+        adapter: str | None = None,
     ) -> Request:
-        """Queue a request. ``owner`` (a user, an API key) gets a fair share of admissions
+        """Queue a request. ``adapter``: the LoRA adapter it runs (``add_adapter``'s name;
+        None: the base model). ``owner`` (a user, an API key) gets a fair share of admissions
         against other owners, in proportion to ``weight``; ``token_gate`` is charged its
         output tokens every step and stops it when spent (``inference.engine.token_gate``). ``cache_namespace`` (a site's user, ``"user:<id>"``) keeps
         the prefix cache of the prompt's tokens from ``cache_salt_from`` on private to
@@ -142,6 +153,7 @@ class LLMEngine:
         request_id = request_id or uuid.uuid4().hex
         if request_id in self.requests:
             raise ValueError(f"request id {request_id!r} is already running")
+        adapter_key = self.adapter_key(adapter)
         self.admission.admit(token_ids)
         request = self.sequences.new_request(
             request_id,
@@ -156,10 +168,44 @@ class LLMEngine:
         if weight <= 0:
             raise ValueError("a fair-share weight must be positive")
         request.weight, request.token_gate = weight, token_gate
+        if adapter is not None:
+            request.adapter, request.adapter_key = adapter, adapter_key
+            for seq in request.seqs:
+                seq.adapter, seq.adapter_key = adapter, adapter_key
         self.scheduler.add(request)
         self.requests[request_id] = request
         self.metrics.total_prompt_tokens += len(token_ids)
         return request
+
+    # ---- LoRA adapters ------------------------------------------------------------------
+    def adapter_key(self, adapter: str | None) -> int:
+        """The key of a served adapter (0 for None); ValueError for one not served."""
+        if adapter is None:
+            return 0
+        found = self.loras.get(adapter) if self.loras is not None else None
+        if found is None:
+            raise ValueError(f"the LoRA adapter {adapter!r} is not loaded")
+        return found.key
+
+    def add_adapter(self, adapter: LoraAdapter) -> None:
+        """Serve ``adapter`` under its name; one of that name is replaced (its running
+        requests are aborted: their blocks were computed with the old weights)."""
+        if self.loras is None:
+            raise ValueError("this engine serves no LoRA adapters (EngineConfig.max_loras is 0)")
+        self._abort_adapter(adapter.name)
+        self.loras.add(adapter)
+
+    def remove_adapter(self, name: str) -> bool:
+        """Stop serving adapter ``name``: its running requests are aborted first."""
+        if self.loras is None:
+            return False
+        self._abort_adapter(name)
+        return self.loras.remove(name)
+
+    def _abort_adapter(self, name: str) -> None:
+        for request_id, request in list(self.requests.items()):
+            if request.adapter == name:
+                self.abort(request_id)
 
     def abort(self, request_id: str, outcome: str = "abort") -> bool:
         """Stop a request now and free its blocks; its final deltas come with the next step.
@@ -193,13 +239,15 @@ class LLMEngine:
         cache_namespace: str | None = None,
         cache_salt: str | None = None,
         cache_salt_from: int = 0,
+        adapter: str | None = None,
     ) -> int:
         """Keep the KV blocks of ``token_ids`` (an open conversation's history) in memory
         longest: evicted last, to the next tier. ``key`` replaces its earlier prefix; the cache
         options are those its requests pass to ``add_request``. Returns the blocks marked."""
         salt = derive_cache_salt(cache_namespace, cache_salt).value
         salt_block = max(0, cache_salt_from) // self.block_manager.block_size
-        return self.block_manager.retain(key, [int(t) for t in token_ids], salt, salt_block if salt else 0)
+        ids = [int(t) for t in token_ids]
+        return self.block_manager.retain(key, ids, salt, salt_block if salt else 0, self.adapter_key(adapter))
 
     def purge_namespace(self, namespace: str) -> int:
         """Forget every KV block salted in ``namespace`` (``add_request``'s

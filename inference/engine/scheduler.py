@@ -94,6 +94,9 @@ class Scheduler:
         # Seats held outside the running requests, per owner (an embedding job in progress:
         # ``inference.engine.embedding_jobs``): counted in the fair share at admission.
         self.external_seats: dict[str | None, int] = {}
+        # LoRA adapters one batch may hold (the engine's resident-adapter cap; None: no
+        # adapters): a request of one more adapter waits for a running adapter to finish.
+        self.max_loras: int | None = None
 
     # ---- requests -------------------------------------------------------------------
     @property
@@ -197,10 +200,15 @@ class Scheduler:
                 owner_seats[r.owner] = owner_seats.get(r.owner, 0) + r.num_seats
             for owner, n in self.external_seats.items():
                 owner_seats[owner] = owner_seats.get(owner, 0) + n
+            adapters = {r.adapter for r in self.running + self.loading if r.adapter is not None}
             while self.waiting and budget > 0:
                 request = self._next_waiting(owner_seats, num_owners)
                 if request.num_seats > seats:
                     break
+                if request.adapter is not None and request.adapter not in adapters:
+                    if self.max_loras is not None and len(adapters) >= self.max_loras:
+                        break  # its adapter would be one more than a batch can hold: later
+                    adapters.add(request.adapter)
                 loading = self._start_loading(request)
                 if loading is None:
                     break  # its blocks are below the pool: wait for room to load them

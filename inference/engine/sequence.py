@@ -76,6 +76,10 @@ class Sequence:
     cache_salt_block: int = 0
     cache_namespace: int = 0
     cache_private: bool = False
+    # The LoRA adapter this sequence runs (``inference.lora``; None: the base model) and
+    # its key, mixed into the hash chain's root so no block is shared across adapters.
+    adapter: str | None = None
+    adapter_key: int = 0
     pending_loads: list[Any] = field(default_factory=list)  # kv_tiers.Load, while loading KV
     # Sampling and output state.
     generator: torch.Generator | None = None
@@ -140,6 +144,9 @@ class Request:
     cache_salt_block: int = 0
     cache_namespace: int = 0
     cache_private: bool = False
+    # The LoRA adapter's name and key (see Sequence.adapter); copied to every sequence.
+    adapter: str | None = None
+    adapter_key: int = 0
     arrival_time: float = field(default_factory=time.monotonic)
     status: RequestStatus = RequestStatus.WAITING
     seqs: list[Sequence] = field(default_factory=list)  # live (unfinished) sequences

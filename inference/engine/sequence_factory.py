@@ -68,6 +68,7 @@ class SequenceFactory:
         seq = Sequence(list(token_ids), request.num_prompt_tokens, index=index, request=request)
         seq.cache_salt, seq.cache_salt_block = request.cache_salt, request.cache_salt_block
         seq.cache_namespace, seq.cache_private = request.cache_namespace, request.cache_private
+        seq.adapter, seq.adapter_key = request.adapter, request.adapter_key
         if params.seed is not None and not params.use_beam_search:
             seq.generator = self.sampler.make_generator(params.seed + index)
         if not params.use_beam_search:

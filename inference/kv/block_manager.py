@@ -91,11 +91,14 @@ class BlockManager:
         tiers: TierStack | None = None,
         retention: Retention | None = None,
         groups: tuple[KVGroup, ...] = (KVGroup(None, ()),),
+        hash_root: int = 0,
     ) -> None:
         """``tiers`` (the stack below the pool, if any) and ``retention`` (the registry those
         tiers ask too; a private one by default) are this manager's for its lifetime.
-        ``groups``: the model's KV groups (``KVSpec.groups``); only their windows matter here."""
+        ``groups``: the model's KV groups (``KVSpec.groups``); only their windows matter here.
+        ``hash_root`` (``chain_hash.hash_root``) starts every chain: the served model's."""
         self.block_size = block_size
+        self.hash_root = hash_root
         self.enable_prefix_caching = enable_prefix_caching
         self.tiers = tiers
         self.retention = retention if retention is not None else Retention()
@@ -178,9 +181,12 @@ class BlockManager:
             hashes.append(chain_hash(self._parent_hash(seq, i), seq.token_ids[i * bs : (i + 1) * bs]))
         return hashes
 
-    @staticmethod
-    def _parent_hash(seq: Sequence, i: int) -> int:
-        return salted_parent(seq.block_hashes, i, seq.cache_salt, seq.cache_salt_block)
+    def seq_root(self, seq: Sequence) -> int:
+        """Where ``seq``'s chain starts: the model's root, with its adapter's key mixed in."""
+        return self.hash_root ^ seq.adapter_key
+
+    def _parent_hash(self, seq: Sequence, i: int) -> int:
+        return salted_parent(seq.block_hashes, i, seq.cache_salt, seq.cache_salt_block, self.seq_root(seq))
 
     def _lookup(self, seq: Sequence, group: int, i: int) -> int | None:
         """The pool block of ``group`` cached for ``seq``'s block ``i`` (hashes computed),
@@ -409,13 +415,15 @@ class BlockManager:
         return dropped
 
     # ---- retention ------------------------------------------------------------------
-    def retain(self, key: str, token_ids: list[int], salt: int = 0, salt_block: int = 0) -> int:
+    def retain(
+        self, key: str, token_ids: list[int], salt: int = 0, salt_block: int = 0, adapter_key: int = 0
+    ) -> int:
         """Mark the full blocks of ``token_ids`` as likely to be needed again (an open
         conversation's history); replaces what ``key`` retained before. ``salt`` /
         ``salt_block`` are the requests' cache salt, so the same blocks are named.
         Returns the number of blocks marked."""
         self.release(key)
-        hashes = prefix_hashes(token_ids, self.block_size, salt, salt_block)
+        hashes = prefix_hashes(token_ids, self.block_size, salt, salt_block, self.hash_root ^ adapter_key)
         self.retention.mark(key, hashes)
         for h in hashes:
             for by_hash in self._hash_maps:

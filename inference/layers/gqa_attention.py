@@ -10,6 +10,8 @@ partial rotary or NoPE layer rotates in PyTorch and lets attention store k and v
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
@@ -25,11 +27,15 @@ from inference.layers.rotary import apply_rotary
 from inference.layers.window_attention import AttentionFeatures, feature_attention
 from inference.model_config import ModelConfig
 
+if TYPE_CHECKING:
+    from inference.lora.layers import AttentionLora
+
 
 class Attention(nn.Module):
     _packed: tuple[torch.Tensor, torch.Tensor | None] | None = None
     _packed_key: tuple[tuple[int, int], ...] | None = None
     _qkv_quant: PackedQuant | None = None  # q, k and v rows of one quantized format
+    lora: AttentionLora | None = None  # LoRA adapters' products (inference.lora), when served
 
     def __init__(self, config: ModelConfig, layer_idx: int, kv_slot: tuple[int, int] | None = None) -> None:
         """``kv_slot``: the layer's (KV group, slot in a block) when the model has several
@@ -72,6 +78,11 @@ class Attention(nn.Module):
         k_cache, v_cache = kv_cache[:, 0, self.kv_slot], kv_cache[:, 1, self.kv_slot]
         ctx = ctx.for_group(self.kv_group)
         qkv = self.fused_qkv(hidden)
+        lora = self.lora if self.lora is not None and self.lora.active else None
+        if lora is not None:  # the adapters' q/k/v products join the base's before norms and rotary
+            if qkv is None:
+                qkv = torch.cat([self.q_proj(hidden), self.k_proj(hidden), self.v_proj(hidden)], dim=-1)
+            lora.add_qkv(hidden, qkv, (hq * d, hkv * d, hkv * d))
         if (
             qkv is not None
             and self.whole_head_rotary
@@ -102,7 +113,11 @@ class Attention(nn.Module):
                 cos, sin = cos_sin[:, None, :half], cos_sin[:, None, half:]  # broadcast over heads
                 q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
             out = self._attend(q, k, v.reshape(tokens, hkv, d), k_cache, v_cache, ctx)
-        return self.o_proj(out.reshape(tokens, hq * d))
+        out = out.reshape(tokens, hq * d)
+        projected = self.o_proj(out)
+        if lora is not None:
+            lora.add_o(out, projected)
+        return projected
 
     def _attend(
         self,

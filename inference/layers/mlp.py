@@ -3,6 +3,8 @@ kernel call where the weights allow it."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -13,6 +15,9 @@ from chatsite_kernels.cpu.quant import PackedQuant, QuantRows
 from inference.layers.linear import Linear, gate_up_released, packable, quant_linear, weight_key
 from inference.model_config import ModelConfig
 
+if TYPE_CHECKING:
+    from inference.lora.layers import MlpLora
+
 
 class MLP(nn.Module):
     """SwiGLU: down(silu(gate(x)) * up(x)). On the CPU in fp32 (without biases) gate,
@@ -21,6 +26,7 @@ class MLP(nn.Module):
     _packed: torch.Tensor | None = None
     _packed_key: tuple[tuple[int, int], tuple[int, int]] | None = None
     _gate_up_quant: PackedQuant | None = None  # gate and up rows interleaved 8 by 8
+    lora: MlpLora | None = None  # LoRA adapters' products (inference.lora), when served
 
     def __init__(self, config: ModelConfig, intermediate_size: int | None = None) -> None:
         super().__init__()
@@ -31,6 +37,8 @@ class MLP(nn.Module):
         self.down_proj = Linear(inter, hidden, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.lora is not None and self.lora.active:
+            return self.lora.forward(self, x)
         gate, up = self.gate_proj, self.up_proj
         if self._gate_up_quant is not None:
             hidden = quant_linear(x, self._gate_up_quant, None, silu_pairs=True)

@@ -87,6 +87,8 @@ class DisaggregatedScheduler(Scheduler):
             return False
         self.check_prompt(request.num_prompt_tokens)
         bs = self.block_manager.block_size
+        if seq.adapter_key:  # a worker serves its base model alone
+            return False
         uncached = request.num_prompt_tokens - len(self.block_manager.match_prefix(seq)) * bs
         if uncached <= self.min_prompt_tokens:
             return False
@@ -151,7 +153,8 @@ class DisaggregatedScheduler(Scheduler):
         seq, bm = request.seqs[0], self.block_manager
         bs, n = bm.block_size, len(result.block_hashes)  # the prefix's blocks (one group's)
         started = time.monotonic()
-        hashes = prefix_hashes(seq.token_ids[: n * bs], bs, seq.cache_salt, seq.cache_salt_block)
+        root = bm.seq_root(seq)
+        hashes = prefix_hashes(seq.token_ids[: n * bs], bs, seq.cache_salt, seq.cache_salt_block, root)
         if hashes != result.block_hashes or seq.cache_private:
             discard(result.shm_name)
             self.transfer.fallbacks["mismatch"] += 1
@@ -163,10 +166,16 @@ class DisaggregatedScheduler(Scheduler):
         mapped = MappedBlocks(result.shm_name, result.num_blocks, tuple(pool.shape[1:]), pool.dtype)
         shipped = result.block_groups or tuple((0, i) for i in range(n))
         try:
-            bm.retain(_key(request.request_id), seq.token_ids[: n * bs], seq.cache_salt, seq.cache_salt_block)
+            bm.retain(
+                _key(request.request_id),
+                seq.token_ids[: n * bs],
+                seq.cache_salt,
+                seq.cache_salt_block,
+                seq.adapter_key,
+            )
             self._imported[request.request_id] = request
             for j, (group, i) in enumerate(shipped):
-                parent = salted_parent(hashes, i, seq.cache_salt, seq.cache_salt_block)
+                parent = salted_parent(hashes, i, seq.cache_salt, seq.cache_salt_block, root)
                 tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
                 bm.import_block(
                     hashes[i],

@@ -131,7 +131,10 @@ def _finish(
         return PrefillFailed(job.request_id, f"the worker finished it without a token ({seq.finish_reason})")
     bm = engine.block_manager
     bs = bm.block_size
-    hashes = prefix_hashes(job.token_ids[: job.num_blocks * bs], bs, job.cache_salt, job.cache_salt_block)
+    root = bm.hash_root  # the same model's, so the same as the engine's
+    hashes = prefix_hashes(
+        job.token_ids[: job.num_blocks * bs], bs, job.cache_salt, job.cache_salt_block, root
+    )
     # Every group's blocks a prefix hit of the whole prompt needs (a sliding group's last window).
     shipped = [
         (g, i)

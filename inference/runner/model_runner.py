@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import array
 import logging
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -28,6 +29,9 @@ from inference.models.contract import CausalLM
 from inference.runner.cuda_graphs import CUDAGraphRunner
 from inference.runner.packed_batch import PackedBatch
 from inference.runner.prompt_scores import rows_to_score, score_prompt_rows
+
+if TYPE_CHECKING:
+    from inference.lora import LoraManager
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +46,8 @@ def captures_cuda_graphs(model: CausalLM, spec: KVSpec, device: torch.device, en
 
 
 class ModelRunner:
+    lora: LoraManager | None = None  # the engine's LoRA adapters, when it serves any
+
     def __init__(
         self,
         model: CausalLM,
@@ -243,7 +249,14 @@ class ModelRunner:
         ``batch.seqs`` of the N sequences that get a new token)."""
         self.copy_blocks(batch.copies)
         packed = self.pack(batch)
-        hidden = self.run_model(packed)
+        slots = None
+        if self.lora is not None:
+            slots = self.lora.row_slots([s.adapter for s in batch.seqs], batch.num_new_tokens)
+        if slots is None:
+            hidden = self.run_model(packed)
+        else:  # rows of LoRA adapters: eager, the layers adding the adapters' products
+            with self.lora.step(slots):
+                hidden = self.model(packed.input_ids, packed.positions, packed.ctx, self.kv_cache)
         if batch.scores_prompt:
             scored = rows_to_score(batch.seqs, batch.num_new_tokens)
             if scored.rows:

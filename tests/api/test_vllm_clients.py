@@ -19,7 +19,7 @@ def test_health_is_status_only(client, monkeypatch):
     response = client.get("/health")
     assert response.status_code == 200 and response.content == b""
     for state in ("error", "stopped"):
-        monkeypatch.setattr(engine_handle, "_state", state)
+        monkeypatch.setattr(engine_handle.slot_for(None), "state", state)
         assert client.get("/health").status_code == 503
 
 

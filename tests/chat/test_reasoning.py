@@ -29,7 +29,9 @@ def reasoning_engine(monkeypatch):
         return submit(prompt, *args, **kwargs)
 
     monkeypatch.setattr(engine, "submit", recording_submit)
-    monkeypatch.setattr("conversations.ops.engine_handle._engine", engine)
+    from conversations.ops import engine_handle
+
+    monkeypatch.setattr(engine_handle.slot_for(None), "engine", engine)
     yield engine, prompts
     engine.shutdown()
 

@@ -41,7 +41,9 @@ def _engine(monkeypatch, loaded):
         return submit(prompt, *args, **kwargs)
 
     monkeypatch.setattr(engine, "submit", recording_submit)
-    monkeypatch.setattr("conversations.ops.engine_handle._engine", engine)
+    from conversations.ops import engine_handle
+
+    monkeypatch.setattr(engine_handle.slot_for(None), "engine", engine)
     return engine, prompts
 
 

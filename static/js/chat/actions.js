@@ -107,7 +107,11 @@ function messageRequests(store, socket) {
         .forEach((m) => conversationRequest("stop", { message_id: m.id }));
     },
     edit: (messageId, content) => answerRequest("edit", { message_id: messageId, content }),
-    regenerate: (messageId) => answerRequest("regenerate", { message_id: messageId }),
+    /** Another answer to the same question; with ``model``, from that model ("Regenerate with…"). */
+    regenerate: (messageId, model) =>
+      answerRequest("regenerate", model ? { message_id: messageId, model } : { message_id: messageId }),
+    /** The model picker: this conversation's model, and the user's default from now on. */
+    setModel: (model) => conversationRequest("set_model", { model }),
     switchTo: (messageId) => conversationRequest("switch", { message_id: messageId }),
     deleteMessage: (messageId) => conversationRequest("delete", { message_id: messageId }),
     fork: (messageId) => conversationRequest("fork", { message_id: messageId }),
@@ -119,6 +123,12 @@ function messageRequests(store, socket) {
     /** Allow or deny a tool call that waits for the user (approval on). */
     approve: (messageId, approved) => conversationRequest("approve", { message_id: messageId, approved }),
   };
+}
+
+/** The model of the open conversation: its own, else the user's default. */
+export function currentModel(store, boot) {
+  const c = store.state.conversation;
+  return (c && c.model) || boot.default_model || "";
 }
 
 export function createActions(store, boot) {
@@ -173,7 +183,11 @@ export function createActions(store, boot) {
       const id = await ensureConversation();
       const messages = store.state.messages;
       const leaf = messages[messages.length - 1];
-      socket.send({ type: "send", conversation_id: id, content, parent_id: leaf ? leaf.id : null });
+      const request = { type: "send", conversation_id: id, content, parent_id: leaf ? leaf.id : null };
+      // Side by side: the question goes to the picked model and the compared one at once.
+      const models = store.state.compareWith ? [currentModel(store, boot), store.state.compareWith] : null;
+      if (models) request.models = models;
+      socket.send(request);
       store.dispatch({ type: "sending", value: true });
     },
     setQuery(query) {

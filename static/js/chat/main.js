@@ -7,6 +7,7 @@ import { installAttachments } from "./attachments.js";
 import { createComposer } from "./composer.js";
 import { confirm, openHelp, renderHelp } from "./dialogs.js";
 import { createHeader } from "./header.js";
+import { installModelPicker } from "./models.js";
 import { installShortcuts } from "./keyboard.js";
 import { createSidebar } from "./sidebar.js";
 import { createStore, initialState } from "./store.js";
@@ -20,6 +21,8 @@ const thread = createThreadView(store, actions, { confirm });
 const composer = createComposer(store, actions, { editLast: thread.editLast });
 const sidebar = createSidebar(store, actions);
 const header = createHeader(store, actions);
+const picker = installModelPicker(store, actions, boot);
+thread.setModels(picker.models);
 
 async function newChat() {
   try {

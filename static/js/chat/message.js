@@ -5,6 +5,7 @@ import { ICONS, button, copyText } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
 import { ratingNode } from "./workspace/rating.js";
 import { toolStepNode } from "./tool_step.js";
+import { regenerateWith } from "./models.js";
 
 export function reasoningSummary(m) {
   if (m.reasoning_seconds == null) return m.status === "streaming" ? "Thinking…" : "Thoughts";
@@ -48,6 +49,7 @@ function stateNode(m) {
 
 export function metaText(m) {
   const parts = [];
+  if (m.role === "assistant" && m.model) parts.push(m.model); // which model wrote it
   if (m.status === "complete" && m.finish_reason === "length") parts.push("Reached the token limit");
   if (m.status !== "streaming" && m.completion_tokens) parts.push(`${m.completion_tokens} tokens`);
   if (m.status !== "streaming" && m.tokens_per_s) parts.push(`${m.tokens_per_s.toFixed(1)} tok/s`);
@@ -246,6 +248,7 @@ function actionsNode(m, index, ctx) {
   } else {
     if (m.content) add("Copy", ICONS.copy, (e) => copyText(m.content, e.currentTarget));
     add("Regenerate", ICONS.regenerate, () => act.regenerate(m.id), { disabled: busy });
+    if ((ctx.models || []).length > 1) actions.appendChild(regenerateWith(m, ctx, ctx.models));
   }
   if (!ctx.temporary) add("Continue in a new conversation", ICONS.fork, () => act.fork(m.id), { disabled: busy });
   add("Delete message", ICONS.trash, () => ctx.confirmDeleteMessage(m), { danger: true, disabled: busy });

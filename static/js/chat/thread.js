@@ -212,6 +212,7 @@ function createEditing(store, actions, view) {
 export function createThreadView(store, actions, { confirm }) {
   const view = createRenderer(store, messageContext);
   const edits = createEditing(store, actions, view);
+  let models = []; // the picker's, for "Regenerate with…"
 
   function messageContext() {
     return {
@@ -224,6 +225,7 @@ export function createThreadView(store, actions, { confirm }) {
       endEdit: edits.end,
       confirmDeleteMessage,
       isLast: false,
+      models,
     };
   }
 
@@ -299,5 +301,9 @@ export function createThreadView(store, actions, { confirm }) {
       if (last && !isBusy(state)) edits.start(last);
     },
     isEditing: () => edits.current() !== null,
+    setModels(list) {
+      models = list;
+      renderAll();
+    },
   };
 }

@@ -1,0 +1,93 @@
+"""Several models in the chat: the picker's choice kept per conversation and as the user's
+default, each answer recording its model, "Regenerate with…" another model as a sibling
+branch, and one question sent to two models side by side as sibling answers."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from chatsite.model_settings import ModelEntry
+from conversations.models import Conversation, Message, ModelPreference
+from tests.chat.conftest import Socket
+
+pytestmark = pytest.mark.django_db(transaction=True)
+SHORT = {"temperature": 0.0, "max_tokens": 8}
+
+
+@pytest.fixture
+def two_models(tiny_model_dir, tmp_path_factory):
+    """Two served models in this process: "a" (the tiny model) and "b" (another random one)."""
+    from conversations.ops.engine_handle import reset_engine_for_tests
+    from tests.support.fakes import make_tiny_model_dir
+
+    second = make_tiny_model_dir(tmp_path_factory.mktemp("chat-b") / "b", seed=9)
+    original = settings.ENGINE_MODEL_LIST
+    settings.ENGINE_MODEL_LIST = [
+        ModelEntry("a", str(tiny_model_dir), 0.05, "The first"),
+        ModelEntry("b", str(second), 0.05, "The second"),
+    ]
+    reset_engine_for_tests()
+    yield
+    reset_engine_for_tests()
+    settings.ENGINE_MODEL_LIST = original
+
+
+async def _open(user, conversation) -> Socket:
+    socket = await Socket.open(user)
+    await socket.send(type="open", conversation_id=conversation.pk)
+    await socket.until("thread")
+    return socket
+
+
+async def test_the_picked_model_answers_and_is_remembered(two_models, make_user):
+    user = await sync_to_async(make_user)("picker")
+    conversation = await Conversation.objects.acreate(owner=user, **SHORT)
+    socket = await _open(user, conversation)
+    await socket.send(type="set_model", conversation_id=conversation.pk, model="b")
+    thread, _ = await socket.until("thread")
+    assert thread["conversation"]["model"] == "b"
+    assert (await ModelPreference.objects.aget(user=user)).model == "b"
+    await socket.send(type="send", conversation_id=conversation.pk, content="Hello")
+    answer, _ = await socket.finished()
+    first = await Message.objects.aget(pk=answer["id"])
+    assert answer["status"] == "complete" and first.model_name == "b"
+    # "Regenerate with…" model a: a sibling answer written by a.
+    await socket.send(type="regenerate", conversation_id=conversation.pk, message_id=answer["id"], model="a")
+    thread, _ = await socket.until("thread")
+    again = thread["messages"][-1]
+    done, _ = await socket.finished(again["id"])
+    sibling = await Message.objects.aget(pk=again["id"])
+    assert sibling.parent_id == first.parent_id and sibling.pk != first.pk
+    assert done["status"] == "complete" and sibling.model_name == "a"
+    # An unknown model is refused with a clear error, and nothing is added.
+    await socket.send(
+        type="regenerate", conversation_id=conversation.pk, message_id=answer["id"], model="zzz"
+    )
+    error, _ = await socket.until("error")
+    assert "zzz" in error["detail"] and error["code"] == "unknown_model"
+    await socket.close()
+
+
+async def test_side_by_side_answers_are_sibling_branches(two_models, make_user):
+    user = await sync_to_async(make_user)("sidebyside")
+    conversation = await Conversation.objects.acreate(owner=user, **SHORT)
+    socket = await _open(user, conversation)
+    await socket.send(type="send", conversation_id=conversation.pk, content="Compare", models=["a", "b"])
+    first, _ = await socket.until("thread")
+    second, _ = await socket.until("thread")
+    ids = {first["messages"][-1]["id"], second["messages"][-1]["id"]}
+    for message_id in ids:
+        done, _ = await socket.finished(message_id)
+        assert done["status"] == "complete"
+    answers = [m async for m in Message.objects.filter(pk__in=ids).order_by("pk")]
+    assert [m.model_name for m in answers] == ["a", "b"]
+    assert answers[0].parent_id == answers[1].parent_id  # one question, two sibling answers
+    # Keep the first and go on from it.
+    await socket.send(type="send", conversation_id=conversation.pk, content="Go on", parent_id=answers[0].pk)
+    thread, _ = await socket.until("thread")
+    path = [m["id"] for m in thread["messages"]]
+    assert answers[0].pk in path and answers[1].pk not in path
+    await socket.finished(thread["messages"][-1]["id"])
+    await socket.close()

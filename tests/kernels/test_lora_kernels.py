@@ -1,0 +1,79 @@
+"""The batched LoRA shrink and expand: the C kernel and the Triton kernel (in its
+interpreter without a GPU) against the PyTorch references, on batches mixing adapters of
+different ranks (zero-padded in the stacks) with base rows."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from chatsite_kernels.cpu import lora as cpu_lora
+from chatsite_kernels.reference import lora_expand_ref, lora_shrink_ref
+from tests.kernels.cases import DEVICE, requires_backend
+
+
+def _case(t: int = 11, k: int = 96, n: int = 80, ranks=(8, 16), seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    s, r = len(ranks), max(ranks)
+    a = torch.zeros(s, r, k)
+    b = torch.zeros(s, n, r)
+    for i, rank in enumerate(ranks):  # ranks below the largest are zero-padded
+        a[i, :rank] = torch.randn(rank, k, generator=gen)
+        b[i, :, :rank] = torch.randn(n, rank, generator=gen)
+    x = torch.randn(t, k, generator=gen)
+    slots = torch.tensor([(-1, 0, 1)[i % 3] for i in range(t)], dtype=torch.int32)
+    scales = torch.tensor([0.5 + i for i in range(s)])
+    return x, a, b, slots, scales
+
+
+def test_the_reference_matches_one_product_per_row():
+    x, a, b, slots, scales = _case()
+    y = lora_shrink_ref(x, a, slots)
+    out = torch.zeros(x.shape[0], b.shape[1])
+    lora_expand_ref(y, b, slots, scales, out)
+    for t, s in enumerate(slots.tolist()):
+        want = torch.zeros(b.shape[1]) if s < 0 else scales[s] * (b[s] @ (a[s] @ x[t]))
+        torch.testing.assert_close(out[t], want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.skipif(not cpu_lora.available(), reason="the CPU kernels need gcc")
+@pytest.mark.parametrize("t", [1, 5, 40])
+def test_the_c_kernels_match_the_reference(t):
+    x, a, b, slots, scales = _case(t=t, k=200, n=300)
+    y = cpu_lora.lora_shrink(x, a, slots)
+    torch.testing.assert_close(y, lora_shrink_ref(x, a, slots), rtol=1e-5, atol=1e-5)
+    wide = torch.randn(t, 300 + 17)
+    out, ref = wide.clone(), wide.clone()
+    cpu_lora.lora_expand(y, b, slots, scales, out[:, 17:])  # a column slice, as q/k/v's
+    lora_expand_ref(y, b, slots, scales, ref[:, 17:])
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-4)
+    assert torch.equal(out[slots < 0], wide[slots < 0])  # base rows untouched
+
+
+@pytest.mark.skipif(not cpu_lora.available(), reason="the CPU kernels need gcc")
+def test_the_c_kernels_refuse_a_slot_out_of_range():
+    x, a, _b, slots, _ = _case()
+    slots[3] = 2
+    with pytest.raises(ValueError, match="out of range"):
+        cpu_lora.lora_shrink(x, a, slots)
+
+
+def test_a_row_does_not_depend_on_the_rows_beside_it():
+    if not cpu_lora.available():
+        pytest.skip("the CPU kernels need gcc")
+    x, a, b, slots, scales = _case(t=30)
+    alone = cpu_lora.lora_shrink(x[7:8], a, slots[7:8])
+    assert torch.equal(cpu_lora.lora_shrink(x, a, slots)[7:8], alone)
+
+
+def test_the_triton_kernels_match_the_reference():
+    requires_backend()
+    triton_lora = pytest.importorskip("chatsite_kernels.triton.lora")
+    x, a, b, slots, scales = (v.to(DEVICE) for v in _case(t=7, k=96, n=80))
+    y = triton_lora.lora_shrink(x, a, slots)
+    torch.testing.assert_close(y, lora_shrink_ref(x, a, slots), rtol=1e-4, atol=1e-4)
+    wide = torch.randn(7, 80 + 16, device=DEVICE)
+    out, ref = wide.clone(), wide.clone()
+    triton_lora.lora_expand(y, b, slots, scales, out[:, 16:])
+    lora_expand_ref(y, b, slots, scales, ref[:, 16:])
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
