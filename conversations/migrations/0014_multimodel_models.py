@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('conversations', '0011_documents'),
+        ('conversations', '0013_identity_access_quotas_usage'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
