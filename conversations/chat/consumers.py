@@ -254,7 +254,20 @@ class ChatConsumer(JsonSocketConsumer):
 
 # The requests a tab may make (``receive_json`` calls ``_on_<type>``).
 REQUESTS = frozenset(
-    {"open", "send", "stop", "edit", "regenerate", "switch", "delete", "ping", "fork", "approve", "earlier", "set_model"}
+    {
+        "open",
+        "send",
+        "stop",
+        "edit",
+        "regenerate",
+        "switch",
+        "delete",
+        "ping",
+        "fork",
+        "approve",
+        "earlier",
+        "set_model",
+    }
 )
 
 
