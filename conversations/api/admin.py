@@ -107,8 +107,10 @@ class ApiKeyAdmin(AuditedAdmin):
     @admin.action(description="Revoke selected API keys")
     def revoke_keys(self, request, queryset) -> None:
         with transaction.atomic():
-            live = list(queryset.filter(revoked_at__isnull=True).select_for_update())
-            count = queryset.filter(pk__in=[k.pk for k in live]).update(revoked_at=timezone.now())
+            # The list's queryset counts requests (GROUP BY): the rows are locked by key alone.
+            ids = list(queryset.values_list("pk", flat=True))
+            live = list(ApiKey.objects.select_for_update().filter(pk__in=ids, revoked_at__isnull=True))
+            count = ApiKey.objects.filter(pk__in=[k.pk for k in live]).update(revoked_at=timezone.now())
             for key in live:
                 record(Action.API_KEY_REVOKE, target=key, request=request)
         self.message_user(request, f"Revoked {count} key{'s' if count != 1 else ''}.", messages.SUCCESS)

@@ -10,19 +10,19 @@ import pytest
 from django.contrib.auth.models import Group
 
 from conversations.accounts import quota
-from conversations.accounts.quota_store import counter_store
 from conversations.chat import tree as tree_ops
 from conversations.chat.queries import check_quota
 from conversations.models import TokenQuota
+from tests.support.quota_counters import forget_counters
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
 def _fresh_counters():
-    counter_store().values.clear()
+    forget_counters()
     yield
-    counter_store().values.clear()
+    forget_counters()
 
 
 def test_periods_reset_at_the_next_utc_day_and_month():

@@ -23,6 +23,7 @@ from tests.chat.test_cluster import (  # noqa: F401  (fixtures)
     running_cluster,
     user,
 )
+from tests.support.quota_counters import forget_counters
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -42,14 +43,6 @@ ASKED = {"temperature": 0.0, "max_tokens": 200}  # 20 x 200 asked: far past the 
 def quota_cluster(django_db_setup, django_db_blocker, cluster_model_dir, tmp_path_factory):  # noqa: F811
     with running_cluster(cluster_model_dir, tmp_path_factory, MAX_LIVE_PER_USER=str(IN_FLIGHT)) as processes:
         yield processes
-
-
-def forget_counters() -> None:
-    import redis
-
-    client = redis.Redis.from_url(os.environ["REDIS_URL"])
-    for key in client.scan_iter("quota:*"):
-        client.delete(key)
 
 
 async def chat_answer(process, cookie: str, owner) -> dict:  # noqa: F811

@@ -348,12 +348,13 @@ def test_quota_changes_in_the_admin_are_logged(admin_client, user):
 
 def test_quota_exhaustion_is_logged_when_a_request_is_refused(user):
     from conversations.accounts import quota
-    from conversations.accounts.quota_store import counter_store
+    from tests.support.quota_counters import forget_counters
 
+    forget_counters()
     TokenQuota.objects.create(user=user, prompt_tokens_per_day=10)
     quota.admission(user.pk, 6)
     with pytest.raises(quota.Exhausted, match="daily prompt-token quota"):
         quota.admission(user.pk, 6)
     entry = only(Action.QUOTA_EXHAUSTED)
     assert entry.actor_name == "alice" and entry.detail["how"] == "refused" and entry.detail["limit"] == 10
-    counter_store().values.clear()  # the in-process counters of this SQLite run
+    forget_counters()
