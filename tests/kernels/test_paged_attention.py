@@ -48,6 +48,8 @@ PREFILL_CASES = [
     ),
     pytest.param([(17, 17), (1, 16), (16, 48), (7, 40)], 16, MHA, 64, id="edges-bs16-mha-d64"),
     pytest.param([(40, 40), (9, 100), (1, 2)], 32, SMOLLM2, 128, id="bs32-gqa3-d128"),
+    # A head size that is not a power of two (Phi-3-mini, Phi-4-mini: 96; masked lanes).
+    pytest.param([(1, 70), (20, 20), (9, 41)], 16, (24, 8), 96, id="phi-gqa3-d96"),
 ]
 
 
@@ -95,6 +97,7 @@ DECODE_LENS = [1, 15, 16, 17, 31, 32, 33, 300, 1328]
         pytest.param(DECODE_LENS, 32, GQA8, 128, id="bs32-gqa8-d128"),
         pytest.param([1, 16, 33, 200], 16, MHA, 128, id="bs16-mha-d128"),
         pytest.param([64, 65, 95], 32, MHA, 64, id="bs32-mha-d64"),
+        pytest.param([1, 17, 33, 200], 16, (24, 8), 96, id="phi-gqa3-d96"),
     ],
 )
 @pytest.mark.parametrize("num_splits", [None, 1, 5])
