@@ -14,9 +14,10 @@ that copy-on-write and the KV tiers move whole):
 
 **KV groups (sliding windows).** ``windows`` gives each layer's attention window (None:
 full attention). Layers with the same window are cut into groups of
-``layers_per_block`` layers (the gcd of the window classes' sizes, so every page is the
-same size and one pool serves them all); each group has its own block table per
-sequence. A model whose layers all attend alike has one group holding every layer, so
+``layers_per_block`` layers (the smallest window class's size, so every page is the same
+size and one pool serves them all; a class that does not divide evenly ends in a shorter
+group, whose pages leave a slot unused), each group with its own block table per
+sequence: Gemma 3's 29 sliding and 5 full layers make 7 groups of 5, not 34 of 1. A model whose layers all attend alike has one group holding every layer, so
 ``pool[b]`` is then one block of every layer, as before. A sliding group's table keeps
 only the blocks its window still reaches (``inference.kv.block_manager``), which is
 where a sliding model saves memory.
@@ -64,7 +65,7 @@ class KVSpec:
             classes.setdefault(self.window_of(layer), []).append(layer)
         if not classes:  # a model without layers still has one (empty) group
             return (KVGroup(None, ()),)
-        size = math.gcd(*(len(layers) for layers in classes.values()))
+        size = min(len(layers) for layers in classes.values())
         order = sorted(classes, key=lambda w: (w is not None, -(w or 0)))
         return tuple(
             KVGroup(w, tuple(classes[w][i : i + size]))

@@ -13,7 +13,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from inference.engine.sequence import Sequence
 from inference.kv.block_manager import NO_BLOCK, BlockManager
-from inference.kv.spec import KVGroup
+from inference.kv.spec import KVGroup, KVSpec
 
 BS = 4
 
@@ -365,3 +365,17 @@ class SlidingBlockManagerMachine(BlockManagerMachine):
 
 TestSlidingBlockManagerInvariants = SlidingBlockManagerMachine.TestCase
 TestSlidingBlockManagerInvariants.settings = settings(max_examples=120, stateful_step_count=50, deadline=None)
+
+
+def test_kv_groups_share_one_page_size_and_map_every_layer_once() -> None:
+    # Gemma-3-4B's layout: every sixth layer full, 29 sliding and 5 full of 34.
+    windows = tuple(None if i % 6 == 5 else 1024 for i in range(34))
+    spec = KVSpec(34, planes=2, token_shape=(4, 256), windows=windows)
+    assert spec.layers_per_block == 5
+    assert [(g.window, len(g.layers)) for g in spec.groups] == [(None, 5)] + [(1024, 5)] * 5 + [(1024, 4)]
+    assert sorted(layer for g in spec.groups for layer in g.layers) == list(range(34))
+    for layer, (group, slot) in enumerate(spec.layer_slots):
+        assert spec.groups[group].layers[slot] == layer and spec.groups[group].window == windows[layer]
+    assert spec.block_shape(16) == (2, 5, 16, 4, 256)
+    plain = KVSpec(4, planes=2, token_shape=(2, 8))  # no windows: one group of every layer
+    assert plain.groups == (KVGroup(None, (0, 1, 2, 3)),) and not plain.is_hybrid
