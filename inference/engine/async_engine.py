@@ -370,11 +370,12 @@ class AsyncEngine:
                     outbox.setdefault(sink[0], []).append((sink[1], delta))
                     if delta.request_finished:
                         del self._sinks[delta.request_id]
-            if engine.embeddings:
-                # One chunk of embedding work after the step, sized like its prompt tokens.
-                engine.embed_turn()
             self._stats = engine.stats()
             self._deliver(outbox)
+            if engine.embeddings:
+                # One chunk of embedding work after the step (and after its deltas went out),
+                # sized like its prompt tokens.
+                engine.embed_turn()
         outbox = {}
         for command in self._commands:  # embeddings queued behind the shutdown
             if isinstance(command, _Embed):

@@ -301,6 +301,11 @@ class LLMEngine:
             self._end_embedding(job)
             return True
         limit = self.scheduler.prompt_allowance()
+        budget = self.scheduler.step_budget
+        if limit is None and budget is not None and self.scheduler.has_unfinished():
+            # Requests run but none decodes right now (all prefilling, or just admitted): they
+            # will decode next step, so the chunk keeps to the budget as if one did.
+            limit = budget.prefill_limit(1)
         if limit is None:
             tokens = self.config.max_num_batched_tokens
         else:  # the step just run carried its own prompt tokens: the budget is shared
