@@ -10,8 +10,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from chatsite.model_settings import ModelEntry
 from conversations.models import Conversation, Message, ModelPreference
+from conversations.ops.model_settings import ModelEntry
 from tests.chat.conftest import Socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
