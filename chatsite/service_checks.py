@@ -7,7 +7,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from chatsite.env import ConfigError
-from chatsite.model_settings import check_fit
+from conversations.ops.model_settings import check_fit
 
 
 def check_database() -> None:

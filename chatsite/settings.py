@@ -13,9 +13,9 @@ import dj_database_url
 
 from chatsite import secret_key
 from chatsite.env import ConfigError, env_bool, env_float, env_int, env_list, env_str, env_url
-from chatsite.model_settings import LOAD_MODES, ModelEntry, parse_models
 from chatsite.speculative_setting import parse_speculative
 from conversations.ops import files
+from conversations.ops.model_settings import LOAD_MODES, ModelEntry, parse_models
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("VAR_DIR", str(BASE_DIR / "var")))
@@ -252,7 +252,7 @@ ENGINE = {
 ENGINE_PRELOAD = env_bool("ENGINE_PRELOAD", False)
 
 
-# Several models in one process (chatsite.model_settings says the forms): each has its own
+# Several models in one process (conversations.ops.model_settings says the forms): each has its own
 # engine, built from ENGINE with its path and its share of ENGINE_KV_CACHE_GB.
 def _engine_models() -> list[ModelEntry]:
     try:

@@ -43,18 +43,31 @@ class ModelOption:
     adapter_of: str | None  # the base model's id, for an adapter
 
 
+def _named() -> bool:
+    """Models named by ENGINE_MODELS, or the one-model shorthand (named once loaded)."""
+    return any(e.name for e in engine_handle.model_entries())
+
+
+def _served(is_staff: bool) -> list[ServedModel]:
+    """The models to offer: none to choose between while the shorthand's one model is not
+    loaded (listing it would load it; a chat page or a new answer must not wait for that)."""
+    if not _named() and engine_handle.current_engine(None) is None:
+        return []
+    return served_models(is_staff)
+
+
 def options_for(is_staff: bool) -> list[ModelOption]:
     """Blocking: the picker's models for a user (staff or not), the default first."""
-    return [ModelOption(m.id, m.description, m.parent) for m in served_models(is_staff)]
+    return [ModelOption(m.id, m.description, m.parent) for m in _served(is_staff)]
 
 
 def _find(model_id: str, is_staff: bool) -> ServedModel | None:
-    return next((m for m in served_models(is_staff) if m.id == model_id), None)
+    return next((m for m in _served(is_staff) if m.id == model_id), None)
 
 
 def default_model(user) -> str:
     """Blocking: the user's default model id (their last pick, if still theirs to use)."""
-    allowed = served_models(user.is_staff)
+    allowed = _served(user.is_staff)
     preference = ModelPreference.objects.filter(user=user).values_list("model", flat=True).first()
     ids = [m.id for m in allowed]
     return preference if preference in ids else (ids[0] if ids else "")
@@ -101,7 +114,7 @@ async def answer_engine(message_id: int) -> tuple[AsyncEngine, str | None, str]:
     the default model."""
     model_id = await _answer_model_id(message_id)
     found = await sync_to_async(_find, thread_sensitive=False)(model_id, True) if model_id else None
-    named = any(e.name for e in engine_handle.model_entries())
+    named = _named()
     if found is None:
         engine = await engine_handle.aget_engine(None)
         return engine, None, engine.model_name

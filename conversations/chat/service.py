@@ -75,7 +75,9 @@ async def _route(conversation: Conversation) -> tuple[str, dict[str, cluster.Pro
     return cluster.choose_owner(await last_owner(conversation.pk), processes), processes
 
 
-async def _create(conversation: Conversation, operation: Callable, *args: object, model: str = "") -> Created:
+async def _create(
+    conversation: Conversation, operation: Callable, *args: object, model: str = "", **also: object
+) -> Created:
     """Run a tree operation that adds an answer, with its owner chosen and the limits
     checked site-wide under row locks; also the thread after it, and where it is generated
     here, its prompt's first read."""
@@ -92,19 +94,20 @@ async def _create(conversation: Conversation, operation: Callable, *args: object
         liveness=liveness,
         engine=current_engine() if owner == PROCESS_ID else None,
         model=model,
+        **also,
     )
     return Created(row, owner, processes, liveness)
 
 
 async def start_answer(
-    view: TabView, user_id: int, operation: Callable, *args: object, model: str | None = None
+    view: TabView, user_id: int, operation: Callable, *args: object, model: str | None = None, **also: object
 ) -> Message:
     """Add an answer with a tree operation (``send_message``, ``edit_message``,
     ``regenerate``), asked of ``model`` (None: the conversation's; ``model_choice``), show
     the thread with it, and have it generated here or by its owner. Returns its row."""
     conversation = view.conversation
     chosen = await model_choice.resolve_for(user_id, conversation, model)
-    created = await _create(conversation, operation, *args, model=chosen)
+    created = await _create(conversation, operation, *args, model=chosen, **also)
     await view.send_thread(created)
     answer = created.row.answer
     request = handoff.Handoff(conversation.pk, user_id, answer.pk)
@@ -129,7 +132,7 @@ async def send_side_by_side(
         raise tree_ops.TreeError(f"side by side takes 2 to {model_choice.MAX_SIDE_BY_SIDE} different models")
     first = await start_answer(view, user_id, tree_ops.send_message, text, parent_id, model=models[0])
     for model in models[1:]:
-        await start_answer(view, user_id, tree_ops.regenerate, first.parent_id, model=model)
+        await start_answer(view, user_id, tree_ops.regenerate, first.parent_id, model=model, beside_live=True)
 
 
 async def choose_model(conversation: Conversation, user: object, model: str) -> None:

@@ -272,7 +272,9 @@ def live_answer_conversations(owner_id: int, live_processes: set[str]) -> list[i
     ]
 
 
-def lock_for_answer(conversation: Conversation, live_processes: set[str] | None) -> Conversation:
+def lock_for_answer(
+    conversation: Conversation, live_processes: set[str] | None, beside_live: bool = False
+) -> Conversation:
     """Lock the owner's user row, then the conversation's, and check the site-wide limits
     counting the answers of ``live_processes`` (the chat consumer always passes them).
 
@@ -285,9 +287,10 @@ def lock_for_answer(conversation: Conversation, live_processes: set[str] | None)
         return conversation
     # The user's live answers, and those of this conversation (all the user's), in one query.
     live = live_answer_conversations(conversation.owner_id, live_processes)
-    if conversation.pk in live:
+    if conversation.pk in live and not beside_live:
         raise Busy("An answer is still being written here: wait for it or stop it first.")
-    if len(live) >= settings.MAX_LIVE_PER_USER:
+    # ``beside_live``: a side-by-side answer, generated beside its siblings (counted too).
+    if len(live) + (beside_live and conversation.pk in live) >= settings.MAX_LIVE_PER_USER:
         raise Busy("You have too many answers being written at once; wait for one to finish.")
     return conversation
 
@@ -398,10 +401,12 @@ def regenerate(
     owner_process: str = "",
     live_processes: set[str] | None = None,
     model: str = "",
+    beside_live: bool = False,
 ) -> tuple[Tree, Message]:
     """A new answer: a sibling of assistant message ``message_id``, or a child of user message
-    ``message_id`` (a question left without an answer)."""
-    lock_for_answer(conversation, live_processes)
+    ``message_id`` (a question left without an answer). ``beside_live``: one of a question's
+    side-by-side answers, started while its siblings are being written."""
+    lock_for_answer(conversation, live_processes, beside_live)
     tree = Tree.load(conversation)
     message = tree.get(message_id)
     if message.role == Message.Role.ASSISTANT:

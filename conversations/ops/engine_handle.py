@@ -4,7 +4,7 @@ Neither Daphne nor Django's ASGI handler has a lifespan hook, and AppConfig.read
 also runs in migrate and Celery, so an engine is built on first use (or by an explicit
 background preload) and shared by every consumer and API request.
 
-``settings.ENGINE_MODEL_LIST`` (``chatsite.model_settings``) names the models: each gets
+``settings.ENGINE_MODEL_LIST`` (``conversations.ops.model_settings``) names the models: each gets
 its own engine and KV pool, built from ``settings.ENGINE`` with its path, served name and
 share of the KV budget. The first is the default (``model=None``). With
 ``ENGINE_MODEL_IDLE_UNLOAD_S`` a model nobody used for that long, and that runs nothing,
@@ -27,7 +27,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from chatsite.model_settings import ModelEntry
+from conversations.ops.model_settings import ModelEntry, parse_pairs
 
 if TYPE_CHECKING:
     from inference import AsyncEngine
@@ -96,6 +96,26 @@ def model_entries() -> list[ModelEntry]:
     return [slot.entry for slot in _all_slots().values()]
 
 
+def configured_adapters() -> list[tuple[str, str | None, str]]:
+    """(adapter, base model name or None for the default, path) from ENGINE_LORA_MODULES:
+    ``name=/path`` on the default model, ``name=base:/path`` on model ``base``."""
+    models = {e.name for e in model_entries() if e.name}
+    modules = []
+    for name, value in parse_pairs(settings.ENGINE_LORA_MODULES, "ENGINE_LORA_MODULES").items():
+        base, sep, path = value.partition(":")
+        modules.append((name, base, path) if sep and base in models else (name, None, value))
+    return modules
+
+
+def load_configured_adapters(engine: AsyncEngine, model: str | None) -> None:
+    """With each new engine, blocking: the ENGINE_LORA_MODULES adapters of its model."""
+    default = model_entries()[0].name
+    for name, base, path in configured_adapters():
+        if (base or default) == (model or default):
+            engine.load_adapter(name, path).result()
+            log.info("engine %s: LoRA adapter %s loaded from %s", engine.model_name, name, path)
+
+
 def _load_error(exc: Exception, setting: str) -> EngineLoadError:
     setting = "ENGINE_LOADER" if settings.ENGINE_LOADER else setting
     if "adapter" in str(exc).lower() or "lora" in type(exc).__name__.lower():
@@ -148,9 +168,7 @@ def get_engine(model: str | None = None, *, log_failure: bool = True) -> AsyncEn
             loaded = {"loaded": import_string(loader)()} if loader and slot.entry.path is None else {}
             engine = AsyncEngine(config, stream_interval=interval, **loaded)
             try:
-                from conversations.ops.lora_adapters import load_configured  # noqa: PLC0415
-
-                load_configured(engine, slot.entry.name)
+                load_configured_adapters(engine, slot.entry.name)
             except Exception:
                 engine.shutdown()
                 raise

@@ -9,37 +9,22 @@ default model, or on the model named before a colon.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
-from chatsite.model_settings import NAME
 from conversations.ops import engine_handle
+from conversations.ops.model_settings import NAME
 from conversations.ops.served_models import (
     AdapterEntry,
     adapter_entries,
     base_models,
-    configured_adapters,
     register_adapter,
     unregister_adapter,
 )
-
-if TYPE_CHECKING:
-    from inference import AsyncEngine
 
 log = logging.getLogger(__name__)
 
 
 class AdapterError(ValueError):
     """An adapter that cannot be loaded or unloaded, with a message for the caller."""
-
-
-def load_configured(engine: AsyncEngine, model: str | None) -> None:
-    """Called with each new engine: the ENGINE_LORA_MODULES adapters of its model (blocking)."""
-    default = engine_handle.model_entries()[0].name
-    for name, base, path in configured_adapters():
-        if (base or default) == (model or default):
-            engine.load_adapter(name, path).result()
-            register_adapter(AdapterEntry(name, engine.model_name, path))
-            log.info("engine %s: LoRA adapter %s loaded from %s", engine.model_name, name, path)
 
 
 def engine_key(base: str) -> str | None:

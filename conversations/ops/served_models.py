@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from chatsite.model_settings import parse_pairs
 from conversations.ops import engine_handle
 
 
@@ -59,23 +58,12 @@ def unregister_adapter(name: str) -> AdapterEntry | None:
         return _adapters.pop(name, None)
 
 
-def configured_adapters() -> list[tuple[str, str | None, str]]:
-    """(adapter, base model name or None for the default, path) from ENGINE_LORA_MODULES:
-    ``name=/path`` on the default model, ``name=base:/path`` on model ``base``."""
-    models = {e.name for e in engine_handle.model_entries() if e.name}
-    modules = []
-    for name, value in parse_pairs(settings.ENGINE_LORA_MODULES, "ENGINE_LORA_MODULES").items():
-        base, sep, path = value.partition(":")
-        modules.append((name, base, path) if sep and base in models else (name, None, value))
-    return modules
-
-
 def adapter_entries() -> list[AdapterEntry]:
     """The configured adapters (listed before their model loads; they load with it), then
     those an admin loaded, each name once (a later load of a name replaces it)."""
     default = None
     entries: dict[str, AdapterEntry] = {}
-    for name, base, path in configured_adapters():
+    for name, base, path in engine_handle.configured_adapters():
         if name in _unloaded:
             continue
         if base is None:

@@ -28,14 +28,14 @@ from inference.layers.window_attention import AttentionFeatures, feature_attenti
 from inference.model_config import ModelConfig
 
 if TYPE_CHECKING:
-    from inference.lora.layers import AttentionLora
+    from inference.layers.adapters import AttentionAdapters
 
 
 class Attention(nn.Module):
     _packed: tuple[torch.Tensor, torch.Tensor | None] | None = None
     _packed_key: tuple[tuple[int, int], ...] | None = None
     _qkv_quant: PackedQuant | None = None  # q, k and v rows of one quantized format
-    lora: AttentionLora | None = None  # LoRA adapters' products (inference.lora), when served
+    lora: AttentionAdapters | None = None  # LoRA adapters' products (inference.lora), when served
 
     def __init__(self, config: ModelConfig, layer_idx: int, kv_slot: tuple[int, int] | None = None) -> None:
         """``kv_slot``: the layer's (KV group, slot in a block) when the model has several

@@ -16,7 +16,7 @@ from inference.layers.linear import Linear, gate_up_released, packable, quant_li
 from inference.model_config import ModelConfig
 
 if TYPE_CHECKING:
-    from inference.lora.layers import MlpLora
+    from inference.layers.adapters import MlpAdapters
 
 
 class MLP(nn.Module):
@@ -26,7 +26,7 @@ class MLP(nn.Module):
     _packed: torch.Tensor | None = None
     _packed_key: tuple[tuple[int, int], tuple[int, int]] | None = None
     _gate_up_quant: PackedQuant | None = None  # gate and up rows interleaved 8 by 8
-    lora: MlpLora | None = None  # LoRA adapters' products (inference.lora), when served
+    lora: MlpAdapters | None = None  # LoRA adapters' products (inference.lora), when served
 
     def __init__(self, config: ModelConfig, intermediate_size: int | None = None) -> None:
         super().__init__()

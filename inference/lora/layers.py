@@ -17,11 +17,11 @@ from inference.lora import ops
 
 if TYPE_CHECKING:
     from inference.layers.mlp import MLP
-    from inference.lora.manager import LoraManager, Stack
+    from inference.lora.stacks import AdapterSlots, Stack
 
 
 class LayerLora:
-    def __init__(self, manager: LoraManager, layer: int) -> None:
+    def __init__(self, manager: AdapterSlots, layer: int) -> None:
         self.manager = manager
         self.layer = layer
 

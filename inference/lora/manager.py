@@ -15,30 +15,13 @@ import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from inference.lora.adapter import LoraAdapter, LoraLoadError
 from inference.lora.layers import AttentionLora, MlpLora
-
-# Projection groups: the projections of one group share their input, so one shrink serves them.
-GROUPS = {
-    "qkv": ("q_proj", "k_proj", "v_proj"),
-    "o": ("o_proj",),
-    "gate_up": ("gate_proj", "up_proj"),
-    "down": ("down_proj",),
-}
-
-
-@dataclass
-class Stack:
-    """One group's resident adapters: A ``[S, len(group) * max_rank, in]`` (the group's A
-    matrices one under the other) and per projection B ``[S, out, max_rank]``."""
-
-    a: torch.Tensor
-    b: list[torch.Tensor]
+from inference.lora.stacks import GROUPS, Stack
 
 
 class LoraManager:

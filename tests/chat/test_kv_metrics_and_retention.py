@@ -162,7 +162,7 @@ async def test_an_open_conversation_is_retained_until_its_last_tab_closes(
     salt = cache_salt_options(alice.pk, plan.shared_prefix_tokens)
     assert salt["cache_namespace"] == f"user:{alice.pk}"
     salted = (salt_hash(salt["cache_namespace"]), salt["cache_salt_from"] // bm.block_size)
-    assert prefix_hashes(plan.token_ids, bm.block_size, *salted)[: len(retained)] == retained
+    assert prefix_hashes(plan.token_ids, bm.block_size, *salted, bm.hash_root)[: len(retained)] == retained
     assert answer["cached_tokens"] >= len(retained) * bm.block_size
     await first.close()
     await asyncio.sleep(0.2)

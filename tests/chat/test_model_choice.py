@@ -4,12 +4,14 @@ branch, and one question sent to two models side by side as sibling answers."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from chatsite.model_settings import ModelEntry
 from conversations.models import Conversation, Message, ModelPreference
+from conversations.ops.model_settings import ModelEntry
 from tests.chat.conftest import Socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -75,12 +77,14 @@ async def test_side_by_side_answers_are_sibling_branches(two_models, make_user):
     conversation = await Conversation.objects.acreate(owner=user, **SHORT)
     socket = await _open(user, conversation)
     await socket.send(type="send", conversation_id=conversation.pk, content="Compare", models=["a", "b"])
-    first, _ = await socket.until("thread")
-    second, _ = await socket.until("thread")
-    ids = {first["messages"][-1]["id"], second["messages"][-1]["id"]}
-    for message_id in ids:
-        done, _ = await socket.finished(message_id)
-        assert done["status"] == "complete"
+    await socket.finished()  # the one on the selected branch; the other is a sibling
+    answers = Message.objects.filter(conversation=conversation, role="assistant")
+    for _ in range(600):  # both were generated at once: wait for the other's row too
+        if await answers.filter(status="complete").acount() == 2:
+            break
+        await asyncio.sleep(0.1)
+    ids = {m.pk async for m in answers}
+    assert len(ids) == 2 and await answers.filter(status="complete").acount() == 2
     answers = [m async for m in Message.objects.filter(pk__in=ids).order_by("pk")]
     assert [m.model_name for m in answers] == ["a", "b"]
     assert answers[0].parent_id == answers[1].parent_id  # one question, two sibling answers

@@ -131,7 +131,7 @@ def test_a_corrupted_block_file_is_recomputed_not_served(tiny: TinyModel, tmp_pa
     engine = tiny.engine(num_kv_blocks=14, kv_disk_dir=str(tmp_path))
     bs = engine.block_manager.block_size
     history, turn2 = history_then_churn(tiny, engine, seed=50)
-    path = tmp_path / f"{prefix_hashes(history, bs)[1]:016x}.kv"
+    path = tmp_path / f"{prefix_hashes(history, bs, root=engine.block_manager.hash_root)[1]:016x}.kv"
     raw = bytearray(path.read_bytes())
     raw[-5] ^= 0x10
     path.write_bytes(bytes(raw))

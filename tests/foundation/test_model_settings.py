@@ -1,10 +1,10 @@
-"""ENGINE_MODELS and the per-model settings beside it (chatsite.model_settings)."""
+"""ENGINE_MODELS and the per-model settings beside it (conversations.ops.model_settings)."""
 
 from __future__ import annotations
 
 import pytest
 
-from chatsite.model_settings import ModelEntry, check_fit, parse_models
+from conversations.ops.model_settings import ModelEntry, check_fit, parse_models
 
 
 def test_the_one_model_shorthand_keeps_its_whole_budget():

@@ -57,7 +57,15 @@ export function installStart(store, actions) {
   toggle.addEventListener("click", () => {
     workspace.next.temporary = !workspace.next.temporary;
     // An empty conversation already open would take the first message: start afresh instead.
-    if (isEmptyShown()) actions.show(null, true);
+    // An empty ordinary one ("New chat" just before) is removed, so no empty row stays behind.
+    if (isEmptyShown()) {
+      const c = store.state.conversation;
+      if (workspace.next.temporary && c && !c.temporary && c.title === "New chat") {
+        actions.deleteConversation().catch((err) => toast(err.message));
+      } else {
+        actions.show(null, true);
+      }
+    }
     announce(workspace.next.temporary ? "Temporary chat on." : "Temporary chat off.");
     render();
   });
@@ -78,7 +86,10 @@ export function installStart(store, actions) {
   store.subscribe((state, action) => {
     if (!["show", "thread", "conversation"].includes(action.type)) return;
     const c = state.conversation;
-    if (shown && shown.temporary && shown.id !== state.conversationId) closeTemporary(shown.id);
+    if (shown && shown.temporary && shown.id !== state.conversationId) {
+      closeTemporary(shown.id);
+      shown = null; // closed once: the next event of the switch must not close it again
+    }
     if (c && c.id === state.conversationId) shown = { id: c.id, temporary: c.temporary };
     else if (!state.conversationId) shown = null;
     render();
