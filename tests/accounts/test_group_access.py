@@ -10,10 +10,10 @@ from django.contrib.auth.models import Group
 from django.test import Client
 
 from conversations.accounts.access import access_for
-from conversations.api import app as api_app
 from conversations.documents.formats import DocumentError
 from conversations.documents.jobs import check_caps
 from conversations.models import ApiKey, AuditEvent, Conversation, GroupAccess, Share
+from tests.support.api_engine import serve_in_process
 from tests.workspace.conftest import post_json
 
 pytestmark = pytest.mark.django_db
@@ -24,10 +24,7 @@ def fake_engine(monkeypatch):
     """Calls that get past authentication meet an engine serving the model "tiny"."""
     engine = SimpleNamespace(model_name="tiny", max_model_len=2048)
 
-    async def ready():
-        return engine
-
-    monkeypatch.setattr(api_app, "aget_engine", ready)
+    serve_in_process(monkeypatch, engine)
     return engine
 
 

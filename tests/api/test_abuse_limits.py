@@ -10,8 +10,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.test import override_settings
 
-from conversations.api import app as api_app
 from conversations.models import ApiKey
+from tests.support.api_engine import serve_no_engine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,10 +20,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def no_engine(monkeypatch):
     """Calls that get past the limits end at once with a 503 instead of loading a model."""
 
-    async def unavailable():
-        raise RuntimeError("no engine in this test")
-
-    monkeypatch.setattr(api_app, "aget_engine", unavailable)
+    serve_no_engine(monkeypatch)
 
 
 def new_key(make_user, **fields) -> tuple[ApiKey, str]:

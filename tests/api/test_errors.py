@@ -12,6 +12,7 @@ import pytest
 
 from conversations.models import ApiKey
 from tests.api.conftest import chat, wait_for_rows
+from tests.support.api_engine import serve_in_process
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -236,10 +237,7 @@ def in_process_client(api_user, monkeypatch):
 
     engine = BrokenEngine()
 
-    async def aget_engine():
-        return engine
-
-    monkeypatch.setattr("conversations.api.app.aget_engine", aget_engine)
+    serve_in_process(monkeypatch, engine)
     _key, raw = ApiKey.objects.create_key(api_user)
     transport = httpx2.ASGITransport(app=get_asgi_application())
     http_client = httpx2.AsyncClient(transport=transport, base_url="http://testserver")

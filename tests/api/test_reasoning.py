@@ -9,6 +9,7 @@ import openai
 import pytest
 
 from conversations.models import ApiKey
+from tests.support.api_engine import serve_in_process
 from tests.support.fakes import SCRIPTED_ANSWER, SCRIPTED_REASONING, scripted_reasoning_model
 
 pytestmark = pytest.mark.timeout(120)
@@ -32,10 +33,7 @@ def reasoning_client(api_user, monkeypatch):
 
     monkeypatch.setattr(engine, "stream", recording_stream)
 
-    async def aget_engine():
-        return engine
-
-    monkeypatch.setattr("conversations.api.app.aget_engine", aget_engine)
+    serve_in_process(monkeypatch, engine)
     _key, raw = ApiKey.objects.create_key(api_user)
     http_client = httpx2.AsyncClient(
         transport=httpx2.ASGITransport(app=get_asgi_application()), base_url="http://t"

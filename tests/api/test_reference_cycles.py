@@ -17,6 +17,7 @@ from django.http import HttpRequest
 from conversations.api.handler import ApiHandler
 from conversations.models import ApiKey
 from tests.api.conftest import chat
+from tests.support.api_engine import serve_in_process
 
 
 class StreamingEngine:
@@ -61,10 +62,7 @@ async def stream_one(client: openai.AsyncOpenAI) -> str:
 def streaming_engine(monkeypatch):
     engine = StreamingEngine()
 
-    async def aget_engine():
-        return engine
-
-    monkeypatch.setattr("conversations.api.app.aget_engine", aget_engine)
+    serve_in_process(monkeypatch, engine)
 
 
 async def test_a_streamed_api_call_leaves_no_request_in_a_reference_cycle(

@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from conversations.models import ApiKey
+from tests.support.api_engine import serve_in_process
 from tests.support.family_models import REASONING, scripted_family_model
 
 pytestmark = pytest.mark.timeout(180)
@@ -43,10 +44,7 @@ def family_client(request, api_user, monkeypatch):
         EngineConfig(device="cpu", num_kv_blocks=64), loaded=scripted_family_model(request.param)
     )
 
-    async def aget_engine():
-        return engine
-
-    monkeypatch.setattr("conversations.api.app.aget_engine", aget_engine)
+    serve_in_process(monkeypatch, engine)
     _key, raw = ApiKey.objects.create_key(api_user)
     http_client = httpx2.AsyncClient(
         transport=httpx2.ASGITransport(app=get_asgi_application()), base_url="http://t"

@@ -50,7 +50,8 @@ def test_engine_status_page_is_read_only_and_does_not_load_the_model(admin_clien
         assert label in body
     assert "Prefix cache hit rate" in body and "Tokens per second" in body
     assert admin_client.get("/admin/conversations/enginestatus/add/").status_code == 403
-    assert engine._engine is None or engine._state == "ready"
+    slot = engine.slot_for(None)
+    assert slot.engine is None or slot.state == "ready"
 
 
 def test_engine_status_page_needs_staff(client, make_user):

@@ -82,6 +82,7 @@ def test_the_beat_schedule_runs_every_housekeeping_task_with_its_period(settings
         "conversations.tasks.purge_deleted_conversations",
         "conversations.tasks.purge_temporary_conversations",
         "conversations.tasks.prune_api_requests",
+        "conversations.tasks.prune_audit_log",
         "conversations.tasks.prune_data_jobs",
         "conversations.tasks.clear_expired_sessions",
     }

@@ -361,6 +361,13 @@ class ScriptedModel(torch.nn.Module):
     ):
         return input_ids.to(self.anchor.dtype)[:, None]  # "hidden state": the token itself
 
+    def prepare_cpu_kernels(self) -> None:
+        """No weights to pack: the model contract's CPU hook does nothing here."""
+
+    def load_weights(self, state_dict, device=None, dtype=None) -> None:
+        """Built whole in the test, never from a checkpoint."""
+        raise NotImplementedError("a scripted stand-in has no checkpoint")
+
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         logits = torch.zeros(hidden.shape[0], self.config.vocab_size)
         # Large enough that sampling at any ordinary temperature picks it too.

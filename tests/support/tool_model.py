@@ -54,6 +54,13 @@ class ToolScriptModel(torch.nn.Module):
     def kv_spec(self):
         return self.kv_spec_for(self.config)
 
+    def prepare_cpu_kernels(self) -> None:
+        """No weights to pack: the model contract's CPU hook does nothing here."""
+
+    def load_weights(self, state_dict, device=None, dtype=None) -> None:
+        """Built whole in the test, never from a checkpoint."""
+        raise NotImplementedError("a scripted stand-in has no checkpoint")
+
     def _next_state(self, token: int, previous: float) -> float:
         if token in self.markers:
             return float(self.markers.index(token) * _STEP)

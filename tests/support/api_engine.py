@@ -1,0 +1,29 @@
+"""Stand-in engines for `/v1` calls made in the test process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def serve_in_process(monkeypatch: Any, engine: Any) -> None:
+    """Every `/v1` call in this process meets ``engine``: the API's engine lookup, and the model
+    catalogue, which names the one-model shorthand's model after its loaded engine."""
+
+    async def aget_engine(model: str | None = None) -> Any:
+        return engine
+
+    monkeypatch.setattr("conversations.api.app.aget_engine", aget_engine)
+    monkeypatch.setattr("conversations.ops.engine_handle.get_engine", lambda model=None, **_: engine)
+
+
+def serve_no_engine(monkeypatch: Any) -> None:
+    """Every `/v1` call that needs the engine or the model catalogue finds none (a 503)."""
+
+    def unavailable(*_args: Any, **_kwargs: Any) -> Any:
+        raise RuntimeError("no engine in this test")
+
+    async def aget_engine(model: str | None = None) -> Any:
+        unavailable()
+
+    monkeypatch.setattr("conversations.api.app.aget_engine", aget_engine)
+    monkeypatch.setattr("conversations.ops.engine_handle.get_engine", unavailable)
