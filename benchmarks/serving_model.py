@@ -34,6 +34,8 @@ from typing import Any
 
 import torch
 
+from inference.models.registry import read_model_config
+
 WORD = " the"  # one token in SmolLM2's vocabulary
 LOGITS_WIDTH = 512  # the word's id (260) lies inside
 
@@ -52,14 +54,13 @@ def repeat_word_model() -> tuple[Any, Any, Any]:
     every prompt with ``WORD`` forever (no EOS: answers end at ``max_tokens``)."""
     from transformers import AutoTokenizer
 
-    from inference.model_config import ModelConfig
     from inference.tokenizer import Tokenizer
     from tests.support.fakes import ScriptedModel, smollm2_tokenizer_dir, tiny_hf_config
 
     tokenizer = Tokenizer(AutoTokenizer.from_pretrained(smollm2_tokenizer_dir()))
     (word,) = tokenizer.encode(WORD)
     assert word < LOGITS_WIDTH
-    config = dataclasses.replace(ModelConfig.from_hf(tiny_hf_config("llama")), name="repeat-word")
+    config = dataclasses.replace(read_model_config(tiny_hf_config("llama")), name="repeat-word")
 
     class RepeatWordModel(ScriptedModel):
         def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:

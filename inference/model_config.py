@@ -175,15 +175,6 @@ class ModelConfig:
             return self.num_layers * self.mla.latent_dim
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim
 
-    @classmethod
-    def from_hf(cls, config: Any, name: str = "") -> ModelConfig:
-        """Build from a transformers config through the architecture table
-        (``inference.models.registry``); raises ``UnsupportedModelError`` for what we lack."""
-        # Imported here: the registry names the model classes, which import this module.
-        from inference.models.registry import read_model_config  # noqa: PLC0415
-
-        return read_model_config(config, name)
-
 
 def yarn_get_mscale(scale: float, mscale: float = 1.0) -> float:
     """YaRN's attention temperature for a context stretched ``scale`` times."""

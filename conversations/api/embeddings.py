@@ -21,7 +21,6 @@ from conversations.api.app import ERRORS, api, engine_owner
 from conversations.api.errors import ApiError, invalid, model_not_found
 from conversations.api.usage import RequestLog
 from conversations.documents.embedder import aget_embedder
-from inference.errors import EngineOverloadedError
 
 # OpenAI's own limit on inputs per request.
 MAX_INPUTS = 2048
@@ -132,6 +131,8 @@ async def create_embeddings(request: HttpRequest, body: EmbeddingRequest) -> Htt
         ids = await asyncio.to_thread(lambda: [embedder.encode(t) for t in texts])
     assert ids is not None
     _check_ids(ids, embedder.vocab_size, embedder.max_input_tokens)
+    from inference.errors import EngineOverloadedError  # noqa: PLC0415 - workers import no engine code
+
     try:
         vectors = await embedder.aembed_ids(ids, engine_owner(request))
     except EngineOverloadedError as exc:

@@ -12,13 +12,14 @@ from typing import Annotated, Literal
 from ninja import Schema
 from pydantic import ConfigDict, Field
 
-from inference.sampling.params import MAX_STOP_CHARS, MAX_STOP_STRINGS
-
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_N = 16  # completions per request (OpenAI allows 128; one engine's batch is smaller)
 MAX_TOP_LOGPROBS = 20
 # Stop strings: the engine's caps (OpenAI's four), in the schema so they show in the OpenAPI document.
-MAX_STOP = MAX_STOP_STRINGS
+# The engine's caps (inference.sampling.params), repeated here so that importing the API's
+# schemas (a Celery worker does) loads no engine code; a test keeps the two equal.
+MAX_STOP = 4
+MAX_STOP_CHARS = 1024
 
 NonEmptyStr = Annotated[str, Field(min_length=1)]
 StopStr = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]

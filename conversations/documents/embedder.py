@@ -17,7 +17,6 @@ import numpy as np
 from django.conf import settings
 
 from conversations.ops.engine_handle import get_engine
-from inference.errors import EngineOverloadedError
 
 # Seconds a synchronous caller (an extraction job) waits for the engine's embeddings.
 EMBED_TIMEOUT_SECONDS = 600.0
@@ -51,6 +50,9 @@ class Embedder:
         whose fair share the engine counts the work against. A background caller waits
         for room while the engine's embedding queue is full."""
         if self._is_engine:
+            # Here, not at the top: a Celery worker imports this module and no engine code.
+            from inference.errors import EngineOverloadedError  # noqa: PLC0415
+
             deadline = time.monotonic() + EMBED_TIMEOUT_SECONDS
             while True:
                 try:

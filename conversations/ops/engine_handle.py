@@ -165,7 +165,8 @@ def get_engine(model: str | None = None, *, log_failure: bool = True) -> AsyncEn
                     "cannot load an ENGINE_LOADER model"
                 )
             interval = max(0.0, settings.ENGINE_STREAM_INTERVAL_MS) / 1000
-            loaded = {"loaded": import_string(loader)()} if loader and slot.entry.path is None else {}
+            # ENGINE_LOADER (tests) stands in for the one-model shorthand's ENGINE_MODEL.
+            loaded = {"loaded": import_string(loader)()} if loader and slot.entry.name is None else {}
             engine = AsyncEngine(config, stream_interval=interval, **loaded)
             try:
                 load_configured_adapters(engine, slot.entry.name)

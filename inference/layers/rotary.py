@@ -27,7 +27,7 @@ def rope_inv_freq(config: ModelConfig) -> torch.Tensor:
         return inv_freq / scaling["factor"]
     if rope_type == "llama3":
         return _llama3_inv_freq(inv_freq, scaling, config.max_position_embeddings)
-    raise ValueError(f"rope type {rope_type!r}")  # ModelConfig.from_hf already rejects these
+    raise ValueError(f"rope type {rope_type!r}")  # the config readers already reject these
 
 
 def _llama3_inv_freq(inv_freq: torch.Tensor, scaling: dict, max_positions: int) -> torch.Tensor:

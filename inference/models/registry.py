@@ -2,7 +2,7 @@
 and the reader of its config.
 
 Everything that asks "is this model supported, and how is it built" reads this table:
-``ModelConfig.from_hf`` (through ``read_model_config``), the loader (``build_model``),
+``read_model_config``, the loader (``build_model``),
 pool sizing (``kv_spec_for``) and GGUF files, whose configs carry a ``model_type``
 rather than an architecture name.
 """

@@ -33,6 +33,7 @@ from safetensors.torch import load_file, save_file
 from chatsite_kernels.cpu import quant as cpu_quant
 from inference.model_config import ModelConfig
 from inference.models import CausalLM, build_model
+from inference.models.registry import read_model_config
 from inference.runner.gguf.config_fixes import fix_gguf_config
 from inference.runner.gguf.names import gguf_index_names
 from inference.runner.gguf.weights import load_index, read_gguf_weights
@@ -128,7 +129,7 @@ def load_model(
         raise FileNotFoundError(f"model path {source} is neither a model directory nor a .gguf file")
 
     hf_config = _load_hf_config(model_dir)
-    model_config = ModelConfig.from_hf(hf_config, name=name)
+    model_config = read_model_config(hf_config, name=name)
     tokenizer = load_tokenizer(model_dir, model_config)
     with torch.device("meta"):  # no allocation or random init: weights are assigned next
         model = build_model(model_config)
@@ -265,7 +266,7 @@ def read_gguf(gguf_path: Path) -> tuple[Any, Any, dict[str, torch.Tensor]]:
 
     config = AutoConfig.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     fix_gguf_config(config, gguf_path)
-    ModelConfig.from_hf(config)  # fail fast on unsupported architectures, before de-quantising
+    read_model_config(config)  # fail fast on unsupported architectures, before de-quantising
     tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     with torch.device("meta"):
         skeleton = AutoModelForCausalLM.from_config(config)

@@ -55,7 +55,7 @@ def start_site(model_dir: Path, log_dir: Path, without: tuple[str, ...] = (), **
             log_dir,
             without=without,
             ENGINE_LOADER="tests.support.slow_model.slow_tiny_model",
-            SLOW_MODEL_STEP_SECONDS="0.1",
+            SLOW_MODEL_STEP_SECONDS=env.pop("SLOW_MODEL_STEP_SECONDS", "0.1"),
             ENGINE_KV_CACHE_GB="0.25",
             PARTIAL_SAVE_SECONDS="0.5",
             EXPORT_INLINE_MAX_MESSAGES="0",
@@ -250,7 +250,9 @@ WORK = {
 async def test_sigterm_stops_the_server_within_the_bound_and_leaves_no_work_running(
     kinds, user, cookies, tiny_model_dir, tmp_path
 ):
-    env = {"TITLES_FROM_MODEL": "true"} if "title" in kinds else {}
+    # A title runs beside its answer from the send on: slower steps keep it from finishing
+    # within the half second the test waits after the answer.
+    env = {"TITLES_FROM_MODEL": "true", "SLOW_MODEL_STEP_SECONDS": "0.4"} if "title" in kinds else {}
     without = ("REDIS_URL",) if IN_A_WORKER_WITH_REDIS.intersection(kinds) else ()
     site = await asyncio.to_thread(start_site, tiny_model_dir, tmp_path, without, **env)
     server = Server(site, user, cookies)

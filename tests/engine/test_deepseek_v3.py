@@ -16,8 +16,8 @@ import inference.layers.mla_attention as mla_attention
 from inference.engine.llm_engine import LLMEngine
 from inference.errors import UnsupportedModelError
 from inference.layers.moe import TopkRouter
-from inference.model_config import ModelConfig
 from inference.models import DeepseekV3ForCausalLM, LlamaForCausalLM, kv_spec_for
+from inference.models.registry import read_model_config
 from inference.runner.model_loader import load_model
 from tests.engine.engine_fixtures import TinyModel, greedy, random_prompts, run_to_completion
 from tests.support.fakes import PagedSequenceRunner, greedy_generate, make_tiny_model_dir, tiny_hf_config
@@ -146,7 +146,7 @@ def test_pool_bytes_per_token_per_layer_are_the_latent_size(deepseek) -> None:
 
 
 def test_llama_kv_spec_keeps_k_and_v_per_kv_head() -> None:
-    config = ModelConfig.from_hf(tiny_hf_config("llama"))
+    config = read_model_config(tiny_hf_config("llama"))
     spec = kv_spec_for(config)
     assert spec == LlamaForCausalLM.kv_spec_for(config)
     assert spec.block_shape(16) == (2, config.num_layers, 16, config.num_kv_heads, config.head_dim)
@@ -157,7 +157,7 @@ def test_llama_kv_spec_keeps_k_and_v_per_kv_head() -> None:
 
 
 def test_router_picks_experts_only_inside_the_best_groups() -> None:
-    config = ModelConfig.from_hf(tiny_hf_config("deepseek_v3"))
+    config = read_model_config(tiny_hf_config("deepseek_v3"))
     router = TopkRouter(config, config.moe)
     torch.nn.init.normal_(router.weight)
     weights, ids = router(torch.randn(64, config.hidden_size))

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from inference.errors import UnsupportedModelError
-from inference.model_config import ModelConfig
+from inference.models.registry import read_model_config
 from inference.runner import model_loader
 from inference.runner.model_files import default_model_path
 from inference.runner.model_loader import gguf_cache_dir, load_model
@@ -62,13 +62,13 @@ def test_unknown_model_type_error_names_the_architecture(tmp_path: Path) -> None
 def test_unsupported_rope_type_is_rejected() -> None:
     config = tiny_hf_config("llama", rope_parameters={"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0})
     with pytest.raises(UnsupportedModelError, match="yarn"):
-        ModelConfig.from_hf(config)
+        read_model_config(config)
 
 
 def test_mistral_sliding_window_slides_without_capping_max_model_len() -> None:
-    config = ModelConfig.from_hf(tiny_hf_config("mistral", sliding_window=512))
+    config = read_model_config(tiny_hf_config("mistral", sliding_window=512))
     assert config.max_model_len == 2048 and config.layer_windows == (512, 512)
-    qwen = ModelConfig.from_hf(tiny_hf_config("qwen2", sliding_window=512, use_sliding_window=False))
+    qwen = read_model_config(tiny_hf_config("qwen2", sliding_window=512, use_sliding_window=False))
     assert qwen.max_model_len == 2048 and qwen.layer_windows is None
 
 

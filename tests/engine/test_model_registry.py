@@ -8,17 +8,20 @@ import pytest
 import torch
 
 from inference.errors import UnsupportedModelError
-from inference.model_config import ModelConfig
 from inference.models import ARCHITECTURES, CausalLM, build_model, kv_spec_for
-from inference.models.registry import architecture_name
+from inference.models.registry import architecture_name, read_model_config
 from tests.support.fakes import tiny_hf_config
 from tests.support.families import FAMILIES, family_hf_config
+from tests.support.sliding_models import FAMILIES as SLIDING_FAMILIES
+from tests.support.sliding_models import sliding_config
 
 
 def _tiny_configs() -> dict[str, object]:
     configs = {name: family_hf_config(name) for name in FAMILIES}
     for arch in ("llama", "qwen2", "mistral", "deepseek_v3"):
         configs[arch] = tiny_hf_config(arch)
+    for name in SLIDING_FAMILIES:
+        configs[f"sliding-{name}"] = sliding_config(name)
     return configs
 
 
@@ -26,13 +29,13 @@ CONFIGS = _tiny_configs()
 
 
 def test_every_table_row_is_exercised() -> None:
-    covered = {ModelConfig.from_hf(c).architecture for c in CONFIGS.values()}
+    covered = {read_model_config(c).architecture for c in CONFIGS.values()}
     assert covered == set(ARCHITECTURES)
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_each_architecture_builds_a_model_keeping_the_contract(name: str) -> None:
-    config = ModelConfig.from_hf(CONFIGS[name])
+    config = read_model_config(CONFIGS[name])
     with torch.device("meta"):
         model = build_model(config)
     assert isinstance(model, CausalLM)
@@ -46,21 +49,21 @@ def test_a_config_without_architectures_resolves_by_model_type(name: str) -> Non
     expected = hf_config.architectures[0]
     hf_config.architectures = None  # as transformers' GGUF reader leaves it
     assert architecture_name(hf_config) == expected
-    assert ModelConfig.from_hf(hf_config).architecture == expected
+    assert read_model_config(hf_config).architecture == expected
 
 
 def test_an_unknown_architecture_is_refused_naming_the_supported_ones() -> None:
     hf_config = tiny_hf_config("llama")
     hf_config.architectures = ["FancyNewLM"]
     with pytest.raises(UnsupportedModelError, match="FancyNewLM.*Qwen3ForCausalLM"):
-        ModelConfig.from_hf(hf_config)
+        read_model_config(hf_config)
 
 
 def test_family_features_refused_by_name() -> None:
     sliding = family_hf_config("qwen3", use_sliding_window=True, sliding_window=32, max_window_layers=0)
     with pytest.raises(UnsupportedModelError, match="sliding"):
-        ModelConfig.from_hf(sliding)
+        read_model_config(sliding)
     partial = tiny_hf_config("llama")
     partial.partial_rotary_factor = 0.5
     with pytest.raises(UnsupportedModelError, match="partial_rotary_factor"):
-        ModelConfig.from_hf(partial)
+        read_model_config(partial)

@@ -63,3 +63,9 @@ def test_held_back_grows_linearly_with_the_stop_strings_length() -> None:
     small, large = 4_000, 64_000
     ratio = _best_time(*case(large)) / _best_time(*case(small))
     assert ratio < 40, f"16x the stop length cost {ratio:.1f}x the time"
+
+
+def test_the_api_schema_caps_stop_strings_as_the_engine_does():
+    from conversations.api import schemas
+
+    assert (schemas.MAX_STOP, schemas.MAX_STOP_CHARS) == (MAX_STOP_STRINGS, MAX_STOP_CHARS)

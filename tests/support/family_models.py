@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from inference.models.registry import read_model_config
 from tests.support.chat_templates import FAMILY_TEMPLATES, HARMONY_SPECIAL_TOKENS
 
 _QWEN_ADDED = ["<think>", "</think>", "<tool_call>", "</tool_call>"]
@@ -86,13 +87,12 @@ def _script_ids(tokenizer, text: str, marker: int) -> list[int]:
 
 def scripted_family_model(family: str, answer: str | None = None):
     """``load_model``'s triple: every chat prompt gets the family's scripted answer."""
-    from inference.model_config import ModelConfig
     from tests.support.fakes import tiny_hf_config
     from tests.support.tool_model import ToolScriptModel
 
     tokenizer = family_tokenizer(family)
     ask = tokenizer.encode_chat([{"role": "user", "content": "?"}])[-1]
     script = _script_ids(tokenizer, ANSWERS[family] if answer is None else answer, ask)
-    config = dataclasses.replace(ModelConfig.from_hf(tiny_hf_config("llama")), name=f"scripted-{family}")
+    config = dataclasses.replace(read_model_config(tiny_hf_config("llama")), name=f"scripted-{family}")
     config = dataclasses.replace(config, vocab_size=max(config.vocab_size, len(tokenizer.hf)))
     return ToolScriptModel(config, {ask: script}, tokenizer.eos_token_ids[0]), tokenizer, config

@@ -19,6 +19,8 @@ import dataclasses
 
 import torch
 
+from inference.models.registry import read_model_config
+
 CALL_ARGUMENTS = '{"expression": "6*7"}'
 TOOL_CALL_TEXT = '<tool_call>{"name": "calculator", "arguments": ' + CALL_ARGUMENTS + "}</tool_call>"
 FAILING_CALL_TEXT = '<tool_call>{"name": "calculator", "arguments": {"expression": "1/0"}}</tool_call>'
@@ -99,7 +101,6 @@ class ToolScriptModel(torch.nn.Module):
 def _tool_model(call_text: str, answer: str, name: str):
     from transformers import AutoTokenizer
 
-    from inference.model_config import ModelConfig
     from inference.tokenizer import Tokenizer
     from tests.support.fakes import smollm2_tokenizer_dir, tiny_hf_config
 
@@ -111,7 +112,7 @@ def _tool_model(call_text: str, answer: str, name: str):
     scripts = {ask: tokenizer.encode(call_text), after_tool: tokenizer.encode(answer)}
     if ask == after_tool or any(m in s for s in scripts.values() for m in scripts):
         raise ValueError("the markers must differ and appear in no script")
-    config = dataclasses.replace(ModelConfig.from_hf(tiny_hf_config("llama")), name=name)
+    config = dataclasses.replace(read_model_config(tiny_hf_config("llama")), name=name)
     return ToolScriptModel(config, scripts, tokenizer.eos_token_ids[0]), tokenizer, config
 
 
