@@ -122,8 +122,13 @@ def scripted_tool_model():
 
 
 def three_calls_tool_model():
-    """As :func:`scripted_tool_model`, but a question gets three calls in one answer."""
-    return _tool_model(TOOL_CALL_TEXT * 3, TOOL_ANSWER, "scripted-three-calls")
+    """As :func:`scripted_tool_model`, but a question gets three different calls in one
+    answer (a call repeating an earlier one would end the list)."""
+    others = "".join(
+        '<tool_call>{"name": "calculator", "arguments": {"expression": "' + e + '"}}</tool_call>'
+        for e in ("2+2", "3*3")
+    )
+    return _tool_model(TOOL_CALL_TEXT + others, TOOL_ANSWER, "scripted-three-calls")
 
 
 def failing_tool_model():
