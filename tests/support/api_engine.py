@@ -14,6 +14,8 @@ def serve_in_process(monkeypatch: Any, engine: Any) -> None:
 
     monkeypatch.setattr("conversations.api.app.aget_engine", aget_engine)
     monkeypatch.setattr("conversations.ops.engine_handle.get_engine", lambda model=None, **_: engine)
+    # An engine an earlier test loaded in this process would name the catalogue's model.
+    monkeypatch.setattr("conversations.ops.engine_handle.model_names", lambda: [engine.model_name])
 
 
 def serve_no_engine(monkeypatch: Any) -> None:
@@ -27,3 +29,5 @@ def serve_no_engine(monkeypatch: Any) -> None:
 
     monkeypatch.setattr("conversations.api.app.aget_engine", aget_engine)
     monkeypatch.setattr("conversations.ops.engine_handle.get_engine", unavailable)
+    # An engine an earlier test loaded in this process would name the catalogue's model.
+    monkeypatch.setattr("conversations.ops.engine_handle.model_names", lambda: [""])
