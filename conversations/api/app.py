@@ -11,6 +11,8 @@ runs *and* while a streaming response is sent, and cancels the task doing either
   aborts the engine requests at once.
 """
 
+# Longer than 500 lines: the API's endpoints with their request checks (tools, output formats,
+# legacy functions, several models, quotas); the checks are the next to move to a module of their own.
 from __future__ import annotations
 
 import asyncio

@@ -9,6 +9,8 @@ view or the streaming response — closes the engine streams and aborts the engi
 requests, so their KV blocks are freed within one scheduler step.
 """
 
+# Longer than 500 lines: the one generation record behind every completion endpoint, streamed
+# and whole, whose halves share its state.
 from __future__ import annotations
 
 import asyncio

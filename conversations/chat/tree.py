@@ -20,6 +20,7 @@ whichever process generates them.
 All functions here are synchronous (call them through ``database_sync_to_async``).
 """
 
+# Longer than 500 lines: the message tree's operations, each one transaction over the same rows.
 from __future__ import annotations
 
 import re

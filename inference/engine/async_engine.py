@@ -23,6 +23,7 @@
   its ``finally``.
 """
 
+# Longer than 500 lines: the engine thread's loop and its command queue, one lock's worth of code.
 from __future__ import annotations
 
 import asyncio

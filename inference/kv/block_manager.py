@@ -35,6 +35,8 @@
   the block manager allocates the copy and queues ``(src, dst)`` for the runner.
 """
 
+# Longer than 500 lines: one class owns the pool's reference counts, every KV group's prefix
+# hash map and the hand-offs to the tiers, and the property tests check those invariants as one.
 from __future__ import annotations
 
 from collections import OrderedDict
