@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from inference.layers.recurrent_context import RecurrentContext
+
 
 @dataclass
 class AttentionContext:
@@ -24,6 +26,9 @@ class AttentionContext:
     # KV groups 1.. of a sliding-window model (``inference.kv.spec``): their own slot
     # mappings and block tables, the rest shared. Empty for a model with one group.
     group_contexts: list[AttentionContext] = field(default_factory=list)
+    # Recurrent (linear-attention) layers of a hybrid model: each sequence's state slot.
+    # None for a model without recurrent layers.
+    recurrent: RecurrentContext | None = None
 
     # (rows to keep or None, block ids, offsets) of slot_mapping: the same for every layer.
     _store_index: tuple[torch.Tensor | None, torch.Tensor, torch.Tensor] | None = field(
