@@ -1,55 +1,42 @@
-"""The OpenAI-compatible API, mounted at /v1 (OpenAPI document at /v1/openapi.json, docs at /v1/docs).
-
-Disconnects: Django's ASGIHandler (5.2) listens for ``http.disconnect`` while the view
-runs *and* while a streaming response is sent, and cancels the task doing either.
-- Non-streaming: the cancellation lands in the view, inside ``Generation.deltas()``,
-  whose ``finally`` closes the engine streams and aborts the engine requests.
-- Streaming: the cancellation lands either inside our generator (awaiting the engine:
-  same path) or in Django's ``send``; then Django closes ``aiter(response)``, and
-  ``EventStreamResponse.__aiter__`` closes our generator explicitly (Django's own
-  wrapper would leave the inner generators to the garbage collector), which again
-  aborts the engine requests at once.
+"""The OpenAI-compatible API, mounted at /v1 (OpenAPI document at /v1/openapi.json, docs at /v1/docs):
+its endpoints for models, chat completions and text completions. A request's checks are in
+``conversations.api.request_checks``; its answer, whole or streamed, in ``conversations.api.responding``.
 """
 
-# Longer than 500 lines: the API's endpoints with their request checks (tools, output formats,
-# legacy functions, several models, quotas); the checks are the next to move to a module of their own.
 from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import NinjaAPI
 from ninja.parser import Parser
 
-from conversations.accounts import quota
 from conversations.api import legacy_functions, schemas
 from conversations.api.auth import ApiKeyAuth
-from conversations.api.completions import Generation, check_context, sampling_params
+from conversations.api.completions import Generation
 from conversations.api.docs_page import VendoredSwagger
-from conversations.api.errors import (
-    ApiError,
-    error_from_exception,
-    install_handlers,
-    invalid,
-    model_not_found,
-    too_large,
-)
+from conversations.api.errors import ApiError, install_handlers, invalid, model_not_found, too_large
 from conversations.api.output_rules import chat_outputs, completion_grammar
-from conversations.api.sse import DONE, sse_event
-from conversations.api.tool_calls import ToolPlan, message_extras
-from conversations.api.usage import CLIENT_CLOSED, RequestLog
-from conversations.chat.cache_salt import cache_options, system_prompt_tokens
+from conversations.api.request_checks import (
+    admit_tokens,
+    check_fan_out,
+    check_model_access,
+    check_stream_options,
+    count_prompts,
+    engine_cache,
+    engine_owner,
+)
+from conversations.api.request_params import check_context, sampling_params
+from conversations.api.responding import respond
+from conversations.api.tool_calls import message_extras
+from conversations.api.usage import RequestLog
+from conversations.chat.cache_salt import system_prompt_tokens
 from conversations.ops.engine_handle import UnknownModelError, aget_engine, current_engine, model_entries
 from conversations.ops.served_models import ServedModel, find_model, served_models
-
-log = logging.getLogger(__name__)
 
 STARTED = int(time.time())
 
@@ -151,73 +138,6 @@ def engine_key(model: ServedModel) -> str | None:
     """With ENGINE_MODELS, engines are found by the base's name; the shorthand's one engine
     is the default."""
     return model.base if any(e.name for e in model_entries()) else None
-
-
-def check_fan_out(n: int | None, num_prompts: int) -> None:
-    """One request may not ask for more completions than API_MAX_SEQUENCES_PER_REQUEST
-    (n x prompts): a 400 before anything is queued."""
-    total = (n or 1) * num_prompts
-    limit = settings.API_MAX_SEQUENCES_PER_REQUEST
-    if total > limit:
-        raise invalid(
-            f"This request asks for {total} completions (n={n or 1} x {num_prompts} prompts); "
-            f"this server allows at most {limit} per request.",
-            param="n",
-            code="too_many_sequences",
-        )
-
-
-def engine_owner(request: HttpRequest) -> str:
-    """Fair share in the engine is per API key: a flooding key queues behind itself."""
-    return f"api-key:{request.auth.pk}"
-
-
-async def admit_tokens(request: HttpRequest, prompt_tokens: int) -> quota.Admission:
-    """The key owner's token quotas checked and the prompt counted, atomically across
-    processes; a spent budget is a 429 saying what ran out, with ``Retry-After`` until it resets."""
-    try:
-        return await sync_to_async(quota.admission)(request.auth.owner_id, prompt_tokens)
-    except quota.Exhausted as exc:
-        raise ApiError(
-            429,
-            str(exc),
-            type="insufficient_quota",
-            code="insufficient_quota",
-            headers={"Retry-After": str(exc.retry_after)},
-        ) from exc
-
-
-def engine_cache(
-    request: HttpRequest, cache_salt: str | None, shared_prefix_tokens: int = 0
-) -> dict[str, Any]:
-    """The prefix cache is the key owner's (shared with their chat); a body's ``cache_salt``
-    is nested inside it, never used as it came."""
-    return cache_options(request.auth.owner_id, shared_prefix_tokens, cache_salt)
-
-
-def count_prompts(prompt: Any) -> int:
-    """A string or token-id list is one prompt; a list of them is several."""
-    if isinstance(prompt, str) or not prompt or isinstance(prompt[0], int):
-        return 1
-    return len(prompt)
-
-
-def check_stream_options(body: Any) -> None:
-    """``stream_options`` belongs to streamed responses (OpenAI and vLLM answer 400)."""
-    if body.stream_options is not None and not body.stream:
-        raise invalid("stream_options is only allowed when stream is true.", param="stream_options")
-
-
-def check_model_access(request: HttpRequest, model_id: str) -> None:
-    """A 403 when the key owner's groups exclude ``model_id``."""
-    if not request.auth.access.may_use_model(model_id):
-        raise ApiError(
-            403,
-            f"Your groups do not give you access to the model `{model_id}`.",
-            type="permission_error",
-            param="model",
-            code="model_access_denied",
-        )
 
 
 def model_card(model: ServedModel, engine: Any | None) -> dict[str, Any]:
@@ -417,128 +337,3 @@ async def completions(request: HttpRequest, body: schemas.CompletionRequest) -> 
         adapter=served.adapter,
     )
     return await respond(request, generation, body)
-
-
-# --- Responses -----------------------------------------------------------------------------
-
-
-def _usage_fields(generation: Generation) -> dict[str, Any]:
-    usage = generation.usage()
-    return {
-        "prompt_tokens": usage["prompt_tokens"],
-        "completion_tokens": usage["completion_tokens"],
-        "cached_tokens": usage["prompt_tokens_details"]["cached_tokens"],
-    }
-
-
-async def respond(
-    request: HttpRequest,
-    generation: Generation,
-    body: Any,
-    tools: ToolPlan | legacy_functions.LegacyAnswer | None = None,
-) -> HttpResponse:
-    api_log: RequestLog = request.api_log
-    api_log.request_id = generation.id
-    if not body.stream:
-        try:
-            async for _ in generation.deltas():
-                pass
-        except asyncio.CancelledError:
-            api_log.finish(CLIENT_CLOSED, finish_reason="abort", **_usage_fields(generation))
-            raise
-        response = generation.response_body()
-        response = tools.rewrite_body(response) if tools else response
-        finish = tools.finish_reason(generation.finish_reason) if tools else generation.finish_reason
-        api_log.finish(200, finish_reason=finish, **_usage_fields(generation))
-        return JsonResponse(response)
-
-    options = body.stream_options
-    include_usage = bool(options and options.include_usage)
-    continuous = bool(options and options.continuous_usage_stats)
-    deltas = generation.deltas()
-    # The first delta comes before the response starts, so that a prompt over the
-    # context window or a full queue is still an HTTP error, not an event.
-    try:
-        first = await anext(deltas)
-    except StopAsyncIteration:
-        first = None
-    except asyncio.CancelledError:
-        api_log.finish(CLIENT_CLOSED, finish_reason="abort")
-        raise
-    return EventStreamResponse(
-        event_stream(generation, deltas, first, include_usage, api_log, tools, continuous)
-    )
-
-
-async def event_stream(
-    generation: Generation,
-    deltas: AsyncIterator[Any],
-    first: Any,
-    include_usage: bool,
-    api_log: RequestLog,
-    tools: ToolPlan | legacy_functions.LegacyAnswer | None = None,
-    continuous: bool = False,
-) -> AsyncIterator[bytes]:
-    """The response's events; the chunks of one engine delta go out as one write.
-    ``continuous`` (vLLM's ``continuous_usage_stats``): every chunk carries the usage so far."""
-    status, error, finish_reason = CLIENT_CLOSED, "", "abort"
-    # Tools: content deltas become tool_calls deltas (conversations.api.tool_calls).
-    rewrite = tools.rewrite_chunk if tools else lambda choices: [choices]
-
-    def events(chunks: list[list[dict[str, Any]]], opening: bool = False) -> bytes:
-        usage = generation.usage() if continuous else None
-        if usage is not None and opening:  # the role chunks come before any output
-            usage = {**usage, "completion_tokens": 0, "total_tokens": usage["prompt_tokens"]}
-        return b"".join(
-            sse_event(generation.chunk(c, include_usage or continuous, usage))
-            for chunk in chunks
-            for c in rewrite(chunk)
-        )
-
-    try:
-        opening = events(generation.opening_chunks(), opening=True)
-        last = b""  # the last delta's chunks go out with the usage and [DONE]: one write
-        if first is not None:
-            yield opening + events(generation.delta_chunks(*first))
-            async for choice, delta in deltas:
-                out = events(generation.delta_chunks(choice, delta))
-                if delta.request_finished and generation.all_finished:
-                    last = out
-                    break
-                if out:
-                    yield out
-        elif opening:
-            yield opening
-        tail = sse_event(generation.chunk([], True, generation.usage())) if include_usage else b""
-        status, finish_reason = 200, generation.finish_reason
-        finish_reason = tools.finish_reason(finish_reason) if tools else finish_reason
-        yield last + tail + DONE
-        # Streams that finish in one engine step all write their last words before any of
-        # them is torn down (the response's end, its access log line, its usage row): else
-        # the later ones' last tokens would wait behind the earlier ones' teardowns.
-        await asyncio.sleep(0)
-    except Exception as exc:
-        api_error = error_from_exception(exc)
-        if api_error.status >= 500:
-            log.error("API stream failed", exc_info=exc)
-        status, error, finish_reason = api_error.status, api_error.message, "error"
-        yield sse_event(api_error.body())
-        yield DONE
-    finally:
-        await deltas.aclose()  # aborts the engine requests if they still run
-        api_log.finish(status, finish_reason=finish_reason, error=error, **_usage_fields(generation))
-
-
-class EventStreamResponse(StreamingHttpResponse):
-    """Server-sent events whose generator is closed as soon as Django stops sending."""
-
-    def __init__(self, events: AsyncIterator[bytes]) -> None:
-        super().__init__(events, content_type="text/event-stream")
-        self._events = events
-        self["Cache-Control"] = "no-cache"
-        self["X-Accel-Buffering"] = "no"
-
-    def __aiter__(self) -> AsyncIterator[bytes]:
-        # The generator itself, not a wrapper around it: Django closes what this returns
-        # (``aclosing``), so the generator's ``finally`` runs at once.
-        return self._events

@@ -17,8 +17,9 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from ninja import Field, Schema
 from pydantic import ConfigDict
 
-from conversations.api.app import ERRORS, api, engine_owner
+from conversations.api.app import ERRORS, api
 from conversations.api.errors import ApiError, invalid, model_not_found
+from conversations.api.request_checks import engine_owner
 from conversations.api.usage import RequestLog
 from conversations.documents.embedder import aget_embedder
 

@@ -10,36 +10,47 @@ through them from any message reaches the leaf last shown in that branch. Every
 operation that changes what is shown goes through :func:`select_leaf`, which keeps
 those pointers consistent with ``Conversation.current_leaf``.
 
-Every change runs in one transaction that first locks the conversation's row
-(``select_for_update``), so edits from several processes apply one after the other on a
-fresh tree. Operations that start an answer also lock the owner's user row (always user
-first, then conversation) and check the site-wide limits under those locks: one live
-answer per conversation and ``MAX_LIVE_PER_USER`` per user, counted in the database
-whichever process generates them.
+Every change runs in one transaction that first takes the row locks of
+``conversations.chat.answer_locks`` (the conversation's; for an edit that starts an answer,
+the user's too, with the site-wide limits on live answers checked under them).
 
 All functions here are synchronous (call them through ``database_sync_to_async``).
 """
 
-# Longer than 500 lines: the message tree's operations, each one transaction over the same rows.
 from __future__ import annotations
 
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import timedelta
 
-from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-# What the browser receives, importable from here where callers look for it.
-from conversations.accounts.user_lock import lock_user
+# The row locks and the live-answer limits, importable from here where callers look for them.
+from conversations.chat.answer_locks import (  # noqa: F401
+    LEGACY_STALE_SECONDS,
+    live_answer_conversations,
+    lock_conversation,
+    lock_for_answer,
+)
 from conversations.chat.lifecycle import queued_fields
+
+# What the browser receives, importable from here where callers look for it.
 from conversations.chat.thread_dicts import (  # noqa: F401
     conversation_dict,
     message_dict,
     thread_dict,
     tool_dict,
+)
+
+# The operations' errors, importable from here where callers look for them.
+from conversations.chat.tree_errors import (  # noqa: F401
+    Busy,
+    NotAllowed,
+    NotInConversation,
+    QuotaExhausted,
+    TemporaryChat,
+    TreeError,
 )
 from conversations.models import Conversation, Message
 from conversations.models.chat import DEFAULT_TITLE
@@ -55,56 +66,8 @@ _messages_of = PreparedRead(
         .order_by("created_at", "id")
     )
 )
-_locked_conversation = PreparedRead(
-    lambda pk: Conversation.objects.select_for_update().filter(pk=pk).order_by()[:1]
-)
 _conversation_row = PreparedUpdate(lambda pk: Conversation.objects.filter(pk=pk))
 _insert_message = PreparedInsert(Message)
-_streaming_rows_of_user = PreparedRead(
-    lambda owner_id: Message.objects.filter(
-        status=Message.Status.STREAMING, conversation__owner_id=owner_id
-    ).values_list("conversation_id", "owner_process", "updated_at")
-)
-
-
-class TreeError(ValueError):
-    """An operation that does not fit the tree (a wrong role, an empty message)."""
-
-    code = "invalid"
-
-
-class NotAllowed(TreeError):
-    """The user's groups do not give them what the operation needs (a model)."""
-
-    code = "not_allowed"
-
-
-class QuotaExhausted(TreeError):
-    """A token budget of the user (or of a group of theirs) is spent."""
-
-    code = "quota_exhausted"
-
-
-class NotInConversation(TreeError):
-    """The message (or conversation) named is not in this user's open conversation."""
-
-    code = "not_found"
-
-
-class Busy(TreeError):
-    """A site-wide limit on live answers would be exceeded."""
-
-    code = "busy"
-
-
-class TemporaryChat(TreeError):
-    """What a temporary chat never allows (a permanent copy of it)."""
-
-    code = "temporary"
-
-
-# A streaming row untouched this long with no known owner was left by a process that died.
-LEGACY_STALE_SECONDS = 60.0
 
 
 @dataclass
@@ -246,54 +209,6 @@ def select_leaf(tree: Tree, leaf: Message | None, **also) -> None:
     _conversation_row(
         conversation.pk, current_leaf_id=conversation.current_leaf_id, active_root_id=root_id, **also
     )
-
-
-def lock_conversation(conversation: Conversation) -> Conversation:
-    """Lock the conversation's row for this transaction and refresh ``conversation`` from it
-    (another process or tab may have moved its current leaf or changed its settings)."""
-    fresh = next(iter(_locked_conversation(conversation.pk)), None)
-    if fresh is None:
-        raise NotInConversation("this conversation no longer exists")
-    for column in Conversation._meta.concrete_fields:
-        setattr(conversation, column.attname, getattr(fresh, column.attname))
-    return conversation
-
-
-def live_answer_conversations(owner_id: int, live_processes: set[str]) -> list[int]:
-    """The conversation of each of the user's streaming answers that still counts as live:
-    owned by a live process, or without a recorded owner and touched recently. (The user's
-    streaming rows are few: they are read and judged here, a query that costs less to
-    build than its counting in SQL.)"""
-    cutoff = timezone.now() - timedelta(seconds=LEGACY_STALE_SECONDS)
-    rows = _streaming_rows_of_user(owner_id)
-    return [
-        conversation_id
-        for conversation_id, owner, touched in rows
-        if owner in live_processes or (owner == "" and touched >= cutoff)
-    ]
-
-
-def lock_for_answer(
-    conversation: Conversation, live_processes: set[str] | None, beside_live: bool = False
-) -> Conversation:
-    """Lock the owner's user row, then the conversation's, and check the site-wide limits
-    counting the answers of ``live_processes`` (the chat consumer always passes them).
-
-    The user lock serialises every answer-starting edit of one user (from any process), so
-    the count cannot race; on SQLite the IMMEDIATE transaction already serialises writers
-    (and row locks do not exist), so the user's row is not read there."""
-    lock_user(conversation.owner_id)
-    lock_conversation(conversation)
-    if live_processes is None:  # not going to be generated (fixtures, imports): no limits
-        return conversation
-    # The user's live answers, and those of this conversation (all the user's), in one query.
-    live = live_answer_conversations(conversation.owner_id, live_processes)
-    if conversation.pk in live and not beside_live:
-        raise Busy("An answer is still being written here: wait for it or stop it first.")
-    # ``beside_live``: a side-by-side answer, generated beside its siblings (counted too).
-    if len(live) + (beside_live and conversation.pk in live) >= settings.MAX_LIVE_PER_USER:
-        raise Busy("You have too many answers being written at once; wait for one to finish.")
-    return conversation
 
 
 def _touch(conversation: Conversation) -> None:

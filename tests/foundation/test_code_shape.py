@@ -17,13 +17,6 @@ LONG_FILES = {
     # One class owns the pool's reference counts, every KV group's prefix hash map and the
     # hand-offs to the tiers: the property tests check those invariants on it as one.
     "inference/kv/block_manager.py": 700,
-    # The API's endpoints with their request checks (tools, output formats, legacy functions,
-    # several models, quotas); the checks are to move to a module of their own.
-    "conversations/api/app.py": 560,
-    # The generation record behind every completion endpoint, streamed and whole.
-    "conversations/api/completions.py": 600,
-    # The message tree's operations, each one transaction over the same rows.
-    "conversations/chat/tree.py": 530,
     # The engine thread's loop and its command queue (requests, aborts, purges, embeddings,
     # adapter loads), which must stay one lock's worth of code.
     "inference/engine/async_engine.py": 520,
