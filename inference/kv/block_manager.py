@@ -581,6 +581,11 @@ class BlockManager:
                 return False
         return True
 
+    def chunk_limit(self, seq: Sequence, num_new_tokens: int) -> int:
+        """How many of ``num_new_tokens`` prompt tokens one step may run for ``seq``: all of
+        them here; a hybrid model's manager cuts chunks where it saves states."""
+        return num_new_tokens
+
     def take_copies(self) -> list[tuple[int, int]]:
         """Copy-on-write work for the runner: ``pool[dst] = pool[src]`` before the step."""
         copies, self._copies = self._copies, []
