@@ -30,24 +30,11 @@ from inference.kv.spec import KVSpec
 from inference.kv.state_spec import RecurrentSpec
 from inference.layers.attention import paged_attention
 from inference.layers.attention_context import AttentionContext
+from inference.layers.norm import ZeroCenteredRMSNorm as GemmaRMSNorm
 from inference.layers.rotary import apply_rotary, rope_cos_sin_cache
 from inference.layers.window_attention import AttentionFeatures, feature_attention
 from inference.model_config import GemmaConfig, ModelConfig
 from inference.models.weights import assign_weights
-
-
-class GemmaRMSNorm(nn.Module):
-    """``x / rms(x) * (1 + w)`` in fp32, cast back after the scaling (HF's order)."""
-
-    def __init__(self, size: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (xf * (1.0 + self.weight.float())).type_as(x)
 
 
 def _gemma(config: ModelConfig) -> GemmaConfig:

@@ -12,6 +12,7 @@ from inference.models import ARCHITECTURES, CausalLM, build_model, kv_spec_for
 from inference.models.registry import architecture_name, read_model_config
 from tests.support.fakes import tiny_hf_config
 from tests.support.families import FAMILIES, family_hf_config
+from tests.support.hybrid_models import HYBRID_FAMILIES, hybrid_config
 from tests.support.sliding_models import FAMILIES as SLIDING_FAMILIES
 from tests.support.sliding_models import sliding_config
 
@@ -22,6 +23,8 @@ def _tiny_configs() -> dict[str, object]:
         configs[arch] = tiny_hf_config(arch)
     for name in SLIDING_FAMILIES:
         configs[f"sliding-{name}"] = sliding_config(name)
+    for name in HYBRID_FAMILIES:
+        configs[f"hybrid-{name}"] = hybrid_config(name)
     return configs
 
 
