@@ -85,6 +85,10 @@ def block_namespace(seq: Sequence, i: int) -> int:
 
 
 class BlockManager:
+    # Whether a speculative verify step (one row per proposed position) can run on this
+    # pool; a hybrid model's recurrent state cannot be rolled back position by position.
+    supports_speculation = True
+
     def __init__(
         self,
         num_blocks: int,

@@ -23,6 +23,10 @@ States are saved where the next request is likely to resume:
 
 Lower KV tiers cannot serve a hybrid prefix without its state, so prompts do not load
 blocks from them and a preempted sequence is recomputed, not swapped.
+
+Speculative decoding is off for a hybrid model (``supports_speculation``): a verify
+step runs each proposed position as a row of its own, which a recurrent state cannot
+serve; requests decode plainly instead.
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ from inference.kv.state_pool import StatePool
 
 
 class HybridBlockManager(BlockManager):
+    supports_speculation = False
+
     def __init__(
         self,
         *args: Any,
@@ -84,6 +90,7 @@ class HybridBlockManager(BlockManager):
         computed = seq.num_computed_tokens
         if computed == 0 or computed % self.block_size or seq.state_slot < 0:
             return
+
         if computed <= seq.num_prompt_tokens:
             if computed in self.save_points(seq):
                 self._save(seq, computed)
@@ -153,6 +160,7 @@ class HybridBlockManager(BlockManager):
     def free(self, seq: Sequence) -> None:
         super().free(seq)
         self._decode_saves.pop(seq.seq_id, None)
+
         if seq.state_slot >= 0:
             self.states.release(seq.state_slot)
             seq.state_slot = -1

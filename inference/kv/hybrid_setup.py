@@ -16,6 +16,11 @@ from inference.models.contract import CausalLM
 SAVED_STATES_SHARE = 0.25
 
 
+def running_slots(config: EngineConfig) -> int:
+    """Slots the running sequences may hold at once: one each."""
+    return config.max_num_seqs
+
+
 def build_state_pool(
     config: EngineConfig, model: CausalLM, pool: KVPoolSize, device: torch.device
 ) -> StatePool | None:
@@ -25,7 +30,7 @@ def build_state_pool(
     if spec is None:
         return None
     budget = int(pool.num_blocks * pool.block_bytes * SAVED_STATES_SHARE)
-    total, _ = num_state_slots(spec, config.max_num_seqs, config.saved_states_max, budget)
+    total, _ = num_state_slots(spec, running_slots(config), config.saved_states_max, budget)
     return StatePool(spec, total, device)
 
 
@@ -35,7 +40,7 @@ def make_block_manager(
     """``BlockManager(*args, **kwargs)``, or a hybrid model's manager over ``states``."""
     if states is None:
         return BlockManager(*args, **kwargs)
-    saved_max = states.num_slots - config.max_num_seqs
+    saved_max = states.num_slots - running_slots(config)
     return HybridBlockManager(
         *args,
         states=states,
