@@ -16,6 +16,11 @@ from inference.models.contract import CausalLM
 SAVED_STATES_SHARE = 0.25
 
 
+def is_hybrid(model: CausalLM) -> bool:
+    """Whether ``model``'s class names recurrent layers (``CausalLMClass.recurrent_spec_for``)."""
+    return type(model).recurrent_spec_for(model.config) is not None
+
+
 def running_slots(config: EngineConfig) -> int:
     """Slots the running sequences may hold at once: one each."""
     return config.max_num_seqs

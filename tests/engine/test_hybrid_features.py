@@ -9,7 +9,9 @@ whose vocabulary is the tokenizer's):
   plainly, HF's greedy tokens;
 - preemption in a pool too small for every request: recomputed, same tokens;
 - structured output: the choice grammar's text, and the dense reference's tokens when
-  the grammar allows exactly the model's greedy choice.
+  the grammar allows exactly the model's greedy choice;
+- a chat's next turn resumes from the state saved at the end of the answer;
+- prefill workers (PD) are not started for a hybrid model: it prefills locally.
 """
 
 from __future__ import annotations
@@ -132,3 +134,30 @@ def test_structured_output_on_a_hybrid_model() -> None:
     out = llm.generate(prompt, params)[0].outputs[0]
     assert out.text in choices
     assert out.token_ids[0] == free  # the grammar allowed the model's own greedy first token
+
+
+def test_next_turn_resumes_at_the_end_of_the_answer(pair) -> None:
+    """A chat's next prompt is the history and the answer plus a new message: the state
+    saved while the answer was decoded serves everything up to its last block boundary."""
+    hf, ours = pair
+    llm = _llm(ours)
+    prompt = _prompt(50, seed=20)
+    answer = llm.generate(prompt, SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True))[0]
+    history = prompt + answer.outputs[0].token_ids
+    turn = history + _prompt(9, seed=21)
+    out = llm.generate(turn, SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True))[0]
+    assert out.num_cached_tokens == ((len(history) - 1) // 16) * 16 == 64
+    assert out.outputs[0].token_ids == _hf_greedy(hf, turn, 6)
+
+
+def test_prefill_workers_fall_back_to_local_prefill(pair) -> None:
+    """The PD hand-off moves KV blocks, not recurrent states: a hybrid engine prefills
+    locally (no workers are started) and still gives HF's tokens."""
+    from inference.engine.scheduler import Scheduler
+
+    hf, ours = pair
+    llm = _llm(ours, prefill_workers=1, pd_min_prompt_tokens=16)
+    assert type(llm.engine.scheduler) is Scheduler
+    prompt = _prompt(60, seed=30)
+    out = llm.generate(prompt, SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True))[0]
+    assert out.outputs[0].token_ids == _hf_greedy(hf, prompt, 6)
