@@ -79,6 +79,23 @@ def test_prompt_logits_match_hf(pair: tuple[torch.nn.Module, torch.nn.Module], l
     torch.testing.assert_close(ours_logits, expected, atol=ATOL, rtol=1e-4)
 
 
+def test_reference_path_matches_hf(
+    pair: tuple[torch.nn.Module, torch.nn.Module], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the C kernel out of the way the chunked PyTorch form serves the prompt."""
+    from chatsite_kernels.cpu import gated_delta as cpu_gated_delta
+
+    monkeypatch.setattr(cpu_gated_delta, "supports", lambda *tensors: False)
+    hf, ours = pair
+    prompt = _prompt(150, seed=4)
+    runner = HybridRunner(ours)
+    runner.add_sequence()
+    logits = torch.cat(
+        [runner.step([prompt[:100]]), runner.step([prompt[100:101]]), runner.step([prompt[101:]])]
+    )
+    torch.testing.assert_close(logits, _hf_logits(hf, prompt), atol=ATOL, rtol=1e-4)
+
+
 def test_chunked_prompt_continues_from_saved_states(pair: tuple[torch.nn.Module, torch.nn.Module]) -> None:
     """Chunks of 64 (one whole delta-rule chunk), 50, 1 (a one-token prefill step) and the rest."""
     hf, ours = pair
