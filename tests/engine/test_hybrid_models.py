@@ -181,3 +181,16 @@ def test_readers_refuse_what_is_not_implemented() -> None:
     config.architectures = ["Qwen3_5ForCausalLM"]
     with pytest.raises(UnsupportedModelError, match="multiple"):
         read_model_config(config)
+
+
+def test_qwen3_5_moe_reader_routes_every_layer() -> None:
+    """Its config has no dense ``intermediate_size``: every layer is routed experts."""
+    from transformers import Qwen3_5MoeTextConfig
+
+    config = Qwen3_5MoeTextConfig(num_hidden_layers=4, norm_topk_prob=False)
+    config.architectures = ["Qwen3_5MoeForCausalLM"]
+    assert not hasattr(config, "intermediate_size")
+    ours = read_model_config(config)
+    assert ours.moe is not None and ours.moe.norm_topk_prob  # its router always renormalises
+    assert all(ours.moe.is_sparse(i) for i in range(4))
+    assert ours.linear_attention is not None and not ours.linear_attention.fused_projections

@@ -1,4 +1,4 @@
-"""Tiny random hybrid linear-attention models (Qwen3-Next, Qwen3.5) built from
+"""Tiny random hybrid linear-attention models (Qwen3-Next, Qwen3.5, Qwen3.5-MoE) built from
 transformers' own config classes, and a runner that drives our model class directly
 over a paged KV pool and a recurrent state pool, as the engine's runner does.
 
@@ -51,6 +51,16 @@ HYBRID_FAMILIES: dict[str, tuple[str, str, dict[str, Any]]] = {
         },
     ),
     "qwen3_5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM", {}),
+    "qwen3_5_moe": (
+        "Qwen3_5MoeTextConfig",
+        "Qwen3_5MoeForCausalLM",
+        {
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32,
+            "shared_expert_intermediate_size": 40,
+        },
+    ),
 }
 
 
