@@ -85,3 +85,14 @@ def read_qwen3_5_moe(config: Any, architecture: str, name: str) -> ModelConfig:
         config.intermediate_size = config.moe_intermediate_size
     base = read_qwen3_5(config, architecture, name)
     return dataclasses.replace(base, moe=_moe(config, always_normalised=True))
+
+
+def read_qwen3_5_vision_language(config: Any, architecture: str, name: str) -> ModelConfig:
+    """Qwen3.5 and Qwen3.5-MoE as released (``*ForConditionalGeneration``): the text model
+    of ``text_config``, served on text alone (the loader leaves the vision tower out)."""
+    text = copy.copy(config.text_config)
+    text.tie_word_embeddings = bool(getattr(config, "tie_word_embeddings", False))
+    if getattr(text, "eos_token_id", None) is None:
+        text.eos_token_id = getattr(config, "eos_token_id", None)
+    read = read_qwen3_5_moe if getattr(text, "num_experts", 0) else read_qwen3_5
+    return read(text, architecture, name or getattr(config, "name_or_path", ""))

@@ -16,7 +16,13 @@ import pytest
 import torch
 
 from inference.models.registry import kv_spec_for, read_model_config
-from tests.support.hybrid_models import HYBRID_FAMILIES, HybridRunner, make_hybrid_pair
+from tests.support.hybrid_models import (
+    HYBRID_FAMILIES,
+    VISION_LANGUAGE,
+    HybridRunner,
+    make_hybrid_pair,
+    make_vision_language_pair,
+)
 
 PROMPT_LENGTHS = (5, 37, 120, 230)
 NEW_TOKENS = 8
@@ -194,3 +200,14 @@ def test_qwen3_5_moe_reader_routes_every_layer() -> None:
     assert ours.moe is not None and ours.moe.norm_topk_prob  # its router always renormalises
     assert all(ours.moe.is_sparse(i) for i in range(4))
     assert ours.linear_attention is not None and not ours.linear_attention.fused_projections
+
+
+@pytest.mark.parametrize("family", sorted(VISION_LANGUAGE))
+def test_released_vision_language_checkpoint_serves_its_text_model(family: str) -> None:
+    """``model.language_model.*`` loads as the text model, the vision tower is left out, and
+    a text prompt's logits equal the vision-language model's."""
+    hf, ours = make_vision_language_pair(family)
+    prompt = _prompt(40, seed=6)
+    runner = HybridRunner(ours)
+    runner.add_sequence()
+    torch.testing.assert_close(runner.step([prompt]), _hf_logits(hf, prompt), atol=ATOL, rtol=1e-4)
