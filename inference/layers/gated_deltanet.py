@@ -4,22 +4,63 @@ Qwen3.5), over the engine's recurrent state pool (``AttentionContext.recurrent``
 Per token: project to q, k, v (through a short causal convolution with SiLU), the
 output gate ``z``, and per value head ``beta = sigmoid(b)`` and the log decay
 ``g = -exp(A_log) * softplus(a + dt_bias)``; L2-normalise q and k; run the gated delta
-rule (``chatsite_kernels.gated_delta_reference``) from the sequence's saved state; then
+rule (``delta_rule``: a C or Triton kernel, or the PyTorch reference) from the
+sequence's saved state; then
 ``out_proj(GatedRMSNorm(out, z))``. The convolution's last inputs and the rule's matrix
 are the sequence's state, read from and written back to its slot.
 """
 
 from __future__ import annotations
 
+import logging
+from functools import cache
+from types import ModuleType
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from chatsite_kernels import gated_delta_reference as reference
+from chatsite_kernels.cpu import gated_delta as cpu_gated_delta
 from inference.layers.attention_context import AttentionContext
 from inference.layers.linear import Linear
 from inference.layers.norm import GatedRMSNorm
 from inference.model_config import GatedDeltaNetConfig, ModelConfig
+
+logger = logging.getLogger(__name__)
+
+
+@cache
+def _triton_ops() -> ModuleType | None:
+    try:
+        from chatsite_kernels.triton import ops as triton_ops  # noqa: PLC0415 - lazy: needs triton and a GPU
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        logger.warning("chatsite_kernels.triton.ops unavailable (%s); the delta rule runs in PyTorch", exc)
+        return None
+    return triton_ops
+
+
+def delta_rule(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    g: torch.Tensor,
+    beta: torch.Tensor,
+    ssm_pool: torch.Tensor,
+    slots: torch.Tensor,
+    has_initial: torch.Tensor,
+    query_start_loc: torch.Tensor,
+) -> torch.Tensor:
+    """The gated delta rule over a packed step (``reference.gated_delta_varlen``'s
+    arguments): the Triton kernel on CUDA, the C kernel on the CPU in fp32 where it is
+    built, else the reference."""
+    if q.is_cuda and ssm_pool.is_contiguous() and (ops := _triton_ops()) is not None:
+        return ops.gated_delta_varlen(q, k, v, g, beta, ssm_pool, slots, has_initial, query_start_loc)
+    if cpu_gated_delta.supports(q, k, v, g, beta, ssm_pool) and ssm_pool.is_contiguous():
+        return cpu_gated_delta.gated_delta_varlen(
+            q, k, v, g, beta, ssm_pool, slots, has_initial, query_start_loc
+        )
+    return reference.gated_delta_varlen(q, k, v, g, beta, ssm_pool, slots, has_initial, query_start_loc)
 
 
 def linear_attention_config(config: ModelConfig) -> GatedDeltaNetConfig:
@@ -95,7 +136,7 @@ class GatedDeltaNet(nn.Module):
         v = v.reshape(tokens, self.num_v_heads, self.head_v_dim).float()
         beta = b.float().sigmoid()
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
-        out = reference.gated_delta_varlen(
+        out = delta_rule(
             q, k, v, g, beta, recurrent.states.ssm[self.state_index], slots, has_initial, ctx.query_start_loc
         )
         out = self.norm(out.to(hidden.dtype).reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))

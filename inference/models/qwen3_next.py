@@ -17,6 +17,7 @@ Qwen3.5's is a dense SwiGLU. Parameter names are Hugging Face's.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 
 import torch
@@ -34,6 +35,8 @@ from inference.layers.norm import ZeroCenteredRMSNorm
 from inference.layers.rotary import apply_rotary, rope_cos_sin_cache
 from inference.model_config import ModelConfig
 from inference.models.weights import assign_weights
+
+_TEXT_PREFIX = re.compile(r"^model\.language_model\.")
 
 
 class GatedAttention(nn.Module):
@@ -211,8 +214,14 @@ class Qwen3NextForCausalLM(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         """HF's names; the multi-token-prediction head (``mtp.*``) is left out on purpose:
-        the engine does not draft with it. Per-expert weights are stacked."""
-        weights = {name: t for name, t in state_dict.items() if not name.startswith("mtp.")}
+        the engine does not draft with it. A vision-language checkpoint's text model
+        (``model.language_model.*``) is served without its vision tower (``model.visual.*``).
+        Per-expert weights are stacked."""
+        weights = {
+            _TEXT_PREFIX.sub("model.", name): t
+            for name, t in state_dict.items()
+            if not name.startswith(("mtp.", "model.visual."))
+        }
         if self.config.moe is not None:
             weights = stack_expert_weights(weights, self.config.num_layers, self.config.moe)
         assign_weights(self, weights, device, dtype, optional=("lm_head.weight",))

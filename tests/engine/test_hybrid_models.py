@@ -16,7 +16,13 @@ import pytest
 import torch
 
 from inference.models.registry import kv_spec_for, read_model_config
-from tests.support.hybrid_models import HYBRID_FAMILIES, HybridRunner, make_hybrid_pair
+from tests.support.hybrid_models import (
+    HYBRID_FAMILIES,
+    VISION_LANGUAGE,
+    HybridRunner,
+    make_hybrid_pair,
+    make_vision_language_pair,
+)
 
 PROMPT_LENGTHS = (5, 37, 120, 230)
 NEW_TOKENS = 8
@@ -77,6 +83,23 @@ def test_prompt_logits_match_hf(pair: tuple[torch.nn.Module, torch.nn.Module], l
     expected = _hf_logits(hf, prompt)
     assert expected.abs().max() > 0.1  # the comparison below is not of near-zero logits
     torch.testing.assert_close(ours_logits, expected, atol=ATOL, rtol=1e-4)
+
+
+def test_reference_path_matches_hf(
+    pair: tuple[torch.nn.Module, torch.nn.Module], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the C kernel out of the way the chunked PyTorch form serves the prompt."""
+    from chatsite_kernels.cpu import gated_delta as cpu_gated_delta
+
+    monkeypatch.setattr(cpu_gated_delta, "supports", lambda *tensors: False)
+    hf, ours = pair
+    prompt = _prompt(150, seed=4)
+    runner = HybridRunner(ours)
+    runner.add_sequence()
+    logits = torch.cat(
+        [runner.step([prompt[:100]]), runner.step([prompt[100:101]]), runner.step([prompt[101:]])]
+    )
+    torch.testing.assert_close(logits, _hf_logits(hf, prompt), atol=ATOL, rtol=1e-4)
 
 
 def test_chunked_prompt_continues_from_saved_states(pair: tuple[torch.nn.Module, torch.nn.Module]) -> None:
@@ -164,3 +187,27 @@ def test_readers_refuse_what_is_not_implemented() -> None:
     config.architectures = ["Qwen3_5ForCausalLM"]
     with pytest.raises(UnsupportedModelError, match="multiple"):
         read_model_config(config)
+
+
+def test_qwen3_5_moe_reader_routes_every_layer() -> None:
+    """Its config has no dense ``intermediate_size``: every layer is routed experts."""
+    from transformers import Qwen3_5MoeTextConfig
+
+    config = Qwen3_5MoeTextConfig(num_hidden_layers=4, norm_topk_prob=False)
+    config.architectures = ["Qwen3_5MoeForCausalLM"]
+    assert not hasattr(config, "intermediate_size")
+    ours = read_model_config(config)
+    assert ours.moe is not None and ours.moe.norm_topk_prob  # its router always renormalises
+    assert all(ours.moe.is_sparse(i) for i in range(4))
+    assert ours.linear_attention is not None and not ours.linear_attention.fused_projections
+
+
+@pytest.mark.parametrize("family", sorted(VISION_LANGUAGE))
+def test_released_vision_language_checkpoint_serves_its_text_model(family: str) -> None:
+    """``model.language_model.*`` loads as the text model, the vision tower is left out, and
+    a text prompt's logits equal the vision-language model's."""
+    hf, ours = make_vision_language_pair(family)
+    prompt = _prompt(40, seed=6)
+    runner = HybridRunner(ours)
+    runner.add_sequence()
+    torch.testing.assert_close(runner.step([prompt]), _hf_logits(hf, prompt), atol=ATOL, rtol=1e-4)

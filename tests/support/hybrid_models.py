@@ -1,4 +1,4 @@
-"""Tiny random hybrid linear-attention models (Qwen3-Next, Qwen3.5) built from
+"""Tiny random hybrid linear-attention models (Qwen3-Next, Qwen3.5, Qwen3.5-MoE) built from
 transformers' own config classes, and a runner that drives our model class directly
 over a paged KV pool and a recurrent state pool, as the engine's runner does.
 
@@ -51,6 +51,16 @@ HYBRID_FAMILIES: dict[str, tuple[str, str, dict[str, Any]]] = {
         },
     ),
     "qwen3_5": ("Qwen3_5TextConfig", "Qwen3_5ForCausalLM", {}),
+    "qwen3_5_moe": (
+        "Qwen3_5MoeTextConfig",
+        "Qwen3_5MoeForCausalLM",
+        {
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 32,
+            "shared_expert_intermediate_size": 40,
+        },
+    ),
 }
 
 
@@ -64,6 +74,45 @@ def hybrid_config(family: str) -> Any:
     return config
 
 
+# Released Qwen3.5 checkpoints are vision-language models around the text model.
+VISION_LANGUAGE: dict[str, tuple[str, str]] = {
+    "qwen3_5": ("Qwen3_5Config", "Qwen3_5ForConditionalGeneration"),
+    "qwen3_5_moe": ("Qwen3_5MoeConfig", "Qwen3_5MoeForConditionalGeneration"),
+}
+TINY_VISION = {"depth": 1, "hidden_size": 32, "intermediate_size": 32, "num_heads": 2, "out_hidden_size": 64}
+
+
+def vision_language_config(family: str) -> Any:
+    import transformers
+
+    config_class, model_class = VISION_LANGUAGE[family]
+    text = {**TINY_HYBRID, **HYBRID_FAMILIES[family][2]}
+    config = getattr(transformers, config_class)(text_config=text, vision_config=TINY_VISION)
+    config.architectures = [model_class]
+    return config
+
+
+def _randomise(hf: torch.nn.Module) -> None:
+    """HF's initial norms and decays would hide a misplaced norm or gate."""
+    with torch.no_grad():
+        for name, param in hf.named_parameters():
+            if "norm" in name or name.endswith(("A_log", "dt_bias")):
+                param.normal_(0.0, 0.3)
+
+
+def make_vision_language_pair(family: str, seed: int = 0) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(HF's vision-language model, our text model loaded from its state dict)."""
+    import transformers
+
+    config = vision_language_config(family)
+    torch.manual_seed(seed)
+    hf = getattr(transformers, config.architectures[0])(config).eval()
+    _randomise(hf)
+    ours = build_model(read_model_config(config))
+    ours.load_weights(hf.state_dict())
+    return hf, ours.eval()
+
+
 def make_hybrid_pair(family: str, seed: int = 0) -> tuple[torch.nn.Module, torch.nn.Module]:
     """(HF's model, ours with the same weights), both fp32 and in eval mode."""
     import transformers
@@ -71,10 +120,7 @@ def make_hybrid_pair(family: str, seed: int = 0) -> tuple[torch.nn.Module, torch
     config = hybrid_config(family)
     torch.manual_seed(seed)
     hf = getattr(transformers, config.architectures[0])(config).eval()
-    with torch.no_grad():
-        for name, param in hf.named_parameters():
-            if "norm" in name or name.endswith(("A_log", "dt_bias")):
-                param.normal_(0.0, 0.3)
+    _randomise(hf)
     hf.generation_config.eos_token_id = None  # fixed-length greedy runs
     hf.generation_config.pad_token_id = 0
     ours = build_model(read_model_config(config))
