@@ -43,6 +43,11 @@ class EngineConfig:
     kv_cpu_gb: float = 0.0
     kv_disk_dir: str | None = None
     kv_disk_gb: float = 4.0
+    # Hybrid linear-attention models (inference.kv.hybrid_blocks): saved recurrent states for
+    # prefix reuse, at most saved_states_max (within a quarter of the KV budget) and
+    # saved_states_per_seq points inside one prompt.
+    saved_states_max: int = 64
+    saved_states_per_seq: int = 8
     # Speculative decoding (inference.spec): None = off, "ngram" = prompt lookup, or
     # "draft:<model path>" = a smaller model with the same tokenizer. A step verifies up to
     # num_speculative_tokens proposed tokens per sequence; n-gram matches the last
@@ -96,6 +101,8 @@ class EngineConfig:
             "enforce_eager": isinstance(self.enforce_eager, bool),
             "kv_cpu_gb": self.kv_cpu_gb >= 0,
             "kv_disk_gb": self.kv_disk_gb >= 0,
+            "saved_states_max": self.saved_states_max >= 0,
+            "saved_states_per_seq": self.saved_states_per_seq >= 2,
             "speculative": _valid_speculative(self.speculative),
             "num_speculative_tokens": 1 <= self.num_speculative_tokens <= 32,
             "ngram_min": 1 <= self.ngram_min <= self.ngram_max,

@@ -82,6 +82,37 @@ class GptOssConfig:
 
 
 @dataclass
+class GatedDeltaNetConfig:
+    """Hybrid linear-attention models (Qwen3-Next, Qwen3.5): the Gated DeltaNet layers'
+    shape. Each layer is ``"linear_attention"`` (a recurrent layer with a fixed-size state
+    per sequence) or ``"full_attention"`` (gated attention over the paged KV cache)."""
+
+    layer_types: tuple[str, ...]
+    num_k_heads: int
+    num_v_heads: int  # a multiple of num_k_heads: each key head serves consecutive value heads
+    head_k_dim: int
+    head_v_dim: int
+    conv_kernel: int  # the short causal convolution's width
+    # Qwen3-Next: q, k, v and z in one projection grouped per key head (``in_proj_qkvz``,
+    # ``in_proj_ba``); Qwen3.5: separate ``in_proj_qkv``, ``in_proj_z``, ``in_proj_b``, ``in_proj_a``.
+    fused_projections: bool = False
+    shared_expert_intermediate_size: int = 0  # Qwen3-Next's MoE layers: the gated shared expert
+
+    @property
+    def linear_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, t in enumerate(self.layer_types) if t == "linear_attention")
+
+    @property
+    def full_layers(self) -> tuple[int, ...]:
+        return tuple(i for i, t in enumerate(self.layer_types) if t != "linear_attention")
+
+    @property
+    def conv_dim(self) -> int:
+        """Channels of the convolution: q and k of every key head, then v of every value head."""
+        return 2 * self.num_k_heads * self.head_k_dim + self.num_v_heads * self.head_v_dim
+
+
+@dataclass
 class ModelConfig:
     architecture: str
     vocab_size: int
@@ -110,6 +141,7 @@ class ModelConfig:
     moe: MoEConfig | None = None
     gemma: GemmaConfig | None = None
     gpt_oss: GptOssConfig | None = None
+    linear_attention: GatedDeltaNetConfig | None = None  # hybrid linear-attention models
     # Variations of the shared Llama decoder; the defaults are plain Llama.
     qk_norm: str | None = (
         None  # "head": RMSNorm of each head's q and k (Qwen3); "full": of the whole projection (OLMo 2)

@@ -22,6 +22,7 @@ from inference.engine.step_budget import StepBudget
 from inference.kv.block_manager import BlockManager
 from inference.kv.chain_hash import hash_root
 from inference.kv.fingerprint import kv_fingerprint
+from inference.kv.hybrid_setup import build_state_pool, is_hybrid, make_block_manager
 from inference.kv.retention import Retention
 from inference.kv.tiers import TierStack, build_tiers
 from inference.model_config import ModelConfig
@@ -57,10 +58,15 @@ def build_kv_stack(
     block_bytes = model.kv_spec.block_bytes(bs, dtype)
     pool = config.size_kv_pool(model_config, block_bytes, device, graph_batch_limit=MAX_GRAPH_BATCH)
     workers = None
-    if config.prefill_workers:  # pinned and started before this process allocates its pool
+    if config.prefill_workers and is_hybrid(model):
+        logger.info(
+            "no prefill workers: a hybrid model's recurrent state is not handed over; prefill is local"
+        )
+    elif config.prefill_workers:  # pinned and started before this process allocates its pool
         from inference.pd import start_prefill_workers  # noqa: PLC0415 - only with workers
 
         workers = start_prefill_workers(config)
+    states = build_state_pool(config, model, pool, device)
     runner = ModelRunner(
         model,
         model_config,
@@ -71,6 +77,7 @@ def build_kv_stack(
         max_num_seqs=config.max_decode_batch,
         max_model_len=pool.max_model_len,
         enforce_eager=config.enforce_eager,
+        recurrent_states=states.states if states is not None else None,
     )
     fingerprint = None
     if config.kv_disk_dir:  # hashing the tokenizer (and, once, the weights) only when it counts
@@ -86,7 +93,9 @@ def build_kv_stack(
         kv_disk_gb=config.kv_disk_gb,
         is_retained=retention.is_retained,
     )
-    block_manager = BlockManager(
+    block_manager = make_block_manager(
+        config,
+        states,
         pool.num_blocks,
         bs,
         config.enable_prefix_caching,

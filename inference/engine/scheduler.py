@@ -331,7 +331,8 @@ class Scheduler:
 
         The sequences of a forked request (n > 1, beams) are sampled together, so
         after a preemption none of them takes its last token until all can."""
-        wants = [(s, s.num_tokens - s.num_computed_tokens) for s in request.seqs]
+        cut = self.block_manager.chunk_limit
+        wants = [(s, cut(s, s.num_tokens - s.num_computed_tokens)) for s in request.seqs]
         if any(w > 1 for _, w in wants):  # a prompt chunk: the step's time budget
             budget = allowance.cap(budget)
         if len(wants) == 1:

@@ -66,6 +66,7 @@ class Sequence:
     group_tables: list[list[int]] = field(default_factory=list)  # KV groups 1.. (sliding models)
     block_hashes: list[int] = field(default_factory=list)
     num_registered_blocks: int = 0
+    state_slot: int = -1  # a hybrid model's recurrent-state slot while it holds one (inference.kv.state_pool)
     # Prefix-cache privacy: a non-zero salt is mixed into the chain hash from block
     # ``cache_salt_block`` on, so those blocks (and all after them) match only
     # sequences with the same salt; the blocks before stay shared by everyone.

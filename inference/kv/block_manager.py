@@ -85,6 +85,10 @@ def block_namespace(seq: Sequence, i: int) -> int:
 
 
 class BlockManager:
+    # Whether a speculative verify step (one row per proposed position) can run on this
+    # pool; a hybrid model's recurrent state cannot be rolled back position by position.
+    supports_speculation = True
+
     def __init__(
         self,
         num_blocks: int,
@@ -580,6 +584,11 @@ class BlockManager:
             if i >= len(table) or self.blocks[table[i]].ref_count != 1:
                 return False
         return True
+
+    def chunk_limit(self, seq: Sequence, num_new_tokens: int) -> int:
+        """How many of ``num_new_tokens`` prompt tokens one step may run for ``seq``: all of
+        them here; a hybrid model's manager cuts chunks where it saves states."""
+        return num_new_tokens
 
     def take_copies(self) -> list[tuple[int, int]]:
         """Copy-on-write work for the runner: ``pool[dst] = pool[src]`` before the step."""

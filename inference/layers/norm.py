@@ -38,3 +38,34 @@ class RMSNorm(nn.Module):
             return cpu_layer_ops.rms_norm(x, self.weight, self.eps, residual=residual), residual
         residual = residual + x
         return self(residual), residual
+
+
+class ZeroCenteredRMSNorm(nn.Module):
+    """``x / rms(x) * (1 + w)`` in fp32, cast back after the scaling (Gemma, Qwen3-Next
+    and Qwen3.5 store the weights centred on zero)."""
+
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (xf * (1.0 + self.weight.float())).type_as(x)
+
+
+class GatedRMSNorm(nn.Module):
+    """The Gated DeltaNet's output norm: ``w * x / rms(x) * silu(gate)``, normalised in
+    fp32, scaled in the input's dtype, gated in fp32 (transformers' order)."""
+
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        scaled = self.weight * xf.to(x.dtype)
+        return (scaled * F.silu(gate.float())).to(x.dtype)

@@ -18,6 +18,7 @@ from typing import Any, Protocol, runtime_checkable
 import torch
 
 from inference.kv.spec import KVSpec
+from inference.kv.state_spec import RecurrentSpec
 from inference.layers.attention_context import AttentionContext
 from inference.model_config import ModelConfig
 
@@ -71,8 +72,12 @@ class CausalLM(Protocol):
 
 class CausalLMClass(Protocol):
     """The class side: built from a ``ModelConfig`` (on the meta device by the loader),
-    and able to name its pool layout before any instance exists (pool sizing)."""
+    and able to name its pool layout before any instance exists (pool sizing).
+    ``recurrent_spec_for`` names a hybrid model's recurrent layers (their per-sequence
+    states, kept in the engine's state pool); None for a model without any."""
 
     def __call__(self, config: ModelConfig) -> CausalLM: ...
 
     def kv_spec_for(self, config: ModelConfig) -> KVSpec: ...
+
+    def recurrent_spec_for(self, config: ModelConfig) -> RecurrentSpec | None: ...

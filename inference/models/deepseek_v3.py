@@ -17,6 +17,7 @@ from torch import nn
 
 from inference.errors import UnsupportedModelError
 from inference.kv.spec import KVSpec
+from inference.kv.state_spec import RecurrentSpec
 from inference.layers import cpu_packing
 from inference.layers.attention_context import AttentionContext
 from inference.layers.linear import Linear
@@ -99,6 +100,11 @@ class DeepseekV3ForCausalLM(nn.Module):
     @property
     def kv_spec(self) -> KVSpec:
         return self.kv_spec_for(self.config)
+
+    @classmethod
+    def recurrent_spec_for(cls, config: ModelConfig) -> RecurrentSpec | None:
+        """No recurrent layers: every layer attends over the paged KV pool."""
+        return None
 
     @torch.inference_mode()
     def forward(

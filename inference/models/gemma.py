@@ -27,26 +27,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from inference.kv.spec import KVSpec
+from inference.kv.state_spec import RecurrentSpec
 from inference.layers.attention import paged_attention
 from inference.layers.attention_context import AttentionContext
+from inference.layers.norm import ZeroCenteredRMSNorm as GemmaRMSNorm
 from inference.layers.rotary import apply_rotary, rope_cos_sin_cache
 from inference.layers.window_attention import AttentionFeatures, feature_attention
 from inference.model_config import GemmaConfig, ModelConfig
 from inference.models.weights import assign_weights
-
-
-class GemmaRMSNorm(nn.Module):
-    """``x / rms(x) * (1 + w)`` in fp32, cast back after the scaling (HF's order)."""
-
-    def __init__(self, size: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        xf = x.float()
-        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
-        return (xf * (1.0 + self.weight.float())).type_as(x)
 
 
 def _gemma(config: ModelConfig) -> GemmaConfig:
@@ -162,6 +150,11 @@ class GemmaForCausalLM(nn.Module):
     @property
     def kv_spec(self) -> KVSpec:
         return self.kv_spec_for(self.config)
+
+    @classmethod
+    def recurrent_spec_for(cls, config: ModelConfig) -> RecurrentSpec | None:
+        """No recurrent layers: every layer attends over the paged KV pool."""
+        return None
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from inference.kv.spec import KVSpec
+from inference.kv.state_spec import RecurrentSpec
 from inference.layers.attention_context import AttentionContext
 from inference.layers.norm import RMSNorm
 from inference.layers.rotary import apply_rotary, yarn_cos_sin_cache
@@ -167,6 +168,11 @@ class GptOssForCausalLM(nn.Module):
     @property
     def kv_spec(self) -> KVSpec:
         return self.kv_spec_for(self.config)
+
+    @classmethod
+    def recurrent_spec_for(cls, config: ModelConfig) -> RecurrentSpec | None:
+        """No recurrent layers: every layer attends over the paged KV pool."""
+        return None
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()

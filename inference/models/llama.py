@@ -22,6 +22,7 @@ from torch import nn
 from chatsite_kernels.cpu.decode_stack import DecodeStack
 from chatsite_kernels.cpu.quant import QuantRows
 from inference.kv.spec import KVSpec
+from inference.kv.state_spec import RecurrentSpec
 from inference.layers import cpu_packing
 from inference.layers.attention_context import AttentionContext
 from inference.layers.cpu_decode_stack import build_decode_stack
@@ -141,6 +142,11 @@ class LlamaForCausalLM(nn.Module):
     @property
     def kv_spec(self) -> KVSpec:
         return self.kv_spec_for(self.config)
+
+    @classmethod
+    def recurrent_spec_for(cls, config: ModelConfig) -> RecurrentSpec | None:
+        """No recurrent layers: every layer attends over the paged KV pool."""
+        return None
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()

@@ -30,7 +30,14 @@ from inference.models.contract import CausalLM, CausalLMClass
 from inference.models.deepseek_v3 import DeepseekV3ForCausalLM
 from inference.models.gemma import GemmaForCausalLM
 from inference.models.gpt_oss import GptOssForCausalLM
+from inference.models.hybrid_readers import (
+    read_qwen3_5,
+    read_qwen3_5_moe,
+    read_qwen3_5_vision_language,
+    read_qwen3_next,
+)
 from inference.models.llama import LlamaForCausalLM
+from inference.models.qwen3_next import Qwen3NextForCausalLM
 from inference.models.sliding_readers import read_gemma, read_gpt_oss
 
 ConfigReader = Callable[[Any, str, str], ModelConfig]  # (hf_config, architecture, name)
@@ -44,7 +51,8 @@ class Architecture:
     read_config: ConfigReader
 
 
-# The Llama decoder serves every family but DeepSeek-V3, Gemma and gpt-oss; the
+# The Llama decoder serves every family but DeepSeek-V3, Gemma, gpt-oss and the hybrid
+# linear-attention Qwens (Qwen3-Next, Qwen3.5); the
 # differences between them are ModelConfig flags, set by each family's reader.
 _TABLE: tuple[Architecture, ...] = (
     Architecture("LlamaForCausalLM", "llama", LlamaForCausalLM, read_llama),
@@ -60,6 +68,18 @@ _TABLE: tuple[Architecture, ...] = (
     Architecture("Gemma2ForCausalLM", "gemma2", GemmaForCausalLM, read_gemma),
     Architecture("Gemma3ForCausalLM", "gemma3_text", GemmaForCausalLM, read_gemma),
     Architecture("GptOssForCausalLM", "gpt_oss", GptOssForCausalLM, read_gpt_oss),
+    Architecture("Qwen3NextForCausalLM", "qwen3_next", Qwen3NextForCausalLM, read_qwen3_next),
+    Architecture("Qwen3_5ForCausalLM", "qwen3_5_text", Qwen3NextForCausalLM, read_qwen3_5),
+    Architecture("Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", Qwen3NextForCausalLM, read_qwen3_5_moe),
+    Architecture(
+        "Qwen3_5ForConditionalGeneration", "qwen3_5", Qwen3NextForCausalLM, read_qwen3_5_vision_language
+    ),
+    Architecture(
+        "Qwen3_5MoeForConditionalGeneration",
+        "qwen3_5_moe",
+        Qwen3NextForCausalLM,
+        read_qwen3_5_vision_language,
+    ),
 )
 ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in _TABLE}
 _BY_MODEL_TYPE: dict[str, Architecture] = {a.model_type: a for a in _TABLE}

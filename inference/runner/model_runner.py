@@ -24,6 +24,7 @@ import torch
 from inference.engine.scheduler import ScheduledBatch
 from inference.kv.spec import KVSpec
 from inference.layers.attention_context import AttentionContext
+from inference.layers.recurrent_context import RecurrentContext, RecurrentStates
 from inference.model_config import ModelConfig
 from inference.models.contract import CausalLM
 from inference.runner.cuda_graphs import CUDAGraphRunner
@@ -60,10 +61,14 @@ class ModelRunner:
         max_num_seqs: int = 1,
         max_model_len: int | None = None,
         enforce_eager: bool = False,
+        recurrent_states: RecurrentStates | None = None,
     ) -> None:
         """``max_num_seqs``: the largest decode batch a step can hold (the engine passes
         ``min(max_num_seqs, max_num_batched_tokens)``); ``max_model_len`` bounds a block
-        table's width (None = the whole pool). Both size the CUDA graphs' static inputs."""
+        table's width (None = the whole pool). Both size the CUDA graphs' static inputs.
+        ``recurrent_states``: a hybrid model's state pool (``inference.kv.state_pool``);
+        each step then tells the recurrent layers every sequence's slot. Such a model
+        runs eagerly (its recurrent layers read per-step host metadata)."""
         self.model = model
         if device.type == "cpu":
             model.prepare_cpu_kernels()
@@ -75,8 +80,9 @@ class ModelRunner:
         self.kv_cache = self.kv_spec.allocate(num_blocks, block_size, dtype, device)
         self._sliding = self.kv_spec.is_hybrid
         self._pin = device.type == "cuda"
+        self.recurrent_states = recurrent_states
         self.cuda_graphs: CUDAGraphRunner | None = None
-        if captures_cuda_graphs(model, self.kv_spec, device, enforce_eager):
+        if recurrent_states is None and captures_cuda_graphs(model, self.kv_spec, device, enforce_eager):
             max_len = max_model_len if max_model_len is not None else num_blocks * block_size
             self.cuda_graphs = self._capture_cuda_graphs(max_num_seqs, -(-max_len // block_size))
 
@@ -192,6 +198,14 @@ class ModelRunner:
             max_query_len=max(batch.num_new_tokens),
             max_context_len=max(context_lens),
         )
+        if self.recurrent_states is not None:
+            ctx.recurrent = RecurrentContext(
+                state_slots=self._tensor([s.state_slot for s in batch.seqs], torch.int64),
+                has_initial_state=self._tensor(
+                    [s.num_computed_tokens > 0 for s in batch.seqs], torch.int64
+                ).bool(),
+                states=self.recurrent_states,
+            )
         for g in range(1, self.kv_spec.num_groups):
             group_tables = [s.group_tables[g - 1] for s in batch.seqs]
             ctx.group_contexts.append(

@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -32,6 +33,8 @@ from inference.sampling.sampler import Sampler
 from inference.spec.adaptive import AdaptivePolicy
 from inference.spec.ngram import NgramProposer
 from inference.spec.verify import Verification, VerifyPlan, expand, split_logits, walk
+
+logger = logging.getLogger(__name__)
 
 
 class Proposer(Protocol):
@@ -196,6 +199,9 @@ def build_speculator(config: EngineConfig, engine: Any) -> NoSpeculation:
     """The speculator ``config.speculative`` asks for, over ``engine``'s block manager,
     sampler and limits (``engine``: an ``LLMEngine`` being built)."""
     if config.speculative is None:
+        return NoSpeculation()
+    if not engine.block_manager.supports_speculation:
+        logger.info("speculative decoding is off: a hybrid model's recurrent state cannot verify proposals")
         return NoSpeculation()
     k = config.num_speculative_tokens
     proposer: Proposer

@@ -7,6 +7,7 @@ never does. Each function has the semantics of its reference in
 
 from __future__ import annotations
 
+from chatsite_kernels.triton.gated_delta import gated_delta_varlen
 from chatsite_kernels.triton.mla_decode import mla_decode_attention
 from chatsite_kernels.triton.paged_decode import paged_decode_attention
 from chatsite_kernels.triton.paged_prefill import paged_prefill_attention
@@ -17,6 +18,7 @@ from chatsite_kernels.triton.store_kv import store_kv
 
 __all__ = [
     "fused_add_rms_norm",
+    "gated_delta_varlen",
     "mla_decode_attention",
     "paged_decode_attention",
     "paged_prefill_attention",

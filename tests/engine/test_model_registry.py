@@ -12,6 +12,12 @@ from inference.models import ARCHITECTURES, CausalLM, build_model, kv_spec_for
 from inference.models.registry import architecture_name, read_model_config
 from tests.support.fakes import tiny_hf_config
 from tests.support.families import FAMILIES, family_hf_config
+from tests.support.hybrid_models import (
+    HYBRID_FAMILIES,
+    VISION_LANGUAGE,
+    hybrid_config,
+    vision_language_config,
+)
 from tests.support.sliding_models import FAMILIES as SLIDING_FAMILIES
 from tests.support.sliding_models import sliding_config
 
@@ -22,6 +28,10 @@ def _tiny_configs() -> dict[str, object]:
         configs[arch] = tiny_hf_config(arch)
     for name in SLIDING_FAMILIES:
         configs[f"sliding-{name}"] = sliding_config(name)
+    for name in HYBRID_FAMILIES:
+        configs[f"hybrid-{name}"] = hybrid_config(name)
+    for name in VISION_LANGUAGE:
+        configs[f"vision-language-{name}"] = vision_language_config(name)
     return configs
 
 

@@ -357,6 +357,11 @@ class ScriptedModel(torch.nn.Module):
     def kv_spec(self) -> KVSpec:
         return self.kv_spec_for(self.config)
 
+    @classmethod
+    def recurrent_spec_for(cls, config: ModelConfig) -> None:
+        """No recurrent layers."""
+        return None
+
     def forward(
         self, input_ids: torch.Tensor, positions: torch.Tensor, ctx: AttentionContext, kv_cache: torch.Tensor
     ):

@@ -56,6 +56,10 @@ class ToolScriptModel(torch.nn.Module):
     def kv_spec(self):
         return self.kv_spec_for(self.config)
 
+    @classmethod
+    def recurrent_spec_for(cls, config):
+        return None
+
     def prepare_cpu_kernels(self) -> None:
         """No weights to pack: the model contract's CPU hook does nothing here."""
 

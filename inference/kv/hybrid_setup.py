@@ -1,0 +1,55 @@
+"""Builds a hybrid model's state pool and block manager; a plain model gets neither."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from inference.config import EngineConfig, KVPoolSize
+from inference.kv.block_manager import BlockManager
+from inference.kv.hybrid_blocks import HybridBlockManager
+from inference.kv.state_pool import StatePool, num_state_slots
+from inference.models.contract import CausalLM
+
+# Saved states may take up to this share of the KV pool's budget on top of it.
+SAVED_STATES_SHARE = 0.25
+
+
+def is_hybrid(model: CausalLM) -> bool:
+    """Whether ``model``'s class names recurrent layers (``CausalLMClass.recurrent_spec_for``)."""
+    return type(model).recurrent_spec_for(model.config) is not None
+
+
+def running_slots(config: EngineConfig) -> int:
+    """Slots the running sequences may hold at once: one each."""
+    return config.max_num_seqs
+
+
+def build_state_pool(
+    config: EngineConfig, model: CausalLM, pool: KVPoolSize, device: torch.device
+) -> StatePool | None:
+    """The recurrent-state pool of a hybrid model (its class names a ``RecurrentSpec``):
+    a slot per sequence that can run, and the saved states' slots."""
+    spec = type(model).recurrent_spec_for(model.config)
+    if spec is None:
+        return None
+    budget = int(pool.num_blocks * pool.block_bytes * SAVED_STATES_SHARE)
+    total, _ = num_state_slots(spec, running_slots(config), config.saved_states_max, budget)
+    return StatePool(spec, total, device)
+
+
+def make_block_manager(
+    config: EngineConfig, states: StatePool | None, *args: Any, **kwargs: Any
+) -> BlockManager:
+    """``BlockManager(*args, **kwargs)``, or a hybrid model's manager over ``states``."""
+    if states is None:
+        return BlockManager(*args, **kwargs)
+    saved_max = states.num_slots - running_slots(config)
+    return HybridBlockManager(
+        *args,
+        states=states,
+        saved_states_max=saved_max,
+        saved_states_per_seq=config.saved_states_per_seq,
+        **kwargs,
+    )

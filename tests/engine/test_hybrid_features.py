@@ -1,0 +1,163 @@
+"""The engine's other features on a hybrid model (tiny random Qwen3.5, checked against
+transformers on the same weights; structured output on ``tests.support.recurrent_model``,
+whose vocabulary is the tokenizer's):
+
+- n > 1: every completion forks the prompt's state and equals HF's greedy tokens;
+- beam search: each returned beam's cumulative logprob is HF's for those tokens (a beam
+  continuing from a wrong state would score differently);
+- speculative decoding is off for a hybrid model: a request asking for it decodes
+  plainly, HF's greedy tokens;
+- preemption in a pool too small for every request: recomputed, same tokens;
+- structured output: the choice grammar's text, and the dense reference's tokens when
+  the grammar allows exactly the model's greedy choice;
+- a chat's next turn resumes from the state saved at the end of the answer;
+- prefill workers (PD) are not started for a hybrid model: it prefills locally.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+import torch
+
+from inference.config import EngineConfig
+from inference.engine.llm import LLM
+from inference.engine.llm_engine import LLMEngine
+from inference.models.registry import read_model_config
+from inference.sampling.params import SamplingParams
+from inference.structured import GrammarSpec
+from inference.tokenizer import Tokenizer
+from tests.support.fakes import smollm2_tokenizer_dir
+from tests.support.hybrid_models import hybrid_config, make_hybrid_pair
+from tests.support.recurrent_model import tiny_hybrid_model
+
+FAMILY = "qwen3_5"
+VOCAB = 320
+
+
+@pytest.fixture(scope="module")
+def pair() -> tuple[torch.nn.Module, torch.nn.Module]:
+    return make_hybrid_pair(FAMILY)
+
+
+def _llm(model: torch.nn.Module, **overrides: object) -> LLM:
+    from transformers import AutoTokenizer
+
+    config = dataclasses.replace(read_model_config(hybrid_config(FAMILY)), name="tiny-qwen3_5")
+    tokenizer = Tokenizer(AutoTokenizer.from_pretrained(smollm2_tokenizer_dir()))
+    settings = {"device": "cpu", "num_kv_blocks": 128, "max_num_batched_tokens": 64, **overrides}
+    llm = LLM.__new__(LLM)
+    llm.engine = LLMEngine(EngineConfig(**settings), loaded=(model, tokenizer, config))  # type: ignore[arg-type]
+    return llm
+
+
+def _prompt(length: int, seed: int) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(3, VOCAB) for _ in range(length)]
+
+
+def _hf_greedy(hf: torch.nn.Module, ids: list[int], new_tokens: int) -> list[int]:
+    with torch.no_grad():
+        out = hf.generate(
+            torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            max_new_tokens=new_tokens,
+            do_sample=False,
+        )
+    return out[0, len(ids) :].tolist()
+
+
+def _hf_logprob(hf: torch.nn.Module, prompt: list[int], completion: list[int]) -> float:
+    with torch.no_grad():
+        logits = hf(torch.tensor([prompt + completion])).logits[0].float()
+    logprobs = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)
+    return float(logprobs[torch.arange(len(completion)), torch.tensor(completion)].sum())
+
+
+def test_parallel_completions_fork_the_state(pair) -> None:
+    hf, ours = pair
+    llm = _llm(ours)
+    prompt = _prompt(70, seed=1)
+    out = llm.generate(prompt, SamplingParams(n=2, max_tokens=8, temperature=0.0, ignore_eos=True))[0]
+    expected = _hf_greedy(hf, prompt, 8)
+    assert [c.token_ids for c in out.outputs] == [expected, expected]
+
+
+def test_beams_score_as_transformers(pair) -> None:
+    hf, ours = pair
+    llm = _llm(ours)
+    prompt = _prompt(40, seed=2)
+    params = SamplingParams(n=2, use_beam_search=True, temperature=0.0, max_tokens=6, ignore_eos=True)
+    out = llm.generate(prompt, params)[0]
+    assert len(out.outputs) == 2 and out.outputs[0].token_ids != out.outputs[1].token_ids
+    for completion in out.outputs:
+        assert completion.cumulative_logprob == pytest.approx(
+            _hf_logprob(hf, prompt, completion.token_ids), abs=1e-3
+        )
+
+
+def test_speculative_setting_decodes_plainly(pair) -> None:
+    """A verify step runs each proposed position as its own row, which a recurrent state
+    cannot serve: the engine decodes plainly and the tokens are HF's."""
+    hf, ours = pair
+    llm = _llm(ours, speculative="ngram", num_speculative_tokens=3, ngram_min=1, ngram_max=2)
+    start = _prompt(30, seed=3)
+    prompt = start + _hf_greedy(hf, start, 12) + start
+    out = llm.generate(prompt, SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True))[0]
+    assert llm.engine.speculator.stats.verifications == 0
+    assert out.outputs[0].token_ids == _hf_greedy(hf, prompt, 16)
+
+
+def test_preempted_requests_recompute_their_state(pair) -> None:
+    hf, ours = pair
+    llm = _llm(ours, num_kv_blocks=12, max_num_batched_tokens=256, enable_prefix_caching=False)
+    prompts = [_prompt(50, seed=10 + i) for i in range(3)]
+    outs = llm.generate(prompts, SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True))
+    assert llm.engine.scheduler.num_preemptions > 0
+    assert [o.outputs[0].token_ids for o in outs] == [_hf_greedy(hf, p, 24) for p in prompts]
+
+
+def test_structured_output_on_a_hybrid_model() -> None:
+    model, tokenizer, config = tiny_hybrid_model()
+    llm = LLM.__new__(LLM)
+    llm.engine = LLMEngine(
+        EngineConfig(device="cpu", num_kv_blocks=64, max_num_batched_tokens=64),
+        loaded=(model, tokenizer, config),
+    )
+    prompt = tokenizer.encode("Pick one of the words, please:")
+    free = model.reference_generate(prompt, 1)[0]
+    word = tokenizer.decode([free])
+    choices = [word, "zebra crossing", "quantum"]
+    params = SamplingParams(max_tokens=8, temperature=0.0, grammar=GrammarSpec.choice(choices))
+    out = llm.generate(prompt, params)[0].outputs[0]
+    assert out.text in choices
+    assert out.token_ids[0] == free  # the grammar allowed the model's own greedy first token
+
+
+def test_next_turn_resumes_at_the_end_of_the_answer(pair) -> None:
+    """A chat's next prompt is the history and the answer plus a new message: the state
+    saved while the answer was decoded serves everything up to its last block boundary."""
+    hf, ours = pair
+    llm = _llm(ours)
+    prompt = _prompt(50, seed=20)
+    answer = llm.generate(prompt, SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True))[0]
+    history = prompt + answer.outputs[0].token_ids
+    turn = history + _prompt(9, seed=21)
+    out = llm.generate(turn, SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True))[0]
+    assert out.num_cached_tokens == ((len(history) - 1) // 16) * 16 == 64
+    assert out.outputs[0].token_ids == _hf_greedy(hf, turn, 6)
+
+
+def test_prefill_workers_fall_back_to_local_prefill(pair) -> None:
+    """The PD hand-off moves KV blocks, not recurrent states: a hybrid engine prefills
+    locally (no workers are started) and still gives HF's tokens."""
+    from inference.engine.scheduler import Scheduler
+
+    hf, ours = pair
+    llm = _llm(ours, prefill_workers=1, pd_min_prompt_tokens=16)
+    assert type(llm.engine.scheduler) is Scheduler
+    prompt = _prompt(60, seed=30)
+    out = llm.generate(prompt, SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True))[0]
+    assert out.outputs[0].token_ids == _hf_greedy(hf, prompt, 6)
