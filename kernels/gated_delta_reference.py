@@ -38,7 +38,8 @@ def _spans(query_start_loc: torch.Tensor) -> list[tuple[int, int]]:
 def _initial(pool: torch.Tensor, slots: torch.Tensor, has_initial: torch.Tensor) -> torch.Tensor:
     """The sequences' states gathered from the pool, zeros where there is none yet."""
     states = pool.index_select(0, slots.long())
-    return states * has_initial.to(states.dtype).view(-1, *([1] * (states.dim() - 1)))
+    # where, not a product: a recycled slot may hold anything, NaN included.
+    return torch.where(has_initial.view(-1, *([1] * (states.dim() - 1))), states, 0.0)
 
 
 def causal_conv1d_varlen(

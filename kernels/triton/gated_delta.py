@@ -48,10 +48,11 @@ def _gated_delta_kernel(
     if end == start:  # not in this step: its slot stays as it is
         return
     slot = tl.load(slots_ptr + seq).to(tl.int64)
-    keep = tl.load(has_initial_ptr + seq).to(tl.float32)  # 0: start from a zero state
+    keep = tl.load(has_initial_ptr + seq) != 0  # False: start from a zero state
     state_ptrs = pool_ptr + (slot * heads + head) * dk * dv + rows[:, None] * dv + cols[None, :]
     tile_ok = row_ok[:, None] & col_ok[None, :]
-    state = tl.load(state_ptrs, mask=tile_ok, other=0.0).to(tl.float32) * keep
+    state = tl.load(state_ptrs, mask=tile_ok, other=0.0).to(tl.float32)
+    state = tl.where(keep, state, 0.0)  # not a product: a recycled slot may hold NaN
     for t in range(start, end):
         row = t * heads + head  # T * H stays far below 2**31
         q = tl.load(q_ptr + row * dk + rows, mask=row_ok, other=0.0).to(tl.float32)

@@ -18,15 +18,19 @@ def _step(lengths: list[int], heads: int = 4, dk: int = 16, dv: int = 24, seed: 
     q = reference.l2_normalize(torch.randn(tokens, heads, dk, generator=gen)) * dk**-0.5
     k = reference.l2_normalize(torch.randn(tokens, heads, dk, generator=gen))
     num_slots = len(lengths) + 3
+    pool = torch.randn(num_slots, heads, dk, dv, generator=gen)
+    slots = torch.randperm(num_slots, generator=gen)[: len(lengths)]
+    has_initial = torch.tensor([i % 3 != 1 for i in range(len(lengths))])
+    pool[slots[~has_initial]] = float("nan")  # a recycled slot's contents must not be read
     return {
         "q": q,
         "k": k,
         "v": torch.randn(tokens, heads, dv, generator=gen),
         "g": -torch.rand(tokens, heads, generator=gen) * 2,
         "beta": torch.rand(tokens, heads, generator=gen),
-        "ssm_pool": torch.randn(num_slots, heads, dk, dv, generator=gen),
-        "slots": torch.randperm(num_slots, generator=gen)[: len(lengths)],
-        "has_initial": torch.tensor([i % 3 != 1 for i in range(len(lengths))]),
+        "ssm_pool": pool,
+        "slots": slots,
+        "has_initial": has_initial,
         "query_start_loc": torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32),
     }
 

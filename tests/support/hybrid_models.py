@@ -143,7 +143,7 @@ class HybridRunner:
         self.states = model.recurrent_spec.allocate(num_slots)
         for tensors in (self.states.conv, self.states.ssm):  # stale contents a fresh sequence must ignore
             for t in tensors:
-                t.normal_()
+                t.fill_(float("nan"))
         self.free = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(seed)).tolist()
         self.free_slots = list(range(num_slots))
         self.tables: list[list[int]] = []
