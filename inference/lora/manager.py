@@ -4,9 +4,10 @@ group (S-LoRA's unified layout: slot ``s`` of every stack is one adapter, zero-p
 ``max_rank``), least recently used evicted back to host memory.
 
 Each step the model runner hands over its rows' slots (``row_slots``); inside ``step``
-the layers add the adapters' products (``inference.lora.layers``). A step whose rows all
-run the base model leaves every fast path as it is; one with adapter rows runs the layers
-one by one (the one-call CPU decode stack and CUDA graphs have no adapter products).
+the layers add the adapters' products (``inference.lora.layers``), and a decode step on
+the one-call CPU decode stack adds them inside that call (``model.decode_adapters``). A
+step whose rows all run the base model leaves every fast path as it is; CUDA graphs have
+no adapter products, so a step with adapter rows runs there without them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Iterator, Sequence
 import torch
 from torch import nn
 
+from chatsite_kernels.cpu.stack_adapters import AdapterGroup, AdapterStep, StackAdapters
 from inference.lora.adapter import LoraAdapter, LoraLoadError
 from inference.lora.layers import AttentionLora, MlpLora
 from inference.lora.stacks import GROUPS, Stack
@@ -46,6 +48,7 @@ class LoraManager:
         self.adapters: dict[str, LoraAdapter] = {}  # every loaded adapter, on the host
         self.resident: OrderedDict[str, int] = OrderedDict()  # name -> slot, least recent first
         self.active: torch.Tensor | None = None  # the step's row slots, while one runs
+        self._stack_adapters: tuple[object, StackAdapters] | None = None  # (decode stack, its adapters)
         self._lock = threading.Lock()  # loads come from the caller's thread, steps from the engine's
 
     @property
@@ -153,19 +156,33 @@ class LoraManager:
         rows = [slot_of[n] if n else -1 for n, c in zip(names, counts, strict=True) for _ in range(c)]
         return torch.tensor(rows, dtype=torch.int32, device=self.device)
 
+    def _decode_stack_step(self, stack: object, slots: torch.Tensor) -> AdapterStep | None:
+        """The step's adapters for the model's one-call decode stack, or None where the
+        stacks are not fp32 on the CPU (that call reads only those)."""
+        if stack is None or self.dtype != torch.float32 or self.device.type != "cpu":
+            return None
+        if self._stack_adapters is None or self._stack_adapters[0] is not stack:
+            layers = [{g: AdapterGroup(s.a, tuple(s.b)) for g, s in groups.items()} for groups in self.stacks]
+            self._stack_adapters = (stack, stack.adapters(layers, self.max_loras, self.max_rank))  # type: ignore[attr-defined]
+        return self._stack_adapters[1].step(slots, self.scales, len(slots))
+
     @contextlib.contextmanager
     def step(self, slots: torch.Tensor | None) -> Iterator[None]:
-        """The layers add the adapters' products for ``slots`` while this is open."""
+        """The layers (or the decode stack's one call) add the adapters' products for
+        ``slots`` while this is open."""
         if slots is None:
             yield
             return
         stack = self.model.__dict__.get("decode_stack")
-        if stack is not None:
-            self.model.decode_stack = None  # its one C call has no adapter products
+        adapters = self._decode_stack_step(stack, slots)
+        if stack is not None and adapters is None:
+            self.model.decode_stack = None  # its one call reads fp32 CPU stacks only
         self.active = slots
+        self.model.decode_adapters = adapters
         try:
             yield
         finally:
             self.active = None
-            if stack is not None:
+            self.model.decode_adapters = None
+            if stack is not None and adapters is None:
                 self.model.decode_stack = stack

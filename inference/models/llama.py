@@ -21,6 +21,7 @@ from torch import nn
 
 from chatsite_kernels.cpu.decode_stack import DecodeStack
 from chatsite_kernels.cpu.quant import QuantRows
+from chatsite_kernels.cpu.stack_adapters import AdapterStep
 from inference.kv.spec import KVSpec
 from inference.kv.state_spec import RecurrentSpec
 from inference.layers import cpu_packing
@@ -129,6 +130,7 @@ class LlamaForCausalLM(nn.Module):
     """
 
     decode_stack: DecodeStack | None = None  # set by prepare_cpu_kernels where it applies
+    decode_adapters: AdapterStep | None = None  # the step's LoRA rows (inference.lora), while one runs
 
     @classmethod
     def kv_spec_for(cls, config: ModelConfig) -> KVSpec:
@@ -200,7 +202,10 @@ class LlamaForCausalLM(nn.Module):
             and len(ctx.context_lens) == len(hidden)
         ):
             # One C call for the whole stack: the per-op glue cost more than the kernels.
-            return stack(hidden, cos_sin, ctx.slot_mapping, kv_cache, ctx.block_tables, ctx.context_lens)
+            return stack(
+                hidden, cos_sin, ctx.slot_mapping, kv_cache, ctx.block_tables, ctx.context_lens,
+                self.decode_adapters,
+            )  # fmt: skip
         residual = None
         for layer in self.model.layers:
             hidden, residual = layer(hidden, residual, cos_sin, ctx, kv_cache)

@@ -54,7 +54,7 @@ LIBS = ("-lm",)
 ASAN_CFLAGS = ("-fsanitize=address", "-fno-omit-frame-pointer", "-g")
 # Libraries built from more than their own source: these are compiled into the same
 # shared object, so the first calls the others' exported functions directly.
-LINKED = {"decode_stack": ("quant_linear", "linear", "layer_ops", "paged_decode")}
+LINKED = {"decode_stack": ("quant_linear", "linear", "layer_ops", "paged_decode", "lora")}
 # Builds of a library not loaded for this long are removed when it is rebuilt.
 PRUNE_AFTER_S = 7 * 24 * 3600
 STALE_TMP_S = 3600

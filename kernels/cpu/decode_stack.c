@@ -15,11 +15,17 @@
  *
  * Every row is a decode token (one new token per sequence, its position's K/V stored
  * at slots[m]); the caller checks that and falls back to the per-op path otherwise.
+ *
+ * LoRA adapters (optional, lora.c's shrink and expand): each product's output gets its
+ * row's adapter product added right after the base product, as the per-op path's
+ * inference/lora/layers.py does; the MLP then runs gate and up as plain products (the
+ * adapters join before the SiLU) and the SiLU as a separate pass.
  */
 #include <stdint.h>
 #include <string.h>
 
 #include "kernels.h"
+#include "vec8.h"
 
 #define FMT_F32 (-1) /* fp32 panels of linear.c; 0.. are quant_linear.c's formats */
 
@@ -40,6 +46,25 @@ typedef struct {
     float eps, scale;
 } stack_shape;
 
+/* One projection group's resident adapters: A [S, G R, K] (the group's A matrices one
+ * under the other, each zero-padded to rank R), and B [S, N_i, R] per projection. */
+typedef struct {
+    const float *a;
+    const float *b[3];
+} stack_lora_group;
+
+typedef struct {
+    stack_lora_group qkv, o, gate_up, down;
+} stack_lora_layer;
+
+/* The step's adapters: row m runs slot row_slots[m] (-1: the base model alone). */
+typedef struct {
+    const stack_lora_layer *layers;
+    const int32_t *row_slots;
+    const float *scales; /* [S] */
+    int64_t num_slots, rank;
+} stack_lora;
+
 /* The pool [num_blocks, 2, num_layers, block_size, kv_heads, head_dim] by its strides. */
 typedef struct {
     float *base;
@@ -59,19 +84,71 @@ static int swiglu(const stack_linear *w, const float *x, int64_t xs, float *y, i
     return quant_linear_f32(x, xs, w->weight, (int)w->fmt, NULL, y, ys, M, 2 * inter, K, 1, threads);
 }
 
+/* out_i [M, N_i] (row stride os, columns from offsets[i]) += scale B_i A_i x for the
+ * group's n projections, each row with its own slot's adapter; y: M * n * R floats. */
+static int lora_group(const stack_lora *lora, const stack_lora_group *g, int n, const float *x,
+                      int64_t xs, int64_t K, float *out, int64_t os, const int64_t *offsets,
+                      const int64_t *widths, int64_t M, float *y, int threads) {
+    const int64_t R = lora->rank, S = lora->num_slots;
+    int rc = lora_shrink_f32(x, xs, g->a, S, n * R, K, lora->row_slots, M, y, n * R, threads);
+    for (int i = 0; i < n && !rc; i++)
+        rc = lora_expand_f32(y + i * R, n * R, g->b[i], S, widths[i], R, lora->row_slots, lora->scales,
+                             M, out + offsets[i], os, threads);
+    return rc;
+}
+
+/* The MLP with adapters: gate and up as plain products (interleaved 8 by 8 in raw),
+ * split into gate (out) and up, each with its adapters' products, then
+ * out = silu(gate) * up. Rows of out and up are `padded` wide (I rounded up to 8). */
+static int lora_swiglu(const stack_linear *w, const stack_lora *lora, const stack_lora_group *g,
+                       const float *x, int64_t xs, float *out, float *up, float *raw, float *y,
+                       int64_t padded, int64_t M, int64_t inter, int64_t K, int threads) {
+    const int64_t width = 2 * padded;
+    int rc = w->fmt == FMT_F32
+                 ? linear_packed_f32(x, xs, w->weight, NULL, raw, width, M, width, K, threads)
+                 : quant_linear_f32(x, xs, w->weight, (int)w->fmt, NULL, raw, width, M, width, K, 0,
+                                    threads);
+    if (rc) return rc;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t p = 0; p < padded / 8; p++) {
+            store8(out + m * padded + 8 * p, load8(raw + m * width + 16 * p));
+            store8(up + m * padded + 8 * p, load8(raw + m * width + 16 * p + 8));
+        }
+    float *outs[2] = {out, up};
+    /* One shrink for both (gate and up share their input), then each one's expand. */
+    const int64_t R = lora->rank;
+    rc = lora_shrink_f32(x, xs, g->a, lora->num_slots, 2 * R, K, lora->row_slots, M, y, 2 * R, threads);
+    for (int i = 0; i < 2 && !rc; i++)
+        rc = lora_expand_f32(y + i * R, 2 * R, g->b[i], lora->num_slots, inter, R, lora->row_slots,
+                             lora->scales, M, outs[i], padded, threads);
+    if (rc) return rc;
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t c = 0; c < padded; c += 8)
+            store8(out + m * padded + c, silu_mul8(load8(out + m * padded + c), load8(up + m * padded + c)));
+    return 0;
+}
+
 /* hidden [M, H]: the embeddings in, the final norm's output out. scratch: at least
- * M * (2 H + (Hq + 2 Hkv) D + Hq D + I) floats. Returns 0, or the first failing
+ * M * (2 H + (Hq + 2 Hkv) D + Hq D + I) floats, and with adapters (lora not NULL)
+ * M * (4 P + 3 R) more, P being I rounded up to 8 and R the adapters' rank. Returns 0, or the first failing
  * kernel's code (1 bad shape, 2 out of memory, 3 an index out of range). */
 int decode_stack_f32(const stack_layer *layers, int64_t num_layers, const stack_shape *s,
                      const float *final_norm, float *hidden, int64_t M, const float *cos_sin,
                      const int64_t *slots, const stack_pool *pool, const int32_t *block_tables,
                      int64_t table_stride, int64_t table_width, const int32_t *context_lens,
-                     float *scratch, int threads) {
+                     const stack_lora *lora, float *scratch, int threads) {
     const int64_t H = s->hidden, D = s->head_dim, hq = s->q_heads, hkv = s->kv_heads;
     const int64_t qkv_width = (hq + 2 * hkv) * D, attn_width = hq * D, I = s->intermediate;
     if (M < 1 || num_layers < 0 || H < 1 || D < 2 || hkv < 1 || hq % hkv || I < 1) return 1;
     float *residual = scratch, *normed = residual + M * H, *qkv = normed + M * H;
     float *attn = qkv + M * qkv_width, *mlp = attn + M * attn_width;
+    /* With adapters: the MLP's rows are `padded` wide, and up, the raw gate/up product
+     * and the shrink's output follow. */
+    const int64_t padded = (I + 7) / 8 * 8;
+    float *up = mlp + M * padded, *raw = up + M * padded, *y = raw + 2 * M * padded;
+    const int64_t qkv_offsets[3] = {0, hq * D, (hq + hkv) * D}, qkv_widths[3] = {hq * D, hkv * D, hkv * D};
+    const int64_t no_offset[1] = {0}, hidden_width[1] = {H};
+    if (lora && (lora->rank < 1 || lora->num_slots < 1)) return 1;
     int rc = 0;
     memcpy(residual, hidden, (size_t)(M * H) * sizeof(float));
     for (int64_t l = 0; l < num_layers && !rc; l++) {
@@ -81,7 +158,11 @@ int decode_stack_f32(const stack_layer *layers, int64_t num_layers, const stack_
          * layer's MLP output into the running sum first. */
         rc = rms_norm_f32(l ? hidden : residual, H, l ? residual : NULL, H, w->input_norm, normed, H,
                           M, H, s->eps, threads);
+        const stack_lora_layer *a = lora ? &lora->layers[l] : NULL;
         if (!rc) rc = product(&w->qkv, normed, H, qkv, qkv_width, M, qkv_width, H, threads);
+        if (!rc && a)
+            rc = lora_group(lora, &a->qkv, 3, normed, H, H, qkv, qkv_width, qkv_offsets, qkv_widths, M, y,
+                            threads);
         if (!rc)
             rc = rotary_store_f32(qkv, qkv_width, M, (int)hq, (int)hkv, (int)D, cos_sin, slots, k_cache,
                                   pool->block, pool->pos, pool->head, v_cache, pool->block, pool->pos,
@@ -93,9 +174,20 @@ int decode_stack_f32(const stack_layer *layers, int64_t num_layers, const stack_
                 (int)table_width, context_lens, attn, attn_width, D, (int)M, (int)hq, (int)hkv, (int)D,
                 (int)pool->block_size, s->scale, threads);
         if (!rc) rc = product(&w->o, attn, attn_width, hidden, H, M, H, attn_width, threads);
+        if (!rc && a)
+            rc = lora_group(lora, &a->o, 1, attn, attn_width, attn_width, hidden, H, no_offset, hidden_width,
+                            M, y, threads);
         if (!rc) rc = rms_norm_f32(hidden, H, residual, H, w->post_norm, normed, H, M, H, s->eps, threads);
-        if (!rc) rc = swiglu(&w->gate_up, normed, H, mlp, I, M, I, H, threads);
-        if (!rc) rc = product(&w->down, mlp, I, hidden, H, M, H, I, threads);
+        const int64_t mlp_stride = a ? padded : I;
+        if (!rc && a)
+            rc = lora_swiglu(&w->gate_up, lora, &a->gate_up, normed, H, mlp, up, raw, y, padded, M, I, H,
+                             threads);
+        else if (!rc)
+            rc = swiglu(&w->gate_up, normed, H, mlp, I, M, I, H, threads);
+        if (!rc) rc = product(&w->down, mlp, mlp_stride, hidden, H, M, H, I, threads);
+        if (!rc && a)
+            rc = lora_group(lora, &a->down, 1, mlp, mlp_stride, I, hidden, H, no_offset, hidden_width, M, y,
+                            threads);
     }
     if (!rc) {
         rc = rms_norm_f32(num_layers ? hidden : residual, H, num_layers ? residual : NULL, H, final_norm,

@@ -19,6 +19,7 @@ import torch
 from chatsite_kernels.cpu import build as cpu_build
 from chatsite_kernels.cpu import checks as cpu_checks
 from chatsite_kernels.cpu import quant as cpu_quant
+from chatsite_kernels.cpu.stack_adapters import AdapterGroup, AdapterStep, StackAdapters
 
 _SYMBOL = "decode_stack_f32"
 FMT_F32 = -1  # fp32 panels (cpu_linear.pack_weight / pack_gate_up)
@@ -61,7 +62,7 @@ def _declare(lib: ctypes.CDLL) -> None:
         *(ptr, i64, ptr, ptr),  # layers, num_layers, shape, final_norm
         *(ptr, i64, ptr, ptr),  # hidden, rows, cos_sin, slots
         *(ptr, ptr, i64, i64, ptr),  # pool, block_tables, row stride, width, context_lens
-        *(ptr, ctypes.c_int),  # scratch, threads
+        *(ptr, ptr, ctypes.c_int),  # adapters (or NULL), scratch, threads
     ]
     fn.restype = ctypes.c_int
 
@@ -196,9 +197,27 @@ class DecodeStack:
             *(linear(getattr(layer, n)) for n in ("qkv", "o", "gate_up", "down")),
         )
 
-    def scratch_floats(self, rows: int) -> int:
+    def adapters(self, layers: list[dict[str, AdapterGroup]], num_slots: int, rank: int) -> StackAdapters:
+        """The LoRA stacks of every layer (``stack_adapters``), checked against this stack's shape."""
         s = self.shape
-        return rows * (2 * s.hidden + (2 * s.q_heads + 2 * s.kv_heads) * s.head_dim + s.intermediate)
+        q, kv, attn = s.q_heads * s.head_dim, s.kv_heads * s.head_dim, s.q_heads * s.head_dim
+        widths = {
+            "qkv": (s.hidden, (q, kv, kv)),
+            "o": (attn, (s.hidden,)),
+            "gate_up": (s.hidden, (s.intermediate, s.intermediate)),
+            "down": (s.intermediate, (s.hidden,)),
+        }
+        if len(layers) != len(self.layers):
+            raise ValueError(f"adapters: {len(layers)} layers of stacks for a stack of {len(self.layers)}")
+        return StackAdapters(layers, widths, num_slots, rank)
+
+    def scratch_floats(self, rows: int, rank: int = 0) -> int:
+        """What the C call needs; ``rank``: the adapters' (0: none), whose MLP runs gate
+        and up apart, on rows padded to 8 features."""
+        s = self.shape
+        base = rows * (2 * s.hidden + (2 * s.q_heads + 2 * s.kv_heads) * s.head_dim + s.intermediate)
+        padded = -(-s.intermediate // 8) * 8
+        return base + (rows * (4 * padded + 3 * rank) if rank else 0)
 
     def _pool(self, kv_cache: torch.Tensor) -> _Pool:
         """The pool ``[num_blocks, 2, num_layers, block_size, Hkv, D]`` by its strides."""
@@ -223,12 +242,14 @@ class DecodeStack:
         kv_cache: torch.Tensor,
         block_tables: torch.Tensor,
         context_lens: torch.Tensor,
+        adapters: AdapterStep | None = None,
     ) -> torch.Tensor:
         """One decode step: ``hidden`` ``[M, H]`` embeddings of each sequence's new token
         (overwritten), ``cos_sin`` ``[M, D]``, ``slots`` ``[M]`` (its K/V's cache slot),
         ``kv_cache`` the pool ``[num_blocks, 2, num_layers, block_size, Hkv, D]``,
-        ``block_tables`` ``[M, W]`` and ``context_lens`` ``[M]``. Returns the final norm's
-        output ``[M, H]`` (in ``hidden``'s storage)."""
+        ``block_tables`` ``[M, W]`` and ``context_lens`` ``[M]``; ``adapters``: the rows'
+        LoRA adapters (``StackAdapters.step``) or None. Returns the final norm's output
+        ``[M, H]`` (in ``hidden``'s storage)."""
         s = self.shape
         cpu_checks.tensor("hidden", hidden, dim=2, contiguous=True)
         cpu_checks.at_least("hidden", hidden.shape[0], 1, "the number of rows")
@@ -248,12 +269,16 @@ class DecodeStack:
         tables = tables if tables.stride(-1) == 1 else tables.contiguous()
         lens = cpu_checks.int32_values("context_lens", context_lens).contiguous()
         pool = self._pool(kv_cache)
-        scratch = torch.empty(self.scratch_floats(rows), dtype=torch.float32)
+        if adapters is not None:
+            cpu_checks.size("adapters", adapters.row_slots.shape[0], rows, "the number of rows")
+        rank = adapters.rank if adapters is not None else 0
+        scratch = torch.empty(self.scratch_floats(rows, rank), dtype=torch.float32)
+        lora = ctypes.byref(adapters.struct) if adapters is not None else None
         rc = cpu_build.require("decode_stack", _declare).decode_stack_f32(
             self._layers, len(self.layers), ctypes.byref(self._shape), self.final_norm.data_ptr(),
             hidden.data_ptr(), rows, cos_sin.data_ptr(), slots.data_ptr(),
             ctypes.byref(pool), tables.data_ptr(), tables.stride(0), tables.shape[1], lens.data_ptr(),
-            scratch.data_ptr(), torch.get_num_threads(),
+            lora, scratch.data_ptr(), torch.get_num_threads(),
         )  # fmt: skip
         cpu_build.check(rc, _SYMBOL, "a slot, block id or context length is outside the KV cache")
         return hidden

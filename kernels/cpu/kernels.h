@@ -27,5 +27,10 @@ int paged_decode_attention_f32(const float *query, int64_t q_seq_stride, int64_t
                                const int32_t *context_lens, float *out, int64_t out_seq_stride,
                                int64_t out_head_stride, int num_seqs, int q_heads, int kv_heads,
                                int head_dim, int block_size, float scale, int num_threads);
+int lora_shrink_f32(const float *x, int64_t xs, const float *a, int64_t S, int64_t R, int64_t K,
+                    const int32_t *slots, int64_t T, float *y, int64_t ys, int num_threads);
+int lora_expand_f32(const float *y, int64_t ys, const float *b, int64_t S, int64_t N, int64_t R,
+                    const int32_t *slots, const float *scales, int64_t T, float *out, int64_t os,
+                    int num_threads);
 
 #endif

@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "vec8.h"
 
 /* A decode batch's products are a few hundred thousand multiply-adds: well under a
