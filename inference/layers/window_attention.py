@@ -1,14 +1,16 @@
-"""Paged attention with the features the fused kernels lack: a sliding window, learned
-per-head attention sinks and a logit soft-cap.
+"""Paged attention with the features plain causal attention lacks: a sliding window,
+learned per-head attention sinks and a logit soft-cap.
 
-The C decode kernel, the one-call CPU decode stack and the Triton kernels attend over a
-sequence's whole context with a plain softmax. A layer with any of these features comes
-here instead, on every device (plain PyTorch ops): each sequence's queries are attended
-over the blocks its window still reaches, gathered from its block table (a sliding
-group's table has no blocks before that point; ``inference.kv.block_manager``). The
-arithmetic is HF's eager attention: scores scaled, soft-capped (``cap * tanh(s / cap)``),
-masked causally and to ``kv > q - window``, then a softmax whose denominator also holds
-``exp(sink[h])`` per head (gpt-oss), in fp32.
+The arithmetic is HF's eager attention: scores scaled, soft-capped (``cap * tanh(s /
+cap)``), masked causally and to ``kv > q - window``, then a softmax whose denominator
+also holds ``exp(sink[h])`` per head (gpt-oss), in fp32. Each sequence reads only the
+blocks its window still reaches (a sliding group's table has no blocks before that
+point; ``inference.kv.block_manager``).
+
+Dispatch: on CUDA the Triton kernels take the features as parameters; on the CPU in
+fp32 the decoding sequences go through the C decode kernel
+(``chatsite_kernels.cpu.decode``), and prefill chunks (or other dtypes) through
+``feature_attention_torch``, the PyTorch path the kernels are tested against.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
-from inference.layers.attention import store_kv_cpu
+from chatsite_kernels.cpu import decode as cpu_decode
+from inference.layers.attention import _triton_ops, store_kv_cpu
 from inference.layers.attention_context import AttentionContext
 
 
@@ -48,14 +51,55 @@ def feature_attention(
 ) -> torch.Tensor:
     """Store this step's ``key``/``value`` ``[T, Hkv, D]`` (unless ``kv_stored``), then
     attend each sequence's new queries ``[T, Hq, D]`` over its cached context."""
+    ops = _triton_ops() if query.is_cuda else None
+    if ops is not None:
+        if not kv_stored:
+            ops.store_kv(key, value, k_cache, v_cache, ctx.slot_mapping)
+        kw = {"window": features.window, "softcap": features.softcap, "sinks": features.sinks}
+        if ctx.is_decode_only:
+            return ops.paged_decode_attention(
+                query, k_cache, v_cache, ctx.block_tables, ctx.context_lens, scale, **kw
+            )
+        return ops.paged_prefill_attention(
+            query, k_cache, v_cache, ctx.block_tables, ctx.query_start_loc, ctx.context_lens, scale, **kw
+        )
     if not kv_stored:
         store_kv_cpu(key, value, k_cache, v_cache, ctx)
+    if ctx.is_decode_only and cpu_decode.supports(query, k_cache, v_cache):
+        return cpu_decode.paged_decode_attention_cpu(
+            query,
+            k_cache,
+            v_cache,
+            ctx.block_tables,
+            ctx.context_lens,
+            scale,
+            window=features.window,
+            softcap=features.softcap,
+            sinks=features.sinks,
+        )
+    return feature_attention_torch(
+        query, k_cache, v_cache, ctx.block_tables, ctx.query_start_loc, ctx.context_lens, scale, features
+    )
+
+
+def feature_attention_torch(
+    query: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    block_tables: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    context_lens: torch.Tensor,
+    scale: float,
+    features: AttentionFeatures,
+) -> torch.Tensor:
+    """The PyTorch path (any device, any dtype; K/V already stored): sequence by
+    sequence, its window's blocks gathered, attention in fp32. The kernels' oracle."""
     out = torch.empty(
         query.shape[0], query.shape[1], v_cache.shape[-1], dtype=query.dtype, device=query.device
     )
     block_size = k_cache.shape[1]
-    starts = ctx.query_start_loc.tolist()
-    lens = ctx.context_lens.tolist()
+    starts = query_start_loc.tolist()
+    lens = context_lens.tolist()
     for i, kv_len in enumerate(lens):
         start, end = starts[i], starts[i + 1]
         q_len = end - start
@@ -64,7 +108,7 @@ def feature_attention(
         first_pos = kv_len - q_len  # position of the first new query
         lo = 0 if features.window is None else max(0, first_pos - features.window + 1)
         first_block, last_block = lo // block_size, -(-kv_len // block_size)
-        blocks = ctx.block_tables[i, first_block:last_block].long()
+        blocks = block_tables[i, first_block:last_block].long()
         base = first_block * block_size
         k = k_cache.index_select(0, blocks).flatten(0, 1)[: kv_len - base]
         v = v_cache.index_select(0, blocks).flatten(0, 1)[: kv_len - base]

@@ -134,9 +134,9 @@ class GemmaForCausalLM(nn.Module):
     """``forward(input_ids[T], positions[T], ctx, kv_cache) -> hidden[T, H]``;
     ``compute_logits(hidden[N, H]) -> [N, vocab]`` fp32 (soft-capped where configured)."""
 
-    # Sliding layers and soft-capped scores attend through ``window_attention``, which
-    # reads the step's plan on the host: decode steps run eagerly on CUDA.
-    supports_cuda_graphs = False
+    # Sliding layers and soft-capped scores take the Triton kernels' window and soft-cap
+    # parameters on CUDA: nothing reads the host, so decode steps are captured.
+    supports_cuda_graphs = True
 
     @classmethod
     def kv_spec_for(cls, config: ModelConfig) -> KVSpec:

@@ -3,8 +3,8 @@
 - Attention: biases on q/k/v/o, YaRN rotary (``inference.layers.rotary``), and a learned
   sink logit per head that joins each softmax's denominator (it takes probability mass
   and returns nothing). Layers alternate sliding (``sliding_window``) and full attention
-  (``layer_types``); both go through ``inference.layers.window_attention`` (the fused
-  kernels have no sinks), and the sliding ones' blocks leave the pool as the window
+  (``layer_types``); both go through ``inference.layers.window_attention`` (the C decode
+  kernel and the Triton kernels take the sinks and window), and the sliding ones' blocks leave the pool as the window
   moves on (``KVSpec.groups``).
 - MLP: a router (linear with bias) picks the top-k experts per token and weighs them by
   a softmax over their logits; each expert is ``down((up + 1) * gate * sigmoid(alpha *
@@ -153,7 +153,7 @@ class GptOssForCausalLM(nn.Module):
     """``forward(input_ids[T], positions[T], ctx, kv_cache) -> hidden[T, H]``;
     ``compute_logits(hidden[N, H]) -> [N, vocab]`` fp32."""
 
-    # Its attention reads the step's plan on the host (sinks: the PyTorch path).
+    # Its experts find their tokens on the host (``GptOssExperts.forward``).
     supports_cuda_graphs = False
 
     @classmethod

@@ -163,9 +163,9 @@ class LlamaForCausalLM(nn.Module):
 
     @property
     def supports_cuda_graphs(self) -> bool:
-        """Routed experts count their tokens on the host, and sliding layers read their
-        attention plan there (syncs a graph cannot capture)."""
-        return self.config.moe is None and self.config.layer_windows is None
+        """Routed experts count their tokens on the host (a sync a graph cannot capture);
+        sliding layers take the Triton kernels' window parameter and read nothing there."""
+        return self.config.moe is None
 
     @property
     def cos_sin_cache(self) -> torch.Tensor:

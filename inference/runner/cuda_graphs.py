@@ -79,7 +79,9 @@ def pick_graph_size(sizes: Sequence[int], batch: int) -> int | None:
 @dataclass
 class StaticDecodeInputs:
     """The buffers every decode graph reads: a graph of batch size ``s`` reads the first
-    ``s`` rows. Allocated once; their addresses are what the graphs remember."""
+    ``s`` rows. Allocated once; their addresses are what the graphs remember. A model
+    with several KV groups (sliding windows) has a slot mapping and block table per
+    group after the first (``AttentionContext.group_contexts``)."""
 
     input_ids: torch.Tensor  # [S] int64
     positions: torch.Tensor  # [S] int64
@@ -87,16 +89,28 @@ class StaticDecodeInputs:
     context_lens: torch.Tensor  # [S] int32, 0 on padding rows
     block_tables: torch.Tensor  # [S, W] int32
     query_start_loc: torch.Tensor  # [S + 1] int32: 0, 1, 2, ... (one token per sequence), constant
+    group_slot_mappings: list[torch.Tensor] = dataclasses.field(default_factory=list)  # KV groups 1..
+    group_block_tables: list[torch.Tensor] = dataclasses.field(default_factory=list)
 
     @classmethod
-    def allocate(cls, max_batch: int, max_blocks: int, device: torch.device | str) -> StaticDecodeInputs:
+    def allocate(
+        cls, max_batch: int, max_blocks: int, device: torch.device | str, num_groups: int = 1
+    ) -> StaticDecodeInputs:
+        def slots() -> torch.Tensor:
+            return torch.full((max_batch,), -1, dtype=torch.int64, device=device)
+
+        def tables() -> torch.Tensor:
+            return torch.zeros(max_batch, max_blocks, dtype=torch.int32, device=device)
+
         return cls(
             input_ids=torch.zeros(max_batch, dtype=torch.int64, device=device),
             positions=torch.zeros(max_batch, dtype=torch.int64, device=device),
-            slot_mapping=torch.full((max_batch,), -1, dtype=torch.int64, device=device),
+            slot_mapping=slots(),
             context_lens=torch.zeros(max_batch, dtype=torch.int32, device=device),
-            block_tables=torch.zeros(max_batch, max_blocks, dtype=torch.int32, device=device),
+            block_tables=tables(),
             query_start_loc=torch.arange(max_batch + 1, dtype=torch.int32, device=device),
+            group_slot_mappings=[slots() for _ in range(num_groups - 1)],
+            group_block_tables=[tables() for _ in range(num_groups - 1)],
         )
 
     @property
@@ -110,20 +124,29 @@ class StaticDecodeInputs:
     def context(self, size: int, block_size: int) -> AttentionContext:
         """The attention context of a graph of batch ``size``: views of the first rows,
         so every replay sees what ``load`` last wrote there."""
-        return AttentionContext(
-            slot_mapping=self.slot_mapping[:size],
-            query_start_loc=self.query_start_loc[: size + 1],
-            context_lens=self.context_lens[:size],
-            block_tables=self.block_tables[:size],
-            max_query_len=1,
-            # Unused by the CUDA attention path; if a launcher ever reads it, the full
-            # table span bounds every replay's lengths.
-            max_context_len=self.max_blocks * block_size,
-        )
+
+        def group(slots: torch.Tensor, tables: torch.Tensor) -> AttentionContext:
+            return AttentionContext(
+                slot_mapping=slots[:size],
+                query_start_loc=self.query_start_loc[: size + 1],
+                context_lens=self.context_lens[:size],
+                block_tables=tables[:size],
+                max_query_len=1,
+                # Unused by the CUDA attention path; if a launcher ever reads it, the full
+                # table span bounds every replay's lengths.
+                max_context_len=self.max_blocks * block_size,
+            )
+
+        ctx = group(self.slot_mapping, self.block_tables)
+        ctx.group_contexts = [
+            group(slots, tables)
+            for slots, tables in zip(self.group_slot_mappings, self.group_block_tables, strict=True)
+        ]
+        return ctx
 
     def fits(self, packed: PackedBatch) -> bool:
         """Whether a step can replay a graph: decode-only, at most ``max_batch``
-        sequences, block tables no wider than the buffer."""
+        sequences, block tables (of every KV group) no wider than the buffer."""
         ctx = packed.ctx
         batch = packed.input_ids.shape[0]
         return (
@@ -131,6 +154,8 @@ class StaticDecodeInputs:
             and 1 <= batch <= self.max_batch
             and ctx.context_lens.shape[0] == batch
             and ctx.block_tables.shape[1] <= self.max_blocks
+            and len(ctx.group_contexts) == len(self.group_block_tables)
+            and all(g.block_tables.shape[1] <= self.max_blocks for g in ctx.group_contexts)
         )
 
     def load(self, packed: PackedBatch, size: int) -> None:
@@ -144,19 +169,23 @@ class StaticDecodeInputs:
         this step's table width are never read (its length fits inside the width)."""
         ctx = packed.ctx
         batch = packed.input_ids.shape[0]
-        width = ctx.block_tables.shape[1]
         self.input_ids[:batch].copy_(packed.input_ids)
         self.positions[:batch].copy_(packed.positions)
-        self.slot_mapping[:batch].copy_(ctx.slot_mapping)
         self.context_lens[:batch].copy_(ctx.context_lens)
-        self.block_tables[:batch, :width].copy_(ctx.block_tables)
-        self.slot_mapping[batch:size].fill_(-1)
         self.context_lens[batch:size].fill_(0)
+        groups = [ctx, *ctx.group_contexts]
+        all_slots = [self.slot_mapping, *self.group_slot_mappings]
+        all_tables = [self.block_tables, *self.group_block_tables]
+        for group, slots, tables in zip(groups, all_slots, all_tables, strict=True):
+            slots[:batch].copy_(group.slot_mapping)
+            slots[batch:size].fill_(-1)
+            tables[:batch, : group.block_tables.shape[1]].copy_(group.block_tables)
 
     def clear(self) -> None:
         """Every row padding (capture time: the warm-up and captured passes then neither
         write the KV pool nor read it)."""
-        self.slot_mapping.fill_(-1)
+        for slots in (self.slot_mapping, *self.group_slot_mappings):
+            slots.fill_(-1)
         self.context_lens.fill_(0)
 
 
@@ -177,14 +206,16 @@ class CUDAGraphRunner:
         block_size: int,
         max_batch: int,
         max_blocks: int,
+        num_groups: int = 1,
     ) -> None:
+        """``num_groups``: the KV pool's groups (``KVSpec.num_groups``)."""
         self.model = model
         self.kv_cache = kv_cache
         self.sizes = graph_batch_sizes(max_batch)
         if not self.sizes:
             raise ValueError(f"max_batch must be at least 1, got {max_batch}")
         device = kv_cache.device
-        self.inputs = StaticDecodeInputs.allocate(self.sizes[-1], max_blocks, device)
+        self.inputs = StaticDecodeInputs.allocate(self.sizes[-1], max_blocks, device, num_groups)
         param = next(model.parameters())
         self.output = torch.zeros(self.sizes[-1], model.config.hidden_size, dtype=param.dtype, device=device)
         self._contexts = {s: self.inputs.context(s, block_size) for s in self.sizes}
@@ -198,8 +229,10 @@ class CUDAGraphRunner:
         static rows, its output copied into the static output buffer."""
         inputs = self.inputs
         # A fresh context object over the same static views: per-step caches on it
-        # (AttentionContext.store_index) must not outlive a load() of new inputs.
+        # (AttentionContext.store_index) must not outlive a load() of new inputs; the
+        # same for every KV group's context.
         ctx = dataclasses.replace(self._contexts[size])
+        ctx.group_contexts = [dataclasses.replace(g) for g in ctx.group_contexts]
         hidden = self.model(inputs.input_ids[:size], inputs.positions[:size], ctx, self.kv_cache)
         self.output[:size].copy_(hidden)
 

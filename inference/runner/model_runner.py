@@ -39,11 +39,12 @@ logger = logging.getLogger(__name__)
 _TYPECODES = {torch.int64: "q", torch.int32: "i"}
 
 
-def captures_cuda_graphs(model: CausalLM, spec: KVSpec, device: torch.device, enforce_eager: bool) -> bool:
+def captures_cuda_graphs(model: CausalLM, device: torch.device, enforce_eager: bool) -> bool:
     """Whether decode steps replay CUDA graphs: on CUDA, unless ``enforce_eager`` or the
-    model cannot be captured. A model with sliding-window layers runs eagerly: their
-    attention (``inference.layers.window_attention``) reads its plan on the host."""
-    return device.type == "cuda" and not enforce_eager and model.supports_cuda_graphs and not spec.is_hybrid
+    model cannot be captured. Sliding-window models are captured too: each KV group's
+    slot mapping and block table has its own static buffer, and the Triton kernels take
+    the window, soft-cap and sinks without reading the host."""
+    return device.type == "cuda" and not enforce_eager and model.supports_cuda_graphs
 
 
 class ModelRunner:
@@ -82,7 +83,7 @@ class ModelRunner:
         self._pin = device.type == "cuda"
         self.recurrent_states = recurrent_states
         self.cuda_graphs: CUDAGraphRunner | None = None
-        if recurrent_states is None and captures_cuda_graphs(model, self.kv_spec, device, enforce_eager):
+        if recurrent_states is None and captures_cuda_graphs(model, device, enforce_eager):
             max_len = max_model_len if max_model_len is not None else num_blocks * block_size
             self.cuda_graphs = self._capture_cuda_graphs(max_num_seqs, -(-max_len // block_size))
 
@@ -95,7 +96,9 @@ class ModelRunner:
             logger.warning("no CUDA graphs: the Triton kernels cannot be imported (%s)", exc)
             return None
         try:
-            graphs = CUDAGraphRunner(self.model, self.kv_cache, self.block_size, max_batch, max_blocks)
+            graphs = CUDAGraphRunner(
+                self.model, self.kv_cache, self.block_size, max_batch, max_blocks, self.kv_spec.num_groups
+            )
             graphs.capture()
         except Exception:
             logger.exception("CUDA graph capture failed; decode steps run eagerly (enforce_eager skips it)")

@@ -4,7 +4,10 @@ built with gcc on first use and loaded with ctypes (``chatsite_kernels.cpu.build
 Same contract as ``inference.layers.attention.decode_attention_torch`` (and
 ``chatsite_kernels.reference.paged_attention_ref`` with one query per sequence), fp32 only.
 The kernel reads each sequence's K/V blocks once, in place through the block table,
-never past its length, with an online softmax; see the C file for the details.
+never past its length, with an online softmax; see the C file for the details. With
+``window``, ``softcap`` or ``sinks`` it computes what
+``inference.layers.window_attention`` does for one query per sequence (a sliding
+window, a logit soft-cap, per-head attention sinks).
 If the kernel cannot be built, ``available()`` is False and callers use the PyTorch
 path.
 """
@@ -19,12 +22,12 @@ from chatsite_kernels.cpu import build as cpu_build
 from chatsite_kernels.cpu import checks as cpu_checks
 
 _SYMBOL = "paged_decode_attention_f32"
+_EXT_SYMBOL = "paged_decode_attention_ext_f32"
 
 
 def _declare(lib: ctypes.CDLL) -> None:
-    fn = getattr(lib, _SYMBOL)
     i64, ptr, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-    fn.argtypes = [
+    common = [
         *(ptr, i64, i64),  # query, seq and head strides
         *(ptr, i64, i64, i64),  # k_cache, block / position / head strides
         *(ptr, i64, i64, i64),  # v_cache
@@ -34,9 +37,14 @@ def _declare(lib: ctypes.CDLL) -> None:
         *(ptr, i64, i64),  # out, seq and head strides
         *(i32, i32, i32, i32, i32),  # num_seqs, q_heads, kv_heads, head_dim, block_size
         ctypes.c_float,  # scale
-        i32,  # num_threads
     ]
-    fn.restype = i32
+    plain = getattr(lib, _SYMBOL)
+    plain.argtypes = [*common, i32]  # num_threads
+    plain.restype = i32
+    featured = getattr(lib, _EXT_SYMBOL)
+    # window, softcap, sinks, num_threads
+    featured.argtypes = [*common, i32, ctypes.c_float, ptr, i32]
+    featured.restype = i32
 
 
 def _library() -> ctypes.CDLL | None:
@@ -70,11 +78,20 @@ def paged_decode_attention_cpu(
     block_tables: torch.Tensor,
     context_lens: torch.Tensor,
     scale: float,
+    *,
+    window: int | None = None,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``query`` ``[B, Hq, D]`` (one new token per sequence, its K/V already stored),
     ``k_cache``/``v_cache`` ``[num_blocks, block_size, Hkv, D]`` (strided views of the
     pool are fine), ``block_tables`` ``[B, W]``, ``context_lens`` ``[B]``. Returns
-    ``[B, Hq, D]``. Requires ``supports(query, k_cache, v_cache)``."""
+    ``[B, Hq, D]``. Requires ``supports(query, k_cache, v_cache)``.
+
+    ``window``: attend to the last ``window`` positions only (the block table's entries
+    before them are never read); ``softcap``: scores become ``softcap * tanh(s /
+    softcap)``; ``sinks`` ``[Hq]``: each head's learned logit joins its softmax
+    denominator."""
     lib = cpu_build.require("paged_decode", _declare)
     check = cpu_checks
     check.tensor("query", query, dim=3)
@@ -108,11 +125,20 @@ def paged_decode_attention_cpu(
     lens = check.int32_values("context_lens", context_lens).contiguous()
     if query.stride(-1) != 1:
         query = query.contiguous()
+    if window is not None:
+        check.int32("window", window, minimum=1)
+    if softcap is not None and not softcap > 0:
+        raise ValueError(f"softcap: {softcap} is not positive")
+    if sinks is not None:
+        check.size("sinks", sinks.numel(), q_heads, "one per query head")
+        sinks = sinks.detach().to(device="cpu", dtype=torch.float32).contiguous()
+    featured = window is not None or softcap is not None or sinks is not None
     out = torch.empty(num_seqs, q_heads, head_dim, dtype=query.dtype)
     if num_seqs == 0:
         return out
     ks, vs = k_cache.stride(), v_cache.stride()
-    rc = getattr(lib, _SYMBOL)(
+    extra = (window or 0, softcap or 0.0, sinks.data_ptr() if sinks is not None else None) if featured else ()
+    rc = getattr(lib, _EXT_SYMBOL if featured else _SYMBOL)(
         query.data_ptr(),
         query.stride(0),
         query.stride(1),
@@ -138,9 +164,12 @@ def paged_decode_attention_cpu(
         head_dim,
         block_size,
         scale,
+        *extra,
         torch.get_num_threads(),
     )
     cpu_build.check(
-        rc, _SYMBOL, "a context length exceeds its block table, or a block id is outside the cache"
+        rc,
+        _EXT_SYMBOL if featured else _SYMBOL,
+        "a context length exceeds its block table, or a block id is outside the cache",
     )
     return out

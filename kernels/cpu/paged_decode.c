@@ -8,7 +8,12 @@
  *   out[b, h] = softmax(scale * q[b, h] . K[b]^T) V[b]
  *
  * where K[b]/V[b] are the first context_lens[b] positions of sequence b, found block
- * by block through block_tables[b]. Each K/V block is read from memory once, in place,
+ * by block through block_tables[b]. paged_decode_attention_ext_f32 adds the features
+ * of inference.layers.window_attention: a sliding window (only the last `window`
+ * positions; blocks before them are never read), a logit soft-cap
+ * (s = cap * tanh(s / cap)) and per-head sinks (exp(sink[h]) joins the softmax
+ * denominator). Those are compile-time switches of the inner loop, so the plain kernel
+ * keeps its code. Each K/V block is read from memory once, in place,
  * and never past a sequence's length (stale slots may hold anything, NaN included).
  * The query heads that share one KV head (a GQA group) are processed together, one
  * tile of positions at a time, so the tile's K/V rows come from memory once for the
@@ -146,6 +151,9 @@ struct item {
     const int32_t *lengths; /* of each row, non-decreasing */
     int rows, block_size, group;
     float scale;
+    int window;          /* > 0: attend to the last `window` positions only */
+    float softcap;       /* > 0: scores become softcap * tanh(scores / softcap) */
+    const float *sinks;  /* NULL, or this group's first head's sink logit */
     float *out; /* the first row's group's first output head */
     int64_t out_seq_stride, out_head_stride;
     float *acc; /* rows * group * head_dim floats of scratch */
@@ -158,9 +166,11 @@ struct item {
  * whatever its number of rows. Each row sees the tiles it would see alone, cut at its
  * own length, so its result is bit-identical to a run of one. `head_dim` is a
  * compile-time constant in the specialised copies (rows unroll into registers). */
-static inline __attribute__((always_inline)) void attend(const struct item *it, const int head_dim) {
+static inline __attribute__((always_inline)) void attend(const struct item *it, const int head_dim,
+                                                         const int featured) {
     const int group = it->group, bs = it->block_size, rows = it->rows;
     const int heads = rows * group, length = it->lengths[rows - 1];
+    const int window = featured ? it->window : 0;
     float m[heads], l[heads], s[TILE];
     for (int g = 0; g < heads; g++) {
         m[g] = -INFINITY;
@@ -168,7 +178,9 @@ static inline __attribute__((always_inline)) void attend(const struct item *it, 
     }
     memset(it->acc, 0, sizeof(float) * (size_t)heads * (size_t)head_dim);
     const int num_blocks = (length + bs - 1) / bs;
-    for (int blk = 0; blk < num_blocks; blk++) {
+    /* Lengths do not decrease along a run, so the first row's window starts first. */
+    const int first_blk = window > 0 && it->lengths[0] > window ? (it->lengths[0] - window) / bs : 0;
+    for (int blk = first_blk; blk < num_blocks; blk++) {
         if (blk + 1 < num_blocks) {
             const int64_t next = it->table[blk + 1];
             const int ahead = length - (blk + 1) * bs < bs ? length - (blk + 1) * bs : bs;
@@ -183,12 +195,24 @@ static inline __attribute__((always_inline)) void attend(const struct item *it, 
             for (int r = 0; r < rows; r++) {
                 const int row_in_block = it->lengths[r] - blk * bs < bs ? it->lengths[r] - blk * bs : bs;
                 const int n = row_in_block - t0 < TILE ? row_in_block - t0 : TILE;
-                for (int g = 0; n > 0 && g < group; g++) {
+                /* Positions before the row's window are cut off the tile's front. */
+                int skip = 0;
+                if (window > 0) {
+                    skip = it->lengths[r] - window - (blk * bs + t0);
+                    if (skip < 0) skip = 0;
+                }
+                const int kept = n - skip;
+                for (int g = 0; kept > 0 && g < group; g++) {
                     const int rg = r * group + g;
-                    qk_tile(it->q + r * it->q_seq_stride + g * it->q_head_stride, kt, it->k_pos_stride, n,
-                            head_dim, it->scale, s);
-                    const float alpha = softmax_tile(s, n, &m[rg], &l[rg]);
-                    pv_tile(it->acc + (int64_t)rg * head_dim, alpha, s, vt, it->v_pos_stride, n, head_dim);
+                    qk_tile(it->q + r * it->q_seq_stride + g * it->q_head_stride, kt + skip * it->k_pos_stride,
+                            it->k_pos_stride, kept, head_dim, it->scale, s);
+                    if (featured && it->softcap > 0.0f) {
+                        const float cap = it->softcap;
+                        for (int t = 0; t < kept; t++) s[t] = cap * tanhf(s[t] / cap);
+                    }
+                    const float alpha = softmax_tile(s, kept, &m[rg], &l[rg]);
+                    pv_tile(it->acc + (int64_t)rg * head_dim, alpha, s, vt + skip * it->v_pos_stride, it->v_pos_stride,
+                            kept, head_dim);
                 }
             }
         }
@@ -198,16 +222,25 @@ static inline __attribute__((always_inline)) void attend(const struct item *it, 
             const int rg = r * group + g;
             float *o = it->out + r * it->out_seq_stride + g * it->out_head_stride;
             const float *a = it->acc + (int64_t)rg * head_dim;
-            const float inv = it->lengths[r] > 0 ? 1.0f / l[rg] : 0.0f;
+            float inv = it->lengths[r] > 0 ? 1.0f / l[rg] : 0.0f;
+            if (featured && it->sinks != NULL && it->lengths[r] > 0) {
+                /* The sink's exp joins the denominator, both taken against the larger max. */
+                const float sink = it->sinks[g], top = sink > m[rg] ? sink : m[rg];
+                const float keep = expf(m[rg] - top);
+                inv = keep / (l[rg] * keep + expf(sink - top));
+            }
             for (int d = 0; d < head_dim; d++) o[d] = a[d] * inv;
         }
     }
 }
 
-/* A row's length and block ids are inside the cache (it is never read otherwise). */
-static int row_ok(const int32_t *table, int length, int table_width, int block_size, int num_blocks) {
+/* A row's length and the block ids its window reads are inside the cache (it is never
+ * read otherwise). */
+static int row_ok(const int32_t *table, int length, int table_width, int block_size, int num_blocks,
+                  int window) {
     if (length < 0 || length > (int64_t)table_width * block_size) return 0;
-    for (int j = 0; (int64_t)j * block_size < length; j++)
+    const int first = window > 0 && length > window ? (length - window) / block_size : 0;
+    for (int j = first; (int64_t)j * block_size < length; j++)
         if (table[j] < 0 || table[j] >= num_blocks) return 0;
     return 1;
 }
@@ -218,11 +251,11 @@ static int row_ok(const int32_t *table, int length, int table_width, int block_s
  * run i, starts[runs] = num_seqs; a bad row (bad[b] set) is a run of its own. */
 static int find_runs(const int32_t *block_tables, int64_t table_stride, int table_width,
                      const int32_t *context_lens, int num_seqs, int block_size, int num_blocks,
-                     int *starts, char *bad) {
+                     int window, int *starts, char *bad) {
     int runs = 0;
     for (int b = 0; b < num_seqs; b++) {
         const int32_t *table = block_tables + (int64_t)b * table_stride;
-        bad[b] = !row_ok(table, context_lens[b], table_width, block_size, num_blocks);
+        bad[b] = !row_ok(table, context_lens[b], table_width, block_size, num_blocks, window);
         int joins = b > 0 && !bad[b] && !bad[b - 1] && b - starts[runs - 1] < RUN_MAX &&
                     context_lens[b] >= context_lens[b - 1];
         if (joins) {
@@ -237,15 +270,18 @@ static int find_runs(const int32_t *block_tables, int64_t table_stride, int tabl
 
 /* Returns 0 on success, 1 on bad sizes, 2 if out of memory, 3 if a length exceeds its
  * block table or a block id is outside [0, num_blocks) (such an item is not read).
- * Strides are in elements; the head_dim axis of every tensor must be contiguous. */
-int paged_decode_attention_f32(const float *query, int64_t q_seq_stride, int64_t q_head_stride,
-                               const float *k_cache, int64_t k_block_stride, int64_t k_pos_stride,
-                               int64_t k_head_stride, const float *v_cache, int64_t v_block_stride,
-                               int64_t v_pos_stride, int64_t v_head_stride, int num_blocks,
-                               const int32_t *block_tables, int64_t table_stride, int table_width,
-                               const int32_t *context_lens, float *out, int64_t out_seq_stride,
-                               int64_t out_head_stride, int num_seqs, int q_heads, int kv_heads,
-                               int head_dim, int block_size, float scale, int num_threads) {
+ * Strides are in elements; the head_dim axis of every tensor must be contiguous.
+ * window <= 0: no window; softcap <= 0: no soft-cap; sinks NULL or [q_heads]. */
+int paged_decode_attention_ext_f32(const float *query, int64_t q_seq_stride, int64_t q_head_stride,
+                                   const float *k_cache, int64_t k_block_stride, int64_t k_pos_stride,
+                                   int64_t k_head_stride, const float *v_cache, int64_t v_block_stride,
+                                   int64_t v_pos_stride, int64_t v_head_stride, int num_blocks,
+                                   const int32_t *block_tables, int64_t table_stride, int table_width,
+                                   const int32_t *context_lens, float *out, int64_t out_seq_stride,
+                                   int64_t out_head_stride, int num_seqs, int q_heads, int kv_heads,
+                                   int head_dim, int block_size, float scale, int window, float softcap,
+                                   const float *sinks, int num_threads) {
+    const int featured = window > 0 || softcap > 0.0f || sinks != NULL;
     if (kv_heads <= 0 || q_heads % kv_heads != 0 || block_size <= 0 || head_dim <= 0) return 1;
     if (num_seqs <= 0) return 0;
     const int group = q_heads / kv_heads;
@@ -253,7 +289,7 @@ int paged_decode_attention_f32(const float *query, int64_t q_seq_stride, int64_t
     if (!starts) return 2;
     char *bad = (char *)(starts + num_seqs + 1);
     const int runs = find_runs(block_tables, table_stride, table_width, context_lens, num_seqs,
-                               block_size, num_blocks, starts, bad);
+                               block_size, num_blocks, featured ? window : 0, starts, bad);
     /* A run is cut into `pieces` when there are too few work items to keep every thread
      * busy (one sequence verifying a proposal): each piece reads the K/V once. */
     const int64_t target = 2 * (int64_t)(num_threads > 1 ? num_threads : 1);
@@ -299,20 +335,42 @@ int paged_decode_attention_f32(const float *query, int64_t q_seq_stride, int64_t
                 .block_size = block_size,
                 .group = group,
                 .scale = scale,
+                .window = window,
+                .softcap = softcap,
+                .sinks = sinks != NULL ? sinks + (int64_t)h * group : NULL,
                 .out = out + (int64_t)b * out_seq_stride + (int64_t)h * group * out_head_stride,
                 .out_seq_stride = out_seq_stride,
                 .out_head_stride = out_head_stride,
                 .acc = acc,
             };
-            if (head_dim == 64)
-                attend(&it, 64);
+            if (featured)
+                attend(&it, head_dim, 1);
+            else if (head_dim == 64)
+                attend(&it, 64, 0);
             else if (head_dim == 128)
-                attend(&it, 128);
+                attend(&it, 128, 0);
             else
-                attend(&it, head_dim);
+                attend(&it, head_dim, 0);
         }
         free(acc);
     }
     free(starts);
     return failed;
+}
+
+/* The plain kernel: whole contexts, no soft-cap, no sinks. */
+int paged_decode_attention_f32(const float *query, int64_t q_seq_stride, int64_t q_head_stride,
+                               const float *k_cache, int64_t k_block_stride, int64_t k_pos_stride,
+                               int64_t k_head_stride, const float *v_cache, int64_t v_block_stride,
+                               int64_t v_pos_stride, int64_t v_head_stride, int num_blocks,
+                               const int32_t *block_tables, int64_t table_stride, int table_width,
+                               const int32_t *context_lens, float *out, int64_t out_seq_stride,
+                               int64_t out_head_stride, int num_seqs, int q_heads, int kv_heads,
+                               int head_dim, int block_size, float scale, int num_threads) {
+    return paged_decode_attention_ext_f32(query, q_seq_stride, q_head_stride, k_cache, k_block_stride,
+                                          k_pos_stride, k_head_stride, v_cache, v_block_stride,
+                                          v_pos_stride, v_head_stride, num_blocks, block_tables,
+                                          table_stride, table_width, context_lens, out, out_seq_stride,
+                                          out_head_stride, num_seqs, q_heads, kv_heads, head_dim,
+                                          block_size, scale, 0, 0.0f, NULL, num_threads);
 }

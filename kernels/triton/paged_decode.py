@@ -5,6 +5,11 @@ that KV head's group together (GQA: the K/V tile is read once for the whole
 group) and walks its slice of the context through the block table. When the
 context is split, partial results (unnormalised accumulator, running max and
 denominator) are merged by a second kernel with a log-sum-exp rescale.
+
+The features of ``inference.layers.window_attention`` are compile-time switches: a
+sliding window (the loop starts at the window's first position, so earlier blocks are
+never read), a logit soft-cap and per-head sinks (folded in at the end, or by the
+merge when the context is split).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import torch
 
 import triton
 import triton.language as tl
-from chatsite_kernels.triton.attention_tile import load_kv_tile, online_softmax_step
+from chatsite_kernels.triton.attention_tile import fold_sink, load_kv_tile, online_softmax_step, soft_cap
 from chatsite_kernels.triton.launch import compute_dtype, dot_precision, next_pow2, num_sms
 
 _LOG2E = 1.4426950408889634
@@ -30,6 +35,9 @@ def _decode_kernel(
     m_ptr,  # [B, Hq, S] fp32 running max (log2 units); unused when not SPLIT
     l_ptr,  # [B, Hq, S] fp32 softmax denominator
     qk_scale,  # softmax scale * log2(e): the kernel works with exp2
+    window,  # attend to the last `window` positions (when HAS_WINDOW)
+    cap,  # soft-cap * log2(e) (when HAS_SOFTCAP)
+    sinks_ptr,  # [Hq] sink logits (when HAS_SINKS)
     stride_qb, stride_qh,
     stride_kc_blk, stride_kc_off, stride_kc_h,
     stride_vc_blk, stride_vc_off, stride_vc_h,
@@ -41,6 +49,7 @@ def _decode_kernel(
     BLOCK_SIZE: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     SPLIT: tl.constexpr,  # a bool, so the split count itself does not force a recompile
     COMPUTE: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr,
 ):  # fmt: skip
     b = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -53,6 +62,8 @@ def _decode_kernel(
     else:  # one program per (sequence, KV head) takes the whole context, whatever its length
         start = 0
         end = ctx_len
+    if HAS_WINDOW:
+        start = tl.maximum(start, ctx_len - window)
 
     g = tl.arange(0, BLOCK_G)
     d = tl.arange(0, BLOCK_D)
@@ -81,6 +92,8 @@ def _decode_kernel(
             k_cache_ptr, blk, off, kvh, d, stride_kc_blk, stride_kc_off, stride_kc_h, kv_mask, COMPUTE
         )
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # [BLOCK_G, BLOCK_N]
+        if HAS_SOFTCAP:
+            s = soft_cap(s, cap)
         s = tl.where(n_mask[None, :], s, float("-inf"))
         p, alpha, m_i, l_i = online_softmax_step(s, m_i, l_i)
         v = load_kv_tile(
@@ -90,6 +103,9 @@ def _decode_kernel(
 
     out_mask = g_mask[:, None] & d_mask[None, :]
     if not SPLIT:
+        if HAS_SINKS:
+            sink = tl.load(sinks_ptr + heads, mask=g_mask, other=0.0).to(tl.float32) * 1.4426950408889634
+            acc, l_i = fold_sink(acc, m_i, l_i, sink)
         # An empty context (a padded CUDA-graph slot) gives l == 0: write zeros, not NaN.
         out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
         o_ptrs = out_ptr + b * stride_ob + heads[:, None] * stride_oh + d[None, :]
@@ -108,6 +124,7 @@ def _merge_kernel(
     m_ptr,  # [B, Hq, S] fp32
     l_ptr,
     out_ptr,  # [B, Hq, D]
+    sinks_ptr,  # [Hq] sink logits (when HAS_SINKS)
     stride_ab,
     stride_ah,
     stride_as,
@@ -119,6 +136,7 @@ def _merge_kernel(
     head_dim,
     BLOCK_S: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    HAS_SINKS: tl.constexpr,
 ):
     # Log-sum-exp merge: rescale every split to the global max, then normalise once.
     b = tl.program_id(0)
@@ -131,8 +149,13 @@ def _merge_kernel(
     m = tl.load(m_ptr + ml_off, mask=s_mask, other=_NEG_BIG)
     l_part = tl.load(l_ptr + ml_off, mask=s_mask, other=0.0)
     m_max = tl.max(m, axis=0)
+    if HAS_SINKS:  # the sink joins the denominator at the common max
+        sink = tl.load(sinks_ptr + h).to(tl.float32) * 1.4426950408889634
+        m_max = tl.maximum(m_max, sink)
     w = tl.exp2(m - m_max)  # empty splits carry m = -1e30 (or are masked), so w = 0
     denom = tl.sum(l_part * w, axis=0)
+    if HAS_SINKS:
+        denom += tl.exp2(sink - m_max)
     acc = tl.load(
         acc_ptr + b * stride_ab + h * stride_ah + s[:, None] * stride_as + d[None, :],
         mask=s_mask[:, None] & d_mask[None, :],
@@ -161,6 +184,9 @@ def paged_decode_attention(
     max_context_len: int | None = None,
     num_splits: int | None = None,
     block_n: int = 64,
+    window: int | None = None,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention of one new token per sequence over its paged context.
 
@@ -174,6 +200,10 @@ def paged_decode_attention(
     sizes the split-K partition; without it the bound is the block table width, so
     the launch needs no device-to-host sync (CUDA-graph safe). ``num_splits`` forces
     the split count (tests); ``block_n`` is the keys per inner-loop tile.
+
+    ``window``, ``softcap``, ``sinks`` (``[q_heads]``, on the query's device): as
+    ``inference.layers.window_attention.feature_attention_torch``. None of them
+    reads the host, so a launch with them is CUDA-graph safe too.
     """
     batch, q_heads, head_dim = query.shape
     _, block_size, kv_heads, _ = k_cache.shape
@@ -194,8 +224,10 @@ def paged_decode_attention(
     comp = compute_dtype(k_cache)
     block_d = next_pow2(head_dim)
     parts = _Partials.for_splits(out, num_splits)
+    sinks_arg = sinks if sinks is not None else context_lens  # never read without HAS_SINKS
     _decode_kernel[(batch, kv_heads, num_splits)](
         query, k_cache, v_cache, block_tables, context_lens, parts.acc, parts.m, parts.lsum, scale * _LOG2E,
+        window or 0, (softcap or 1.0) * _LOG2E, sinks_arg,
         query.stride(0), query.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
@@ -207,9 +239,10 @@ def paged_decode_attention(
         BLOCK_G=max(16, next_pow2(group)),  # tl.dot needs M >= 16
         BLOCK_N=block_n, BLOCK_D=block_d, SPLIT=num_splits > 1,
         COMPUTE=comp, PRECISION=dot_precision(comp),
+        HAS_WINDOW=window is not None, HAS_SOFTCAP=softcap is not None, HAS_SINKS=sinks is not None,
     )  # fmt: skip
     if num_splits > 1:
-        _merge_splits(parts, out, num_splits, head_dim, block_d)
+        _merge_splits(parts, out, num_splits, head_dim, block_d, sinks)
     return out
 
 
@@ -253,13 +286,20 @@ class _Partials:
         )
 
 
-def _merge_splits(parts: _Partials, out: torch.Tensor, num_splits: int, head_dim: int, block_d: int) -> None:
+def _merge_splits(
+    parts: _Partials,
+    out: torch.Tensor,
+    num_splits: int,
+    head_dim: int,
+    block_d: int,
+    sinks: torch.Tensor | None,
+) -> None:
     acc, m = parts.acc, parts.m
     _merge_kernel[(out.shape[0], out.shape[1])](
-        acc, m, parts.lsum, out,
+        acc, m, parts.lsum, out, sinks if sinks is not None else m,
         acc.stride(0), acc.stride(1), acc.stride(2),
         m.stride(0), m.stride(1),
         out.stride(0), out.stride(1),
         num_splits, head_dim,
-        BLOCK_S=next_pow2(num_splits), BLOCK_D=block_d,
+        BLOCK_S=next_pow2(num_splits), BLOCK_D=block_d, HAS_SINKS=sinks is not None,
     )  # fmt: skip

