@@ -200,7 +200,9 @@ def wait_for_engine(site: Any, seconds: float = 900) -> Any:
     raise RuntimeError(f"daphne did not become ready:\n{site.log()}")
 
 
-def run_ours(load: Workload, threads: int, websocket: bool, work: Path) -> dict[str, dict[str, Any]]:
+def run_ours(
+    load: Workload, threads: int, websocket: bool, work: Path, wait_policy: str
+) -> dict[str, dict[str, Any]]:
     from benchmarks.bench_cluster import setup_django
     from benchmarks.bench_serving import launch
 
@@ -219,6 +221,7 @@ def run_ours(load: Workload, threads: int, websocket: bool, work: Path) -> dict[
         "MAX_LIVE_PER_USER": "100000",
         "LOG_LEVEL": "WARNING",
         "OMP_NUM_THREADS": str(threads),
+        "OMP_WAIT_POLICY": wait_policy,
         "TITLES_FROM_MODEL": "false",
     }
     site = wait_for_engine(launch(work, env))
@@ -236,7 +239,9 @@ def run_ours(load: Workload, threads: int, websocket: bool, work: Path) -> dict[
     return results
 
 
-def run_llama_server(binary: str, gguf: str, load: Workload, threads: int, work: Path) -> dict[str, Any]:
+def run_llama_server(
+    binary: str, gguf: str, load: Workload, threads: int, work: Path, wait_policy: str
+) -> dict[str, Any]:
     import httpx
 
     from tests.live_site import free_port
@@ -245,6 +250,7 @@ def run_llama_server(binary: str, gguf: str, load: Workload, threads: int, work:
     argv = [binary, "-m", gguf, "--host", "127.0.0.1", "--port", str(port)]
     argv += ["-np", str(load.clients), "-c", str(SLOT_CONTEXT * load.clients)]
     argv += ["-t", str(threads), "-tb", str(threads), "--cache-prompt", "--no-webui"]
+    argv += ["--poll", "0" if wait_policy == "passive" else "50"]  # its threads' spin, as ours
     log = (work / "llama-server.log").open("w")
     process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -313,6 +319,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--gguf", help="GGUF file (default: the installed SmolLM2)")
     parser.add_argument("--only", choices=["ours", "llama"], help="run one server")
     parser.add_argument("--ws", action="store_true", help="also run our chat websocket")
+    parser.add_argument(
+        "--wait-policy",
+        choices=["active", "passive"],
+        default="active",
+        help="how idle kernel threads wait (OMP_WAIT_POLICY; llama-server's --poll 50 or 0): "
+        "on a machine shared with other work, spinning threads stall each other",
+    )
     parser.add_argument("--json", default="", help="write the figures here")
     args = parser.parse_args(argv)
     load = Workload(
@@ -331,12 +344,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     loads: dict[str, str] = {}
     if args.only != "llama":
         loads["ours"] = load_average()
-        ours = run_ours(load, args.threads, args.ws, work)
+        ours = run_ours(load, args.threads, args.ws, work, args.wait_policy)
         results.update(ours)
         loads.setdefault("ours (websocket)", ours.get("ours", {}).get("load_after", ""))
     if args.only != "ours":
         loads["llama-server"] = load_average()
-        results["llama-server"] = run_llama_server(args.llama_server, gguf, load, args.threads, work)
+        results["llama-server"] = run_llama_server(
+            args.llama_server, gguf, load, args.threads, work, args.wait_policy
+        )
     for name, result in results.items():
         print_result(name, result, loads[name])
     if "llama-server" in results:
