@@ -13,6 +13,13 @@ beyond the decode part divided by those tokens. With no stream decoding nobody w
 so a step takes full chunks (``None``: no limit). Prompts then take a few more steps
 to prefill; streams stop freezing.
 
+When the decodes alone fill the budget (many streams, long histories, a busy machine),
+the formula leaves no room, and a fixed floor of 32 tokens would make a 1,000-token
+prompt wait some 30 steps, each as long as the decodes' part: new turns starve while
+the running ones stream. So the prompt tokens also get a share of the decode time,
+``prefill_share × decode step time / prefill seconds per token``: the decodes slow by
+at most that share, and prompts progress at a rate that does not collapse with load.
+
 The clock is a parameter so the logic is testable without timing anything.
 """
 
@@ -25,6 +32,9 @@ from dataclasses import dataclass, field
 EWMA = 0.3  # weight of the newest step
 MIN_CHUNK = 32  # prompt tokens a step always may take, so prompts progress on any machine
 FIRST_CHUNK = 256  # before any prefill was measured
+# Prompt time a step may add, as a share of its decode time, when the decodes alone
+# fill the budget: the streams then slow by at most this factor.
+PREFILL_SHARE = 0.5
 
 
 @dataclass
@@ -33,6 +43,7 @@ class StepBudget:
     max_tokens: int  # the step's token budget (EngineConfig.max_num_batched_tokens)
     min_chunk: int = MIN_CHUNK
     first_chunk: int = FIRST_CHUNK
+    prefill_share: float = PREFILL_SHARE
     clock: Callable[[], float] = time.monotonic
     prefill_s_per_token: float | None = None
     decode_step_s: float = 0.0
@@ -44,7 +55,7 @@ class StepBudget:
             return None
         if self.prefill_s_per_token is None:
             return max(self.min_chunk, min(self.max_tokens, self.first_chunk))
-        spare = self.budget_s - self.decode_step_s
+        spare = max(self.budget_s - self.decode_step_s, self.prefill_share * self.decode_step_s)
         tokens = int(spare / self.prefill_s_per_token + 1e-6) if spare > 0 else 0
         return max(min(self.min_chunk, self.max_tokens), min(self.max_tokens, tokens))
 

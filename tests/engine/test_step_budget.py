@@ -62,6 +62,24 @@ def test_ewma_moves_toward_new_rate_and_floor_holds() -> None:
     assert budget.prefill_limit(4) == MIN_CHUNK
 
 
+def test_decodes_that_fill_the_budget_leave_prompts_a_share_of_their_time() -> None:
+    """16 streams over long histories on a busy machine: the decodes alone take 300 ms of
+    a 150 ms budget. Prompts still get half the decodes' time (150 tokens at 1 ms each),
+    not the 32-token floor that would make a 1,000-token turn wait some 30 steps."""
+    clock = FakeClock()
+    budget = StepBudget(0.15, 2048, clock=clock)
+    _step(budget, clock, 0.3, prefill=0, decode=16)
+    _step(budget, clock, 0.3 + 0.001 * 100, prefill=100, decode=16)
+    assert budget.prefill_limit(16) == 150
+    budget.prefill_share = 0.0  # no share: the floor alone
+    assert budget.prefill_limit(16) == MIN_CHUNK
+    # Below the budget the share changes nothing: (150 - 50) ms / 1 ms = 100 > 0.5 × 50 ms.
+    _step(budget, clock, 0.05, prefill=0, decode=16)
+    budget.decode_step_s = 0.05
+    budget.prefill_share = 0.5
+    assert budget.prefill_limit(16) == 100
+
+
 def test_observe_without_start_is_ignored() -> None:
     budget = StepBudget(0.15, 2048, clock=FakeClock())
     budget.observe(100, 0)
@@ -100,6 +118,7 @@ def test_greedy_tokens_unchanged_by_the_budget(tiny) -> None:
     full = run_to_completion(tiny.engine(step_budget_ms=0.0), prompts, greedy(12), arrivals)
     # A budget below any decode step of the tiny model: prompts go in minimum chunks.
     small = tiny.engine(step_budget_ms=0.001)
+    small.scheduler.step_budget.prefill_share = 0.0  # no share of the decode time: the floor alone
     steps: list[tuple[int, int]] = []
     schedule = small.scheduler.schedule
 
