@@ -35,12 +35,8 @@ from typing import Any
 import torch
 
 from inference.engine.pooling import _context, forward_mean_pooled
+from inference.engine.step_budget import MIN_CHUNK
 from inference.errors import EngineOverloadedError
-
-# Deep in a long input a token attends to thousands of cached ones: 32 tokens (a step's
-# floor, ``step_budget.MIN_CHUNK``) at depth 8,000 took 0.1-0.3 s of SmolLM2 on two shared
-# cores, several decode steps. A carried input may go down to this many tokens a turn.
-CARRIED_MIN_CHUNK = 4
 
 
 @dataclass
@@ -182,13 +178,13 @@ def advance(job: EmbedJob, model: torch.nn.Module, tokens: int, *, block_size: i
 
 def fit_chunk(job: EmbedJob, tokens: int, seconds: float | None) -> int:
     """``tokens`` cut so that the next chunk of ``job``'s carried input takes about
-    ``seconds`` at the rate its previous chunk ran (at least ``CARRIED_MIN_CHUNK``, so the
-    input always progresses). Unchanged when nothing is carried or measured yet, or with no
+    ``seconds`` at the rate its previous chunk ran (at least ``MIN_CHUNK``: below that a
+    forward's fixed cost, streaming every weight once, outweighs what fewer tokens save). Unchanged when nothing is carried or measured yet, or with no
     ``seconds`` to keep to."""
     carry = job.carry
     if carry is None or carry.s_per_token is None or seconds is None:
         return tokens
-    return max(min(CARRIED_MIN_CHUNK, tokens), min(tokens, int(seconds / carry.s_per_token)))
+    return max(min(MIN_CHUNK, tokens), min(tokens, int(seconds / carry.s_per_token)))
 
 
 def _continue(job: EmbedJob, model: torch.nn.Module, tokens: int, block_size: int, device) -> int:

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from inference import AsyncEngine, EngineConfig, EngineOverloadedError, LLMEngine, SamplingParams
-from inference.engine.embedding_jobs import CARRIED_MIN_CHUNK, EmbedJob, advance, fit_chunk
-from inference.engine.step_budget import StepBudget
+from inference.engine.embedding_jobs import EmbedJob, advance, fit_chunk
+from inference.engine.step_budget import MIN_CHUNK, StepBudget
 from inference.runner.model_loader import load_model
 from tests.engine.test_embeddings import hf_mean_pooled
 from tests.support.fakes import make_tiny_model_dir
@@ -146,7 +146,7 @@ def test_a_carried_input_is_chunked_by_the_time_its_last_chunk_took(tiny_dir, lo
     job.carry.s_per_token = 0.004  # 4 ms a token, as deep in a long input on a slow machine
     assert fit_chunk(job, 200, 0.2) == 50
     assert fit_chunk(job, 40, 0.2) == 40  # never more than the budget's tokens
-    assert fit_chunk(job, 200, 0.0) == CARRIED_MIN_CHUNK  # the input still progresses
+    assert fit_chunk(job, 200, 0.0) == MIN_CHUNK  # the input still progresses
     assert fit_chunk(job, 200, None) == 200  # no budget to keep to
 
 
