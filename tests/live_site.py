@@ -10,13 +10,14 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 from django.conf import settings
+
+from tests.support.processes import stop_process, wait_until_answering
 
 ROOT = Path(__file__).resolve().parents[1]
 # Every live site's /metrics token: /healthz shows the engine's figures only to callers /metrics admits.
@@ -114,27 +115,17 @@ def health_details(url: str, timeout: float = 10) -> dict:
 
 
 def wait_until_ready(site: LiveSite) -> LiveSite:
-    process = site.process
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"daphne exited with {process.returncode}:\n{site.log()}")
-        try:
-            health = health_details(site.url, timeout=2)
-            if health["engine"]["ready"]:
-                return site
-            if health["engine"]["state"] == "error":
-                raise RuntimeError(f"engine failed to load: {health['engine']}")
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    stop_live_site(site)
-    raise RuntimeError(f"daphne did not become ready:\n{site.log()}")
+    def engine_ready() -> bool:
+        engine = health_details(site.url, timeout=2)["engine"]
+        if engine["state"] == "error":
+            raise RuntimeError(f"engine failed to load: {engine}")
+        return bool(engine["ready"])
+
+    wait_until_answering(
+        site.process, engine_ready, name="daphne", log=site.log, seconds=120, interval=0.5, stop_timeout=15
+    )
+    return site
 
 
 def stop_live_site(site: LiveSite) -> None:
-    site.process.terminate()
-    try:
-        site.process.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        site.process.kill()
+    stop_process(site.process, 15)

@@ -9,7 +9,10 @@ decode, a chunk takes about the step budget; when nothing decodes, a full step's
 - short inputs are packed whole into one forward over a fresh scratch pool, as before;
 - an input longer than the chunk is carried across turns: its scratch pool is kept and
   each turn runs the next chunk of its tokens against the cached ones (a chunked
-  prefill), summing the final hidden states for the mean.
+  prefill), summing the final hidden states for the mean. Deep in a long input each token
+  attends to thousands of cached ones and costs several times a step's prompt token, so
+  the next chunk is sized from the time the carried input's previous chunk took
+  (``fit_chunk``), not from the step's prefill rate alone.
 
 Jobs take turns across owners: the next chunk goes to the job of the owner served least
 recently, so one user's many requests cannot starve another's. Each owner with a job in
@@ -23,6 +26,7 @@ The queue is bounded in tokens, in all and per owner (``EmbeddingQueue.admit``:
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -31,6 +35,7 @@ from typing import Any
 import torch
 
 from inference.engine.pooling import _context, forward_mean_pooled
+from inference.engine.step_budget import MIN_CHUNK
 from inference.errors import EngineOverloadedError
 
 
@@ -42,6 +47,7 @@ class _Carry:
     kv_cache: Any
     computed: int = 0
     total: torch.Tensor | None = None
+    s_per_token: float | None = None  # what its latest chunk took, per token
 
 
 @dataclass
@@ -170,6 +176,17 @@ def advance(job: EmbedJob, model: torch.nn.Module, tokens: int, *, block_size: i
     return _continue(job, model, tokens, block_size, device)
 
 
+def fit_chunk(job: EmbedJob, tokens: int, seconds: float | None) -> int:
+    """``tokens`` cut so that the next chunk of ``job``'s carried input takes about
+    ``seconds`` at the rate its previous chunk ran (at least ``MIN_CHUNK``: below that a
+    forward's fixed cost, streaming every weight once, outweighs what fewer tokens save). Unchanged when nothing is carried or measured yet, or with no
+    ``seconds`` to keep to."""
+    carry = job.carry
+    if carry is None or carry.s_per_token is None or seconds is None:
+        return tokens
+    return max(min(MIN_CHUNK, tokens), min(tokens, int(seconds / carry.s_per_token)))
+
+
 def _continue(job: EmbedJob, model: torch.nn.Module, tokens: int, block_size: int, device) -> int:
     carry = job.carry
     assert carry is not None
@@ -185,8 +202,12 @@ def _continue(job: EmbedJob, model: torch.nn.Module, tokens: int, block_size: in
     ctx.block_tables = torch.tensor([list(range(blocks))], dtype=torch.int32, device=device)
     chunk = torch.tensor(ids[start : start + n], dtype=torch.int64, device=device)
     positions = torch.arange(start, start + n, dtype=torch.int64, device=device)
+    started = time.perf_counter()
     hidden = model(chunk, positions, ctx, carry.kv_cache).float()
     part = hidden.sum(dim=0)
+    if part.device.type == "cuda":
+        torch.cuda.synchronize(part.device)  # the chunk's time, not its launch's
+    carry.s_per_token = (time.perf_counter() - started) / n
     carry.total = part if carry.total is None else carry.total + part
     carry.computed += n
     if carry.computed == len(ids):

@@ -19,7 +19,7 @@ import torch
 
 from inference.config import EngineConfig
 from inference.engine.admission import Admission
-from inference.engine.embedding_jobs import EmbeddingQueue, EmbedJob, advance, result
+from inference.engine.embedding_jobs import EmbeddingQueue, EmbedJob, advance, fit_chunk, result
 from inference.engine.kv_stack import build_kv_stack
 from inference.engine.metrics import EngineMetrics
 from inference.engine.next_tokens import finish_for_length, sample_next_tokens
@@ -310,6 +310,8 @@ class LLMEngine:
             tokens = self.config.max_num_batched_tokens
         else:  # the step just run carried its own prompt tokens: the budget is shared
             tokens = max(MIN_CHUNK, limit - self._last_prompt_tokens)
+            if budget is not None:
+                tokens = fit_chunk(job, tokens, budget.chunk_seconds(tokens))
         try:
             advance(
                 job,

@@ -59,6 +59,15 @@ class StepBudget:
         tokens = int(spare / self.prefill_s_per_token + 1e-6) if spare > 0 else 0
         return max(min(self.min_chunk, self.max_tokens), min(self.max_tokens, tokens))
 
+    def chunk_seconds(self, tokens: int) -> float | None:
+        """The time ``tokens`` prompt tokens take at the measured prefill rate, or before any
+        prefill was measured the budget's spare after a decode step (None: no budget)."""
+        if self.budget_s <= 0:
+            return None
+        if self.prefill_s_per_token is None:
+            return max(0.0, self.budget_s - self.decode_step_s)
+        return tokens * self.prefill_s_per_token
+
     def start(self) -> None:
         """The step begins (called when it is scheduled)."""
         self._started = self.clock()

@@ -30,6 +30,23 @@ def _eos_ids(config: Any) -> list[int]:
     return [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
 
 
+def shared_fields(config: Any, architecture: str, name: str) -> dict[str, Any]:
+    """The ``ModelConfig`` fields every family reads the same way from its config."""
+    return {
+        "architecture": architecture,
+        "vocab_size": config.vocab_size,
+        "hidden_size": config.hidden_size,
+        "intermediate_size": config.intermediate_size,
+        "num_layers": config.num_hidden_layers,
+        "num_heads": config.num_attention_heads,
+        "rms_norm_eps": float(config.rms_norm_eps),
+        "max_position_embeddings": config.max_position_embeddings,
+        "eos_token_ids": _eos_ids(config),
+        "bos_token_id": getattr(config, "bos_token_id", None),
+        "name": name or getattr(config, "name_or_path", "") or architecture,
+    }
+
+
 def _check_silu(config: Any, architecture: str) -> None:
     act = getattr(config, "hidden_act", "silu")
     if act != "silu":
@@ -70,27 +87,17 @@ def read_llama(
     if rotary_dim % 2 or rotary_dim < 2:
         raise UnsupportedModelError(architecture, f"partial_rotary_factor {partial} of head_dim {head_dim}")
     return ModelConfig(
-        architecture=architecture,
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size,
-        num_layers=config.num_hidden_layers,
-        num_heads=num_heads,
+        **shared_fields(config, architecture, name),
         num_kv_heads=getattr(config, "num_key_value_heads", None) or num_heads,
         head_dim=head_dim,
         partial_rotary_dim=rotary_dim if rotary_dim != head_dim else None,
-        rms_norm_eps=float(config.rms_norm_eps),
         rope_theta=rope_theta,
         rope_scaling=rope_scaling,
-        max_position_embeddings=config.max_position_embeddings,
         tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
         attention_bias=is_qwen2 or llama_bias,
         attention_out_bias=llama_bias,
         mlp_bias=bool(getattr(config, "mlp_bias", False)),
         sliding_window=sliding,
-        eos_token_ids=_eos_ids(config),
-        bos_token_id=getattr(config, "bos_token_id", None),
-        name=name or getattr(config, "name_or_path", "") or architecture,
     )
 
 
@@ -134,23 +141,13 @@ def read_deepseek_v3(config: Any, architecture: str, name: str) -> ModelConfig:
             softmax_scale *= mscale * mscale
     num_heads = config.num_attention_heads
     return ModelConfig(
-        architecture=architecture,
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size,
-        num_layers=config.num_hidden_layers,
-        num_heads=num_heads,
+        **shared_fields(config, architecture, name),
         num_kv_heads=num_heads,  # after kv_b_proj every head has its own K and V
         head_dim=qk_head_dim,
-        rms_norm_eps=float(config.rms_norm_eps),
         rope_theta=theta,
         rope_scaling=scaling,
-        max_position_embeddings=config.max_position_embeddings,
         tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
         attention_bias=bool(getattr(config, "attention_bias", False)),
-        eos_token_ids=_eos_ids(config),
-        bos_token_id=getattr(config, "bos_token_id", None),
-        name=name or getattr(config, "name_or_path", "") or architecture,
         mla=MLAConfig(
             q_lora_rank=config.q_lora_rank,
             kv_lora_rank=config.kv_lora_rank,

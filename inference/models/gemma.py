@@ -27,13 +27,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from inference.kv.spec import KVSpec
-from inference.kv.state_spec import RecurrentSpec
 from inference.layers.attention import paged_attention
 from inference.layers.attention_context import AttentionContext
 from inference.layers.norm import ZeroCenteredRMSNorm as GemmaRMSNorm
 from inference.layers.rotary import apply_rotary, rope_cos_sin_cache
 from inference.layers.window_attention import AttentionFeatures, feature_attention
 from inference.model_config import GemmaConfig, ModelConfig
+from inference.models.decoder_base import KVHeadsDecoder, table_on
 from inference.models.weights import assign_weights
 
 
@@ -130,7 +130,7 @@ class GemmaModel(nn.Module):
         self.norm = GemmaRMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
-class GemmaForCausalLM(nn.Module):
+class GemmaForCausalLM(KVHeadsDecoder):
     """``forward(input_ids[T], positions[T], ctx, kv_cache) -> hidden[T, H]``;
     ``compute_logits(hidden[N, H]) -> [N, vocab]`` fp32 (soft-capped where configured)."""
 
@@ -138,39 +138,17 @@ class GemmaForCausalLM(nn.Module):
     # parameters on CUDA: nothing reads the host, so decode steps are captured.
     supports_cuda_graphs = True
 
-    @classmethod
-    def kv_spec_for(cls, config: ModelConfig) -> KVSpec:
-        return KVSpec(
-            config.num_layers,
-            planes=2,
-            token_shape=(config.num_kv_heads, config.head_dim),
-            windows=config.layer_windows,
-        )
-
-    @property
-    def kv_spec(self) -> KVSpec:
-        return self.kv_spec_for(self.config)
-
-    @classmethod
-    def recurrent_spec_for(cls, config: ModelConfig) -> RecurrentSpec | None:
-        """No recurrent layers: every layer attends over the paged KV pool."""
-        return None
-
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
         self.model = GemmaModel(config, self.kv_spec)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        if config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
+        self._attach_lm_head(nn.Linear(config.hidden_size, config.vocab_size, bias=False))
         local = dataclasses.replace(config, rope_theta=_gemma(config).local_rope_theta, rope_scaling=None)
         # fp32 tables kept out of the buffers (``.to(bfloat16)`` must not round the angles).
         self._cos_sin = {False: rope_cos_sin_cache(config), True: rope_cos_sin_cache(local)}
 
     def _cos_sin_for(self, sliding: bool, positions: torch.Tensor) -> torch.Tensor:
-        table = self._cos_sin[sliding]
-        if table.device != positions.device:
-            table = self._cos_sin[sliding] = table.to(positions.device)
+        table = self._cos_sin[sliding] = table_on(self._cos_sin[sliding], positions.device)
         return table[positions]
 
     @torch.inference_mode()
@@ -207,7 +185,4 @@ class GemmaForCausalLM(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         assign_weights(self, state_dict, device, dtype, optional=("lm_head.weight",))
-        if self.config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
-        elif "lm_head.weight" not in state_dict:
-            raise KeyError("checkpoint lacks lm_head.weight (and the embeddings are not tied)")
+        self._tie_or_require_lm_head(state_dict)

@@ -23,12 +23,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from inference.kv.spec import KVSpec
-from inference.kv.state_spec import RecurrentSpec
 from inference.layers.attention_context import AttentionContext
 from inference.layers.norm import RMSNorm
 from inference.layers.rotary import apply_rotary, yarn_cos_sin_cache
 from inference.layers.window_attention import AttentionFeatures, feature_attention
 from inference.model_config import GptOssConfig, ModelConfig
+from inference.models.decoder_base import KVHeadsDecoder, table_on
 from inference.models.weights import assign_weights
 from inference.runner.mxfp4 import dequantize_blocks
 
@@ -149,38 +149,18 @@ class GptOssModel(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
-class GptOssForCausalLM(nn.Module):
+class GptOssForCausalLM(KVHeadsDecoder):
     """``forward(input_ids[T], positions[T], ctx, kv_cache) -> hidden[T, H]``;
     ``compute_logits(hidden[N, H]) -> [N, vocab]`` fp32."""
 
     # Its experts find their tokens on the host (``GptOssExperts.forward``).
     supports_cuda_graphs = False
 
-    @classmethod
-    def kv_spec_for(cls, config: ModelConfig) -> KVSpec:
-        return KVSpec(
-            config.num_layers,
-            planes=2,
-            token_shape=(config.num_kv_heads, config.head_dim),
-            windows=config.layer_windows,
-        )
-
-    @property
-    def kv_spec(self) -> KVSpec:
-        return self.kv_spec_for(self.config)
-
-    @classmethod
-    def recurrent_spec_for(cls, config: ModelConfig) -> RecurrentSpec | None:
-        """No recurrent layers: every layer attends over the paged KV pool."""
-        return None
-
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
         self.model = GptOssModel(config, self.kv_spec)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        if config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
+        self._attach_lm_head(nn.Linear(config.hidden_size, config.vocab_size, bias=False))
         self._cos_sin = yarn_cos_sin_cache(config, config.head_dim)  # fp32, YaRN's factor applied
 
     @torch.inference_mode()
@@ -191,8 +171,7 @@ class GptOssForCausalLM(nn.Module):
         ctx: AttentionContext,
         kv_cache: torch.Tensor,
     ) -> torch.Tensor:
-        if self._cos_sin.device != positions.device:
-            self._cos_sin = self._cos_sin.to(positions.device)
+        self._cos_sin = table_on(self._cos_sin, positions.device)
         cos_sin = self._cos_sin[positions.long()]
         hidden = self.model.embed_tokens(input_ids)
         for layer in self.model.layers:
@@ -214,10 +193,7 @@ class GptOssForCausalLM(nn.Module):
     ) -> None:
         state_dict = dequantize_experts(state_dict)
         assign_weights(self, state_dict, device, dtype, optional=("lm_head.weight",))
-        if self.config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
-        elif "lm_head.weight" not in state_dict:
-            raise KeyError("checkpoint lacks lm_head.weight (and the embeddings are not tied)")
+        self._tie_or_require_lm_head(state_dict)
 
 
 def dequantize_experts(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -22,8 +22,6 @@ from torch import nn
 from chatsite_kernels.cpu.decode_stack import DecodeStack
 from chatsite_kernels.cpu.quant import QuantRows
 from chatsite_kernels.cpu.stack_adapters import AdapterStep
-from inference.kv.spec import KVSpec
-from inference.kv.state_spec import RecurrentSpec
 from inference.layers import cpu_packing
 from inference.layers.attention_context import AttentionContext
 from inference.layers.cpu_decode_stack import build_decode_stack
@@ -36,6 +34,7 @@ from inference.layers.moe import MoE, stack_expert_weights
 from inference.layers.norm import RMSNorm
 from inference.layers.rotary import longrope_rows, rope_cos_sin_cache
 from inference.model_config import ModelConfig
+from inference.models.decoder_base import KVHeadsDecoder, table_on
 
 
 def _mlp(config: ModelConfig, layer_idx: int) -> nn.Module:
@@ -121,7 +120,7 @@ class LlamaModel(nn.Module):
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
 
-class LlamaForCausalLM(nn.Module):
+class LlamaForCausalLM(KVHeadsDecoder):
     """``forward(input_ids[T], positions[T], ctx, kv_cache) -> hidden[T, H]``;
     ``compute_logits(hidden[N, H]) -> [N, vocab]`` fp32.
 
@@ -132,31 +131,11 @@ class LlamaForCausalLM(nn.Module):
     decode_stack: DecodeStack | None = None  # set by prepare_cpu_kernels where it applies
     decode_adapters: AdapterStep | None = None  # the step's LoRA rows (inference.lora), while one runs
 
-    @classmethod
-    def kv_spec_for(cls, config: ModelConfig) -> KVSpec:
-        return KVSpec(
-            config.num_layers,
-            planes=2,
-            token_shape=(config.num_kv_heads, config.head_dim),
-            windows=config.layer_windows,
-        )
-
-    @property
-    def kv_spec(self) -> KVSpec:
-        return self.kv_spec_for(self.config)
-
-    @classmethod
-    def recurrent_spec_for(cls, config: ModelConfig) -> RecurrentSpec | None:
-        """No recurrent layers: every layer attends over the paged KV pool."""
-        return None
-
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
         self.config = config
         self.model = LlamaModel(config)
-        self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
-        if config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
+        self._attach_lm_head(Linear(config.hidden_size, config.vocab_size, bias=False))
         # Kept out of the module's buffers on purpose: `.to(bfloat16)` must not round
         # the angles, so the cache stays fp32 and follows the device lazily.
         self._cos_sin_cache = rope_cos_sin_cache(config)
@@ -171,9 +150,7 @@ class LlamaForCausalLM(nn.Module):
     def cos_sin_cache(self) -> torch.Tensor:
         """``[max_pos, rotary_dim]`` fp32 on the model's device (for the Triton rotary
         kernel); LongRoPE's short and long tables stacked (``rotary.longrope_rows``)."""
-        device = self.model.norm.weight.device
-        if self._cos_sin_cache.device != device:
-            self._cos_sin_cache = self._cos_sin_cache.to(device)
+        self._cos_sin_cache = table_on(self._cos_sin_cache, self.model.norm.weight.device)
         return self._cos_sin_cache
 
     @torch.inference_mode()
@@ -278,8 +255,7 @@ class LlamaForCausalLM(nn.Module):
             tensor = tensor.to(device=device or param.device, dtype=dtype or param.dtype)
             module_name, _, attr = name.rpartition(".")
             setattr(self.get_submodule(module_name), attr, nn.Parameter(tensor, requires_grad=False))
-        if self.config.tie_word_embeddings:
-            self.lm_head.weight = self.model.embed_tokens.weight
+        self._tie_lm_head()
         if quantized:
             cpu_packing.install_quantized(self, quantized)
             left = [n for n, p in self.named_parameters() if p.device.type == "meta"]

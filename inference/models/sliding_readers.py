@@ -7,6 +7,7 @@ from typing import Any
 
 from inference.errors import UnsupportedModelError
 from inference.model_config import GemmaConfig, GptOssConfig, ModelConfig, rope_of
+from inference.models.config_readers import shared_fields
 
 
 def read_gemma(config: Any, architecture: str, name: str) -> ModelConfig:
@@ -35,29 +36,18 @@ def read_gemma(config: Any, architecture: str, name: str) -> ModelConfig:
         rope_theta, rope_scaling = rope_of(config, architecture, ("default", "linear"))
         local_theta = float(getattr(config, "rope_local_base_freq", None) or rope_theta)
     gemma3 = architecture == "Gemma3ForCausalLM"
-    eos = config.eos_token_id
     layer_types = tuple(getattr(config, "layer_types", None) or ())
     return ModelConfig(
-        architecture=architecture,
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size,
-        num_layers=config.num_hidden_layers,
-        num_heads=config.num_attention_heads,
+        **shared_fields(config, architecture, name),
         num_kv_heads=config.num_key_value_heads,
         head_dim=config.head_dim,
-        rms_norm_eps=float(config.rms_norm_eps),
         rope_theta=rope_theta,
         rope_scaling=rope_scaling,
-        max_position_embeddings=config.max_position_embeddings,
         tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", True)),
         attention_bias=bool(getattr(config, "attention_bias", False)),
         attention_out_bias=bool(getattr(config, "attention_bias", False)),
         sliding_window=getattr(config, "sliding_window", None),
         layer_types=layer_types or ("full_attention",) * config.num_hidden_layers,
-        eos_token_ids=[] if eos is None else ([eos] if isinstance(eos, int) else list(eos)),
-        bos_token_id=getattr(config, "bos_token_id", None),
-        name=name or getattr(config, "name_or_path", "") or architecture,
         gemma=GemmaConfig(
             query_pre_attn_scalar=float(config.query_pre_attn_scalar),
             local_rope_theta=local_theta if gemma3 else rope_theta,
@@ -80,29 +70,18 @@ def read_gpt_oss(config: Any, architecture: str, name: str) -> ModelConfig:
         if str(method).lower().removeprefix("quantizationmethod.") != "mxfp4":
             raise UnsupportedModelError(architecture, f"quantization_config {method!r} (supported: mxfp4)")
     rope_theta, rope_scaling = rope_of(config, architecture, ("default", "yarn"))
-    eos = config.eos_token_id
     num_layers = config.num_hidden_layers
     return ModelConfig(
-        architecture=architecture,
-        vocab_size=config.vocab_size,
-        hidden_size=config.hidden_size,
-        intermediate_size=config.intermediate_size,
-        num_layers=num_layers,
-        num_heads=config.num_attention_heads,
+        **shared_fields(config, architecture, name),
         num_kv_heads=config.num_key_value_heads,
         head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
-        rms_norm_eps=float(config.rms_norm_eps),
         rope_theta=rope_theta,
         rope_scaling=rope_scaling,
-        max_position_embeddings=config.max_position_embeddings,
         tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)),
         attention_bias=bool(getattr(config, "attention_bias", True)),
         attention_out_bias=bool(getattr(config, "attention_bias", True)),
         sliding_window=getattr(config, "sliding_window", None),
         layer_types=tuple(getattr(config, "layer_types", None) or ("full_attention",) * num_layers),
-        eos_token_ids=[] if eos is None else ([eos] if isinstance(eos, int) else list(eos)),
-        bos_token_id=getattr(config, "bos_token_id", None),
-        name=name or getattr(config, "name_or_path", "") or architecture,
         gpt_oss=GptOssConfig(
             num_experts=config.num_local_experts,
             top_k=config.num_experts_per_tok,

@@ -7,6 +7,10 @@ up. Here each compile runs in a worker process; when it is still running
 next job. A worker dies with its parent (``PR_SET_PDEATHSIG``), so a server killed
 mid-compile leaves nothing running.
 
+Workers run at a lower CPU priority (``WORKER_NICE``) than the server, so a compile that
+runs to its time limit takes its share of the cores from nothing the streams need; there
+are at most as many as the cores the server may use.
+
 The queue in front of the workers is bounded (``GrammarBusyError`` past it), and so is
 the number of compiles one owner may have queued or running at once. A cancelled job
 that has not started yet is dropped.
@@ -38,11 +42,25 @@ from inference.structured.compile_worker import GrammarError
 
 logger = logging.getLogger(__name__)
 
-_WORKER_MAIN = "import sys; from inference.structured.compile_worker import main; main(int(sys.argv[1]))"
+# The priority drops before anything is imported: loading xgrammar (and torch with it) takes
+# seconds of CPU too. Linux groups a session's processes (autogroup), so the nice value weighs
+# a worker against the server that started it (its engine thread first), not the whole machine.
+_WORKER_MAIN = (
+    "import os, sys; os.nice(int(sys.argv[2])); "
+    "from inference.structured.compile_worker import main; main(int(sys.argv[1]))"
+)
+WORKER_NICE = 10  # CFS weight 110 against the engine thread's 1024: a compile takes about a tenth of a core
 _ROOT = str(Path(__file__).resolve().parents[2])  # the folder holding the inference package
 
 _STOP = object()
 _POLL_S = 0.05  # a waiting caller checks its job's progress this often
+
+
+def usable_cpus() -> int:
+    """The cores this process may run on (its affinity where the platform says)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 class GrammarBusyError(RuntimeError):
@@ -84,7 +102,8 @@ class CompilePool:
         those running; ``max_per_owner``: an owner's jobs queued or running."""
         self._info_json = info_json
         self._finish = finish
-        self.workers = workers
+        # More compiling processes than cores would only take turns with the engine.
+        self.workers = max(1, min(workers, usable_cpus()))
         self.max_queue = max_queue
         self.max_per_owner = max_per_owner
         self.time_limit = time_limit
@@ -217,7 +236,7 @@ class _Slot:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_ROOT, env.get("PYTHONPATH", "")) if p)
         try:
             process = subprocess.Popen(
-                [sys.executable, "-c", _WORKER_MAIN, str(theirs.fileno())],
+                [sys.executable, "-c", _WORKER_MAIN, str(theirs.fileno()), str(WORKER_NICE)],
                 pass_fds=(theirs.fileno(),),
                 env=env,
                 stdin=subprocess.DEVNULL,

@@ -11,16 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.browser import CHROMIUM_ARGS
+
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 PASSWORD = "correct-horse-battery-9"
 
 

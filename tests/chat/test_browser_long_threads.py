@@ -6,12 +6,11 @@ sends is over the limit; and a send that cannot fit closes the socket with an er
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from tests.chat.browser_pages import assert_no_axe_violations, enforce_csp, wait_until
-from tests.chat.test_browser import CHROMIUM_ARGS, Problems, in_thread, sign_up
+from tests.chat.test_browser import Problems, in_thread, sign_up
+from tests.support.browser import module_chromium
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -20,19 +19,8 @@ FRAME_LIMIT = 1024 * 1024
 
 @pytest.fixture(scope="module")
 def browser(live_site):
-    from playwright.sync_api import sync_playwright
-
-    before = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as playwright:
-        args = [*CHROMIUM_ARGS, "--disable-features=LocalNetworkAccessChecks"]
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=args)
+    with module_chromium() as browser:
         yield browser
-        browser.close()
-    if before is None:
-        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    else:
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = before
 
 
 def long_conversation(username: str, texts: list[str], **fields) -> int:

@@ -8,7 +8,6 @@ start its own browser, seconds each on two cores); the page helpers are in ``bro
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
@@ -22,7 +21,8 @@ from tests.chat.browser_pages import (
     update_conversation,
     wait_until,
 )
-from tests.chat.test_browser import ARTIFACTS, CHROMIUM_ARGS, Problems, sign_up
+from tests.chat.test_browser import ARTIFACTS, Problems, sign_up
+from tests.support.browser import module_chromium
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -35,24 +35,8 @@ MARKDOWN_ANSWER = (
 
 @pytest.fixture(scope="module")
 def browser(live_site):
-    """One Chromium for the module. Playwright's sync API keeps an event loop running in this
-    thread, so the per-test database flush needs DJANGO_ALLOW_ASYNC_UNSAFE (tests only; the live
-    server's environment drops it)."""
-    from playwright.sync_api import sync_playwright
-
-    before = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as playwright:
-        # A document whose CSP header the test adds (enforce_csp) counts as coming from outside
-        # this machine, and Chromium would then refuse its websocket to 127.0.0.1.
-        args = [*CHROMIUM_ARGS, "--disable-features=LocalNetworkAccessChecks"]
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=args)
+    with module_chromium() as browser:
         yield browser
-        browser.close()
-    if before is None:
-        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    else:
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = before
 
 
 # --- axe-core ---------------------------------------------------------------------------

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from inference import AsyncEngine, EngineConfig, EngineOverloadedError, LLMEngine, SamplingParams
-from inference.engine.embedding_jobs import EmbedJob
+from inference.engine.embedding_jobs import EmbedJob, advance, fit_chunk
+from inference.engine.step_budget import MIN_CHUNK, StepBudget
 from inference.runner.model_loader import load_model
 from tests.engine.test_embeddings import hf_mean_pooled
 from tests.support.fakes import make_tiny_model_dir
@@ -131,3 +132,29 @@ def test_a_cancelled_job_is_dropped_and_its_tokens_released(tiny_dir, loaded) ->
     assert engine.embed_turn()
     assert not engine.embeddings and engine.embeddings.queued_tokens == 0
     assert engine.scheduler.external_seats == {}
+
+
+def test_a_carried_input_is_chunked_by_the_time_its_last_chunk_took(tiny_dir, loaded) -> None:
+    """Deep in a long input a token costs more than a step's prompt token: the next chunk is
+    cut to what fits the seconds at the rate the previous chunk of that input ran."""
+    engine = LLMEngine(config(tiny_dir), loaded=loaded)
+    job = EmbedJob([list(range(5, 300))], "alice", Future())
+    assert fit_chunk(job, 64, 0.1) == 64  # nothing carried yet: the step budget's tokens
+    advance(job, engine.model, 64, block_size=16, device="cpu", dtype=torch.float32)
+    assert job.carry is not None and job.carry.computed == 64
+    assert job.carry.s_per_token is not None and job.carry.s_per_token > 0
+    job.carry.s_per_token = 0.004  # 4 ms a token, as deep in a long input on a slow machine
+    assert fit_chunk(job, 200, 0.2) == 50
+    assert fit_chunk(job, 40, 0.2) == 40  # never more than the budget's tokens
+    assert fit_chunk(job, 200, 0.0) == MIN_CHUNK  # the input still progresses
+    assert fit_chunk(job, 200, None) == 200  # no budget to keep to
+
+
+def test_chunk_seconds_follow_the_measured_prefill_rate() -> None:
+    budget = StepBudget(budget_s=0.15, max_tokens=2048)
+    budget.decode_step_s = 0.05
+    assert budget.chunk_seconds(100) == pytest.approx(0.10)  # nothing measured: the spare
+    budget.prefill_s_per_token = 0.001
+    assert budget.chunk_seconds(100) == pytest.approx(0.1)
+    assert budget.chunk_seconds(30) == pytest.approx(0.03)
+    assert StepBudget(budget_s=0, max_tokens=2048).chunk_seconds(100) is None

@@ -4,11 +4,13 @@ bounded queue with a per-owner share; a caller that gives up drops a job not yet
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import pytest
 
 from inference.structured import GrammarBusyError, GrammarCompiler, GrammarError, GrammarSpec
+from inference.structured.compile_pool import WORKER_NICE, usable_cpus
 from inference.tokenizer import Tokenizer
 from tests.support.fakes import smollm2_tokenizer_dir
 
@@ -93,5 +95,19 @@ def test_schema_source_round_trips_through_the_worker(tokenizer) -> None:
         grammar = SequenceGrammar(future)
         for token in tokenizer.encode(json.dumps({"a": 12})):  # xgrammar's compact JSON: ", " and ": "
             assert grammar.accept(token)
+    finally:
+        compiler.close()
+
+
+def test_workers_compile_below_the_servers_priority_and_no_more_than_the_cores(tokenizer) -> None:
+    """A compile that runs to its limit yields the cores to the engine thread first, and the
+    pool never starts more compiling processes than the server's cores."""
+    compiler = new_compiler(tokenizer, max_workers=64)
+    try:
+        assert compiler.pool.workers == min(64, usable_cpus())
+        compiler.compile(GrammarSpec.regex("nice+"), timeout=60)
+        process = compiler.pool._slots[0].process
+        ours = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, process.pid) == min(19, ours + WORKER_NICE)
     finally:
         compiler.close()

@@ -9,13 +9,13 @@ One browser for the module and two combined walkthroughs: each Chromium start co
 
 from __future__ import annotations
 
-import os
 import re
 
 import pytest
 
 from tests.chat.browser_pages import assert_no_axe_violations, enforce_csp, make_conversation, wait_until
-from tests.chat.test_browser import ARTIFACTS, CHROMIUM_ARGS, Problems, in_thread, sign_up
+from tests.chat.test_browser import ARTIFACTS, Problems, in_thread, sign_up
+from tests.support.browser import module_chromium
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -28,19 +28,8 @@ MATH_ANSWER = (
 
 @pytest.fixture(scope="module")
 def browser(live_site):
-    from playwright.sync_api import sync_playwright
-
-    before = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with sync_playwright() as playwright:
-        args = [*CHROMIUM_ARGS, "--disable-features=LocalNetworkAccessChecks"]
-        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=args)
+    with module_chromium() as browser:
         yield browser
-        browser.close()
-    if before is None:
-        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-    else:
-        os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = before
 
 
 def new_page(browser, **options):

@@ -6,11 +6,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+
+from tests.support.processes import stop_process, wait_until_answering
 
 ROOT = Path(__file__).resolve().parents[3]
 CLIENT_ID = "chatsite-test"
@@ -70,23 +71,18 @@ def start_provider(port: int, workdir: Path, redirect_uri: str, users: list[dict
     )
     url = f"http://127.0.0.1:{port}"
     provider = Provider(url=url, issuer=f"{url}/o", process=process, env=env, log_path=log_path)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the provider exited:\n{provider.log()}")
-        try:
-            if httpx.get(f"{provider.issuer}/.well-known/openid-configuration", timeout=2).status_code == 200:
-                return provider
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    stop_provider(provider)
-    raise RuntimeError(f"the provider did not start:\n{provider.log()}")
+    discovery = f"{provider.issuer}/.well-known/openid-configuration"
+    wait_until_answering(
+        process,
+        lambda: httpx.get(discovery, timeout=2).status_code == 200,
+        name="the provider",
+        log=provider.log,
+        seconds=60,
+        interval=0.3,
+        stop_timeout=10,
+    )
+    return provider
 
 
 def stop_provider(provider: Provider) -> None:
-    provider.process.terminate()
-    try:
-        provider.process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        provider.process.kill()
+    stop_process(provider.process, 10)
