@@ -125,7 +125,7 @@ def model_hash_root(config: EngineConfig, model: torch.nn.Module, model_config: 
     if not config.served_name:
         # One model in the process (the ENGINE_MODEL shorthand): its chains start at 0, where
         # the disk tier's blocks from before several models existed start. A named model's
-        # restart does not yet find its disk blocks under its own root (a known gap).
+        # root is the same in every process, so its restart finds its own disk blocks.
         return 0
     identity = getattr(model, WEIGHTS_ATTRIBUTE, None)
     tagged = json.dumps(identity, sort_keys=True, default=str) if identity else ""
