@@ -6,6 +6,12 @@ is one ``TRUNCATE`` of every table: a new file per table and a WAL flush, about 
 is the same as Django's flush: every table of the site's models empty, then ``post_migrate``
 (content types and permissions back) unless the test case inhibits it. Sequences go on
 counting, as with Django's flush after a test (``reset_sequences=False``).
+
+Why a patch of Django's test module: neither Django nor pytest-django offers a hook for how a
+``TransactionTestCase`` empties the database; ``_fixture_teardown`` calls
+``django.test.testcases.call_command("flush", ...)`` directly, so ``tests/conftest.py`` swaps that
+name for the session. ``tests/foundation/test_test_flush.py`` checks the outcome equals Django's
+flush (empty tables, content types and permissions back) on PostgreSQL and SQLite.
 """
 
 from __future__ import annotations
