@@ -23,6 +23,7 @@ from inference.models.registry import read_model_config
 from inference.sampling.params import SamplingParams
 from inference.tokenizer import Tokenizer
 from tests.support.fakes import smollm2_tokenizer_dir
+from tests.support.hf_generate import hf_greedy
 from tests.support.hybrid_models import HYBRID_FAMILIES, hybrid_config, make_hybrid_pair
 
 PROMPT_LENGTHS = (5, 17, 40, 64, 99, 128, 170, 230)
@@ -53,14 +54,7 @@ def _prompt(length: int, seed: int = 0) -> list[int]:
 
 
 def _hf_greedy(hf: torch.nn.Module, ids: list[int], new_tokens: int = NEW_TOKENS) -> list[int]:
-    with torch.no_grad():
-        out = hf.generate(
-            torch.tensor([ids]),
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-            max_new_tokens=new_tokens,
-            do_sample=False,
-        )
-    return out[0, len(ids) :].tolist()
+    return hf_greedy(hf, ids, new_tokens)
 
 
 GREEDY = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)

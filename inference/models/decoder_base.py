@@ -14,6 +14,7 @@ from torch import nn
 
 from inference.kv.spec import KVSpec
 from inference.kv.state_spec import RecurrentSpec
+from inference.layers.attention_context import AttentionContext
 from inference.model_config import ModelConfig
 
 
@@ -64,3 +65,18 @@ def table_on(table: torch.Tensor, device: torch.device) -> torch.Tensor:
     """A rotary table on ``device``. The tables stay outside the module's buffers so that
     ``.to(bfloat16)`` does not round their angles; callers keep the moved copy."""
     return table if table.device == device else table.to(device)
+
+
+def run_layers(
+    model: nn.Module,
+    cos_sin: torch.Tensor,
+    input_ids: torch.Tensor,
+    ctx: AttentionContext,
+    kv_cache: torch.Tensor,
+) -> torch.Tensor:
+    """The embeddings, every layer with the step's rotary rows, the final norm: the forward of
+    a decoder whose layers each take ``(hidden, cos_sin, ctx, kv_cache)``."""
+    hidden = model.embed_tokens(input_ids)
+    for layer in model.layers:
+        hidden = layer(hidden, cos_sin, ctx, kv_cache)
+    return model.norm(hidden)

@@ -28,7 +28,7 @@ from inference.layers.norm import RMSNorm
 from inference.layers.rotary import apply_rotary, yarn_cos_sin_cache
 from inference.layers.window_attention import AttentionFeatures, feature_attention
 from inference.model_config import GptOssConfig, ModelConfig
-from inference.models.decoder_base import KVHeadsDecoder, table_on
+from inference.models.decoder_base import KVHeadsDecoder, run_layers, table_on
 from inference.models.weights import assign_weights
 from inference.runner.mxfp4 import dequantize_blocks
 
@@ -172,11 +172,7 @@ class GptOssForCausalLM(KVHeadsDecoder):
         kv_cache: torch.Tensor,
     ) -> torch.Tensor:
         self._cos_sin = table_on(self._cos_sin, positions.device)
-        cos_sin = self._cos_sin[positions.long()]
-        hidden = self.model.embed_tokens(input_ids)
-        for layer in self.model.layers:
-            hidden = layer(hidden, cos_sin, ctx, kv_cache)
-        return self.model.norm(hidden)
+        return run_layers(self.model, self._cos_sin[positions.long()], input_ids, ctx, kv_cache)
 
     def prepare_cpu_kernels(self) -> None:
         """Nothing to pack: the products run on PyTorch's own CPU kernels."""

@@ -34,6 +34,7 @@ from inference.layers.moe import RoutedExperts, SoftmaxTopkRouter, stack_expert_
 from inference.layers.norm import ZeroCenteredRMSNorm
 from inference.layers.rotary import apply_rotary, rope_cos_sin_cache
 from inference.model_config import ModelConfig
+from inference.models.decoder_base import run_layers, table_on
 from inference.models.weights import assign_weights
 
 _TEXT_PREFIX = re.compile(r"^model\.language_model\.")
@@ -192,13 +193,8 @@ class Qwen3NextForCausalLM(nn.Module):
         ctx: AttentionContext,
         kv_cache: torch.Tensor,
     ) -> torch.Tensor:
-        if self._cos_sin.device != positions.device:
-            self._cos_sin = self._cos_sin.to(positions.device)
-        cos_sin = self._cos_sin[positions.long()]
-        hidden = self.model.embed_tokens(input_ids)
-        for layer in self.model.layers:
-            hidden = layer(hidden, cos_sin, ctx, kv_cache)
-        return self.model.norm(hidden)
+        self._cos_sin = table_on(self._cos_sin, positions.device)
+        return run_layers(self.model, self._cos_sin[positions.long()], input_ids, ctx, kv_cache)
 
     def prepare_cpu_kernels(self) -> None:
         """Nothing to pack ahead: the projections pack their CPU panels on first use."""

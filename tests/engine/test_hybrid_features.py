@@ -30,6 +30,7 @@ from inference.sampling.params import SamplingParams
 from inference.structured import GrammarSpec
 from inference.tokenizer import Tokenizer
 from tests.support.fakes import smollm2_tokenizer_dir
+from tests.support.hf_generate import hf_greedy
 from tests.support.hybrid_models import hybrid_config, make_hybrid_pair
 from tests.support.recurrent_model import tiny_hybrid_model
 
@@ -59,14 +60,7 @@ def _prompt(length: int, seed: int) -> list[int]:
 
 
 def _hf_greedy(hf: torch.nn.Module, ids: list[int], new_tokens: int) -> list[int]:
-    with torch.no_grad():
-        out = hf.generate(
-            torch.tensor([ids]),
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-            max_new_tokens=new_tokens,
-            do_sample=False,
-        )
-    return out[0, len(ids) :].tolist()
+    return hf_greedy(hf, ids, new_tokens)
 
 
 def _hf_logprob(hf: torch.nn.Module, prompt: list[int], completion: list[int]) -> float:

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from inference.models.registry import kv_spec_for, read_model_config
+from tests.support.hf_generate import hf_greedy
 from tests.support.hybrid_models import (
     HYBRID_FAMILIES,
     VISION_LANGUAGE,
@@ -45,14 +46,7 @@ def _hf_logits(hf: torch.nn.Module, ids: list[int]) -> torch.Tensor:
 
 
 def _hf_greedy(hf: torch.nn.Module, ids: list[int]) -> list[int]:
-    with torch.no_grad():
-        out = hf.generate(
-            torch.tensor([ids]),
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-            max_new_tokens=NEW_TOKENS,
-            do_sample=False,
-        )
-    return out[0, len(ids) :].tolist()
+    return hf_greedy(hf, ids, NEW_TOKENS)
 
 
 def test_specs_split_the_layers(pair: tuple[torch.nn.Module, torch.nn.Module]) -> None:

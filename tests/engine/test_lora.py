@@ -8,7 +8,8 @@ import pytest
 
 from inference.lora import LoraLoadError, load_peft_adapter
 from tests.engine.engine_fixtures import greedy, random_prompts
-from tests.support.lora import hf_greedy, make_peft_adapter, peft_model
+from tests.support.hf_generate import hf_greedy
+from tests.support.lora import make_peft_adapter, peft_model
 
 NEW_TOKENS = 8
 

@@ -57,14 +57,3 @@ def peft_model(base_dir: str | Path, adapter_dir: str | Path | None) -> torch.nn
     if adapter_dir is None:
         return model
     return PeftModel.from_pretrained(model, adapter_dir).eval()
-
-
-def hf_greedy(model: torch.nn.Module, ids: list[int], max_new_tokens: int) -> list[int]:
-    with torch.no_grad():
-        out = model.generate(
-            input_ids=torch.tensor([ids]),
-            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-        )
-    return out[0, len(ids) :].tolist()
