@@ -5,6 +5,8 @@
 - a warm restart on the same disk directory resumes a conversation's next turn from the
   state saved at the end of the previous answer (reported as cached tokens, its KV
   blocks read from disk) and still gives HF's greedy tokens;
+- a restart whose KV block read fails part-way falls back to the start (the state it
+  read belongs to the whole prefix) and still gives HF's tokens;
 - a restart with other weights finds nothing (another fingerprint);
 - purging a namespace deletes its saved states from the pool and the disk.
 """
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from inference.kv.chain_hash import prefix_hashes
 from inference.runner.weights_identity import tag
 from inference.sampling.params import SamplingParams
 from tests.support.hybrid_models import make_hybrid_pair
@@ -46,6 +49,22 @@ def test_a_warm_restart_resumes_the_next_turn_from_the_disk_tier(family, tmp_pat
     restarted.engine.close()
     assert out.num_cached_tokens == 160  # the state at the answer's last block boundary
     assert stats["restored_states"] == 1
+    assert out.outputs[0].token_ids == _hf_greedy(hf, next_turn, 16)
+
+
+def test_a_failed_block_read_after_a_restart_falls_back_and_recomputes(family, tmp_path: Path) -> None:
+    name, hf, ours = family
+    history = _first_turn(name, ours, tmp_path)
+    sixth_block = prefix_hashes(history, 16, 0, 0, 0)[5]  # the engine's chains start at root 0
+    block_file = tmp_path / f"{sixth_block:016x}.kv"
+    block_file.write_bytes(block_file.read_bytes()[:-64])  # truncated: its read fails the checks
+    next_turn = history + _prompt(20, seed=6)
+    restarted = _llm(name, ours, kv_disk_dir=str(tmp_path))
+    out = restarted.generate(next_turn, ANSWER)[0]
+    tiers = restarted.engine.tiers
+    restarted.engine.close()
+    assert tiers is not None and tiers.counters.failed_loads == 1
+    assert out.num_cached_tokens == 0  # five blocks were served, but no state ends there
     assert out.outputs[0].token_ids == _hf_greedy(hf, next_turn, 16)
 
 
