@@ -22,7 +22,7 @@ from inference.engine.step_budget import StepBudget
 from inference.kv.block_manager import BlockManager
 from inference.kv.chain_hash import hash_root
 from inference.kv.fingerprint import kv_fingerprint
-from inference.kv.hybrid_setup import build_state_pool, is_hybrid, make_block_manager
+from inference.kv.hybrid_setup import build_hybrid_tiers, build_state_pool, is_hybrid, make_block_manager
 from inference.kv.retention import Retention
 from inference.kv.tiers import TierStack, build_tiers
 from inference.model_config import ModelConfig
@@ -103,6 +103,7 @@ def build_kv_stack(
         retention=retention,
         groups=model.kv_spec.groups,
         hash_root=model_hash_root(config, model, model_config),
+        state_tiers=build_hybrid_tiers(config, states, tiers, fingerprint, retention.is_retained),
     )
     scheduler = _build_scheduler(config, block_manager, pool.max_model_len, runner.kv_cache, workers)
     logger.info(

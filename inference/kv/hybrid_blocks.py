@@ -21,8 +21,9 @@ States are saved where the next request is likely to resume:
   after a chunk is exactly a point's state. ``saved_states_per_seq`` bounds how many a
   sequence saves (the end-of-prompt points first, then the longest inner ones).
 
-Lower KV tiers cannot serve a hybrid prefix without its state, so prompts do not load
-blocks from them and a preempted sequence is recomputed, not swapped.
+Lower KV tiers cannot serve a hybrid prefix without its state, so this manager loads no
+blocks from them; ``inference.kv.hybrid_tiers`` does, with the states' own tiers. A
+preempted sequence is recomputed, not swapped.
 
 Speculative decoding is off for a hybrid model (``supports_speculation``): a verify
 step runs each proposed position as a row of its own, which a recurrent state cannot
@@ -34,7 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 from inference.engine.sequence import Sequence
-from inference.kv.block_manager import BlockManager
+from inference.kv.block_manager import BlockManager, block_namespace
 from inference.kv.blocks import PrefixBlocks
 from inference.kv.saved_states import SavedStates
 from inference.kv.state_pool import StatePool
@@ -108,7 +109,8 @@ class HybridBlockManager(BlockManager):
     def _save(self, seq: Sequence, num_tokens: int) -> int | None:
         k = num_tokens // self.block_size
         key = self._hashes(seq, k)[k - 1]  # the memo may run further than k blocks
-        if self.saved.save(key, tuple(seq.token_ids[:num_tokens]), seq.state_slot):
+        namespace = block_namespace(seq, k - 1)
+        if self.saved.save(key, tuple(seq.token_ids[:num_tokens]), seq.state_slot, namespace):
             return key
         return None
 
@@ -164,6 +166,11 @@ class HybridBlockManager(BlockManager):
         if seq.state_slot >= 0:
             self.states.release(seq.state_slot)
             seq.state_slot = -1
+
+    def purge_namespace(self, namespace: int) -> int:
+        if namespace:
+            self.saved.purge_namespace(namespace)
+        return super().purge_namespace(namespace)
 
     def reset_prefix_cache(self) -> int:
         self.saved.clear()

@@ -27,13 +27,21 @@ class SavedState:
     key: int  # the chained hash of the prefix's last block
     tokens: tuple[int, ...]  # the exact prefix, compared on a hit
     slot: int
+    namespace: int = 0  # the salt namespace of the prefix's last block (purged with it)
 
 
 class SavedStates:
     def __init__(
-        self, pool: StatePool, max_saved: int, is_retained: Callable[[int], bool] = lambda _: False
+        self,
+        pool: StatePool,
+        max_saved: int,
+        is_retained: Callable[[int], bool] = lambda _: False,
+        on_evict: Callable[[SavedState, bool], None] | None = None,
     ) -> None:
         self.pool = pool
+        # Called with (entry, retained) before an evicted entry's slot is released: the
+        # lower tiers take a copy (``inference.kv.state_tiers``).
+        self.on_evict = on_evict
         self.max_saved = max_saved
         self.is_retained = is_retained
         self._entries: OrderedDict[int, SavedState] = OrderedDict()  # least recently used first
@@ -55,10 +63,14 @@ class SavedStates:
         self._entries.move_to_end(key)
         return entry
 
+    def get(self, key: int) -> SavedState | None:
+        """The entry under ``key`` whatever its tokens (its owner's bookkeeping, not a hit)."""
+        return self._entries.get(key)
+
     def contains(self, key: int) -> bool:
         return key in self._entries
 
-    def save(self, key: int, tokens: tuple[int, ...], src_slot: int) -> bool:
+    def save(self, key: int, tokens: tuple[int, ...], src_slot: int, namespace: int = 0) -> bool:
         """Copy the state in ``src_slot`` (the state after exactly ``tokens``) into a slot of
         its own under ``key``. False when no slot can be had."""
         if self.max_saved <= 0:
@@ -78,18 +90,18 @@ class SavedStates:
             slot = self.pool.allocate()
             assert slot is not None
         self.pool.copy(src_slot, slot)
-        self._entries[key] = SavedState(key, tokens, slot)
+        self._entries[key] = SavedState(key, tokens, slot, namespace)
         self.num_saves += 1
         return True
 
-    def add_restored(self, key: int, tokens: tuple[int, ...], slot: int) -> None:
+    def add_restored(self, key: int, tokens: tuple[int, ...], slot: int, namespace: int = 0) -> None:
         """Take over ``slot`` (count 1, already holding the state: a lower tier's copy)."""
         if key in self._entries:
             self.pool.release(slot)
             return
         while len(self._entries) >= self.max_saved and self.evict_one():
             pass
-        self._entries[key] = SavedState(key, tokens, slot)
+        self._entries[key] = SavedState(key, tokens, slot, namespace)
 
     def drop(self, key: int) -> SavedState | None:
         entry = self._entries.pop(key, None)
@@ -104,6 +116,8 @@ class SavedStates:
             victim = next(iter(self._entries), None)
         if victim is None:
             return False
+        if self.on_evict is not None:
+            self.on_evict(self._entries[victim], self.is_retained(victim))
         self.drop(victim)
         return True
 
@@ -115,6 +129,12 @@ class SavedStates:
                 raise RuntimeError("state pool exhausted: more running sequences than slots")
             slot = self.pool.allocate()
         return slot
+
+    def purge_namespace(self, namespace: int) -> int:
+        victims = [k for k, e in self._entries.items() if e.namespace == namespace]
+        for key in victims:
+            self.drop(key)
+        return len(victims)
 
     def clear(self) -> int:
         n = len(self._entries)

@@ -88,6 +88,7 @@ class TierStack:
             self.host.on_evict = self._host_evicted
         self.counters = TierCounters()
         self.prefill_s_per_token: float | None = None  # measured; None until a prefill ran
+        self.closers: list[Callable[[], None]] = []  # companions' I/O (a hybrid model's state tiers)
 
     @property
     def enabled(self) -> bool:
@@ -254,6 +255,8 @@ class TierStack:
 
     # ---- life cycle and stats --------------------------------------------------------------
     def close(self) -> None:
+        for close in self.closers:
+            close()
         if self.disk is not None:
             self.disk.close()
 

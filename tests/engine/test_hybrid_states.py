@@ -8,22 +8,34 @@
   a sequence always continues from its own prefix's state, and a saved state always
   holds the state of the tokens it is saved under.
 
+The same machine over lower tiers (``inference.kv.hybrid_tiers``: a host tier of two
+states over a disk tier) also checks that every state a tier holds is the state of its
+own tokens, that tiers stay within their bounds, and that a state promoted from a tier
+is one a sequence can continue from (the step's check above).
+
 Plus the points where states are saved and the chunks cut there.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import zlib
 from collections import Counter
+from typing import Any
 
+import torch
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, invariant, precondition, rule
 
 from inference.engine.sequence import Sequence
+from inference.kv.disk import DiskTier
 from inference.kv.hybrid_blocks import HybridBlockManager
+from inference.kv.hybrid_tiers import TieredHybridBlockManager
 from inference.kv.state_pool import StatePool
 from inference.kv.state_spec import RecurrentLayerSpec, RecurrentSpec
+from inference.kv.state_tiers import HostStates, StateLayout, StateTiers
 from tests.engine.test_block_manager import BS, BlockManagerMachine, new_seq
 
 SPEC = RecurrentSpec((RecurrentLayerSpec(0, (2, 3), (1,)), RecurrentLayerSpec(2, (1,), (2, 2))))
@@ -126,6 +138,90 @@ class HybridStatesMachine(BlockManagerMachine):
 
 TestHybridStatesInvariants = HybridStatesMachine.TestCase
 TestHybridStatesInvariants.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
+
+
+class SyncDisk(DiskTier):
+    """A disk tier whose writes are on disk when ``write`` returns, so that every run of
+    the machine sees the same index."""
+
+    def write(self, *args: Any, **kwargs: Any) -> bool:
+        queued = super().write(*args, **kwargs)
+        self.flush()
+        return queued
+
+
+class TieredStatesMachine(HybridStatesMachine):
+    @initialize(num_blocks=st.integers(4, 24), caching=st.booleans(), saved=st.integers(1, 3))
+    def setup(self, num_blocks: int, caching: bool, saved: int) -> None:
+        pool = StatePool(SPEC, 6 + saved)
+        self.layout = StateLayout(pool)
+        self.dir = tempfile.mkdtemp(prefix="hybrid-states-")
+        host = HostStates(2 * self.layout.num_bytes, self.layout.num_bytes)
+        self.disk = SyncDisk(
+            self.dir, 6 * self.layout.num_bytes + 4096, (self.layout.num_bytes,), torch.uint8, {}
+        )
+        tiers = StateTiers(pool, host=host, disk=self.disk)
+        self.bm = TieredHybridBlockManager(
+            num_blocks,
+            BS,
+            enable_prefix_caching=caching,
+            states=pool,
+            saved_states_max=saved,
+            state_tiers=tiers,
+        )
+        self.seqs: list[Sequence] = []
+
+    @precondition(lambda self: self._room())
+    @rule(
+        base=st.sampled_from(CONVERSATIONS),
+        keep=st.integers(0, 24),
+        suffix=st.lists(st.integers(0, 2), max_size=8),
+        chunk=st.integers(1, 30),
+    )
+    def allocate(self, base: tuple[int, ...], keep: int, suffix: list[int], chunk: int) -> None:
+        tokens = list(base[:keep]) + suffix
+        if not tokens:
+            return
+        seq = new_seq(tokens)
+        # No KV tiers here: a lower tier's state is promoted when the pool holds its blocks.
+        assert self.bm.prefix_to_load(seq) is None
+        hits = self.bm.match_prefix(seq)
+        if self.bm.num_revived(hits) > self.bm.num_free_blocks:
+            return
+        self.bm.admit(seq, hits)
+        if hits:
+            assert state_of(self.bm.states, seq.state_slot) == fingerprint(tokens[: len(hits) * BS])
+        self.seqs.append(seq)
+        if not self._grow(seq, chunk) and seq.num_computed_tokens < seq.num_tokens:
+            self.bm.free(seq)
+            self.seqs.remove(seq)
+
+    def _value(self, data: torch.Tensor) -> float:
+        tensors = self.layout.unpack(data)
+        value = float(tensors[0].reshape(-1)[0])
+        assert all(bool((t == value).all()) for t in tensors), "a stored state mixes prefixes"
+        return value
+
+    @invariant()
+    def lower_tiers_hold_their_tokens_states(self) -> None:
+        tiers = self.bm.state_tiers
+        assert tiers.host is not None
+        assert len(tiers.host) <= tiers.host.max_states
+        for entry in tiers.host._entries.values():
+            assert self._value(entry.data) == fingerprint(entry.tokens)
+        assert self.disk.used_bytes <= self.disk.capacity_bytes
+        for key, entry in list(self.disk._index.items()):
+            data = self.disk.read(key, 0, entry.tokens, entry.namespace)
+            assert data is not None and self._value(data) == fingerprint(entry.tokens)
+
+    def teardown(self) -> None:
+        super().teardown()
+        self.disk.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+TestTieredStatesInvariants = TieredStatesMachine.TestCase
+TestTieredStatesInvariants.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
 
 
 def test_prompt_save_points_and_chunk_cuts() -> None:
