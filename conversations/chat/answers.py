@@ -368,9 +368,10 @@ class GenerationManager:
                 # The last piece, so that relayed deltas add up to the final text everywhere.
                 await relay_piece(answer)
             prefix = _next_turn_prefix(answer, status)
-            if prefix:  # before the watchers hear of it: their retention then reads nothing
+            # Before the watchers hear of it: their retention then reads nothing.
+            if prefix and answer.engine is not None:
                 get_retention().answered(
-                    answer.conversation_id, answer.message_id, prefix, answer.cache_options
+                    answer.conversation_id, answer.message_id, prefix, answer.cache_options, answer.engine
                 )
 
         status = await lifecycle.end_answer(

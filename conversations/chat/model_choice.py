@@ -120,3 +120,17 @@ async def answer_engine(message_id: int) -> tuple[AsyncEngine, str | None, str]:
         return engine, None, engine.model_name
     engine = await engine_handle.aget_engine(found.base if named else None)
     return engine, found.adapter, found.id
+
+
+def _loaded_engine(model_id: str) -> AsyncEngine | None:
+    """Blocking: the loaded engine serving ``model_id`` (an adapter's: its base model's), without
+    loading it; the default model's for an empty id or one no longer served."""
+    found = _find(model_id, True) if model_id else None
+    if found is None or not _named():
+        return engine_handle.current_engine(None)
+    return engine_handle.current_engine(found.base)
+
+
+async def loaded_engine(model_id: str) -> AsyncEngine | None:
+    """``_loaded_engine`` off the event loop (the catalogue may ask the engines)."""
+    return await sync_to_async(_loaded_engine, thread_sensitive=False)(model_id)

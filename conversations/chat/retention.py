@@ -48,12 +48,27 @@ def retention_key(conversation_id: int, origin: str | None = None) -> str:
     return f"{key}@{origin}" if origin and origin != PROCESS_ID else key
 
 
-def _engine() -> Any | None:
-    """The default model's engine, if loaded: the conversations' marks are kept there (a
-    conversation on another model gets no mark: its blocks are evicted as any others)."""
-    from conversations.ops import engine_handle  # noqa: PLC0415 - read the live module state
+@database_sync_to_async
+def latest_answer_model(conversation_id: int) -> str:
+    """The model id that wrote the conversation's latest answer ("" for none)."""
+    from conversations.models import Message  # noqa: PLC0415
 
-    return engine_handle.current_engine(None)
+    found = (
+        Message.objects.filter(conversation_id=conversation_id, role=Message.Role.ASSISTANT)
+        .order_by("-created_at", "-id")
+        .values_list("model_name", flat=True)
+        .first()
+    )
+    return found or ""
+
+
+async def holding_engine(conversation_id: int) -> AsyncEngine | None:
+    """The loaded engine holding the conversation's KV: that of the model which wrote its
+    latest answer (each model has its own engine and pool), the default model's when none
+    did. None while that engine is not loaded (a mark never loads a model)."""
+    from conversations.chat.model_choice import loaded_engine  # noqa: PLC0415 - it imports the tree
+
+    return await loaded_engine(await latest_answer_model(conversation_id))
 
 
 @database_sync_to_async
@@ -113,6 +128,8 @@ class ConversationRetention:
         self.remote: dict[str, set[int]] = defaultdict(set)  # origin -> conversations marked here
         # conversation id -> the answer whose own ids made its mark (``answered``)
         self.marked_by_answer: dict[int, int] = {}
+        # mark key -> the engine holding it (each model has its own), so its release goes there
+        self.marked_in: dict[str, AsyncEngine] = {}
         self._tasks: set[asyncio.Task] = set()
         # One message to an owner at a time, in order: a release sent while its retain is
         # still on the way must not overtake it (that mark would never be released).
@@ -156,7 +173,9 @@ class ConversationRetention:
         if self.marked_by_answer.get(conversation_id) != event["message"].get("id"):
             self._spawn(self.refresh(conversation_id))
 
-    def answered(self, conversation_id: int, message_id: int, token_ids: list[int], options: dict) -> bool:
+    def answered(
+        self, conversation_id: int, message_id: int, token_ids: list[int], options: dict, engine: AsyncEngine
+    ) -> bool:
         """An answer generated here finished in a conversation a tab here shows: mark its
         prompt and answer ids, whose KV this engine has just computed, without reading and
         rendering the history again (the caller passes them only where they are how the
@@ -166,10 +185,7 @@ class ConversationRetention:
         the history is read for it as before."""
         if conversation_id not in self.tabs or self.placed.get(conversation_id, PROCESS_ID) != PROCESS_ID:
             return False
-        engine = _engine()
-        if engine is None:
-            return False
-        engine.retain(retention_key(conversation_id), token_ids, **options)
+        self._mark(engine, retention_key(conversation_id), token_ids, options)
         self.placed[conversation_id] = PROCESS_ID
         self.marked_by_answer[conversation_id] = message_id
         return True
@@ -215,9 +231,7 @@ class ConversationRetention:
             marked.discard(conversation_id)
             if not marked:
                 del self.remote[origin]
-        engine = _engine()
-        if engine is not None:
-            engine.release(retention_key(conversation_id, origin))
+        self._unmark(retention_key(conversation_id, origin))
 
     def forget_processes(self, live: set[str]) -> None:
         """Release the marks made for processes no longer alive."""
@@ -227,24 +241,36 @@ class ConversationRetention:
 
     # Helpers ---------------------------------------------------------------------------
     async def _retain_here(self, conversation_id: int, key: str, wanted: Callable[[], bool]) -> None:
-        engine = _engine()
-        if engine is None:
-            return
         try:
+            engine = await holding_engine(conversation_id)
+            if engine is None:
+                return
             ids, salt = await history_token_ids(conversation_id, engine)
         except Exception:  # retention is an optimisation: never break the chat for it
             log.warning("could not read conversation %s for KV retention", conversation_id, exc_info=True)
             return
         if ids and wanted():  # not released while the history was read
-            engine.retain(key, ids, **salt)
+            self._mark(engine, key, ids, salt)
+
+    def _mark(self, engine: AsyncEngine, key: str, token_ids: list[int], options: dict) -> None:
+        """Mark ``token_ids`` under ``key`` in ``engine``, moving the mark there from another
+        model's engine (the conversation's latest answer came from another model)."""
+        previous = self.marked_in.get(key)
+        if previous is not None and previous is not engine:
+            previous.release(key)
+        engine.retain(key, token_ids, **options)
+        self.marked_in[key] = engine
+
+    def _unmark(self, key: str) -> None:
+        engine = self.marked_in.pop(key, None)
+        if engine is not None:
+            engine.release(key)
 
     def _release_at(self, conversation_id: int, where: str) -> None:
         if where != PROCESS_ID:
             self._spawn(self._tell(where, "chat.release", conversation_id))
             return
-        engine = _engine()
-        if engine is not None:
-            engine.release(retention_key(conversation_id))
+        self._unmark(retention_key(conversation_id))
 
     async def _tell(self, pid: str, kind: str, conversation_id: int) -> None:
         """``chat.retain`` / ``chat.release`` to process ``pid`` (if it is still there)."""

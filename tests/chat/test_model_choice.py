@@ -95,3 +95,37 @@ async def test_side_by_side_answers_are_sibling_branches(two_models, make_user):
     assert answers[0].pk in path and answers[1].pk not in path
     await socket.finished(thread["messages"][-1]["id"])
     await socket.close()
+
+
+async def test_a_conversation_is_retained_in_the_engine_of_its_latest_answer(two_models, make_user):
+    from conversations.chat.retention import retention_key
+    from conversations.ops.engine_handle import current_engine
+
+    user = await sync_to_async(make_user)("retained")
+    conversation = await Conversation.objects.acreate(owner=user, model="b", **SHORT)
+    key = retention_key(conversation.pk)
+
+    def marked(model: str) -> bool:
+        engine = current_engine(model)
+        return engine is not None and key in engine.engine.block_manager.retention.keys()
+
+    socket = await _open(user, conversation)
+    await socket.send(type="send", conversation_id=conversation.pk, content="Hello")
+    answer, _ = await socket.finished()
+    await _until(lambda: marked("b"))
+    assert not marked("a")
+    # Another model's answer: its engine holds the history now, and the mark moves there.
+    await socket.send(type="regenerate", conversation_id=conversation.pk, message_id=answer["id"], model="a")
+    thread, _ = await socket.until("thread")
+    await socket.finished(thread["messages"][-1]["id"])
+    await _until(lambda: marked("a") and not marked("b"))
+    await socket.close()
+    await _until(lambda: not marked("a") and not marked("b"))
+
+
+async def _until(condition, seconds: float = 30.0) -> None:
+    for _ in range(int(seconds / 0.05)):
+        if condition():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the conversation's mark did not reach the expected engine")
