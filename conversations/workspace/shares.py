@@ -134,7 +134,12 @@ def share_page(request: HttpRequest, token: str) -> HttpResponse:
     if isinstance(share, HttpResponse):
         return share
     messages = [
-        {"role": m["role"], "content": m["content"], "reasoning": m.get("reasoning") or ""}
+        {
+            "role": m["role"],
+            "content": m["content"],
+            "reasoning": m.get("reasoning") or "",
+            "model": m.get("model_name") or "",
+        }
         for m in shown_messages(share.messages)
     ]
     context = {"share": share, "messages": messages, "system_prompt": share.settings.get("system_prompt", "")}

@@ -35,7 +35,7 @@ SNAPSHOT_FIELDS = (
     "model_name",
 )
 # The conversation settings a share carries and a continued copy takes: never tools.
-SHARED_SETTINGS = ("system_prompt", "temperature", "top_p", "top_k", "max_tokens")
+SHARED_SETTINGS = ("system_prompt", "temperature", "top_p", "top_k", "max_tokens", "model")
 SHOWN_ROLES = (Message.Role.USER, Message.Role.ASSISTANT)
 
 
