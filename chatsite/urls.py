@@ -19,3 +19,7 @@ urlpatterns = [
     path("", include("conversations.transfer.urls")),
     path("", include("conversations.documents.urls")),
 ]
+
+handler404 = "conversations.error_pages.page_not_found"
+handler403 = "conversations.error_pages.permission_denied"
+handler500 = "conversations.error_pages.server_error"

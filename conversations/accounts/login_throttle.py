@@ -26,6 +26,7 @@ from django.core.cache import cache
 from django.dispatch import receiver
 from django.http import HttpRequest, HttpResponse
 
+from conversations.error_pages import too_many
 from conversations.ops.window_counts import add_one, take_one_back
 
 USERNAME_FIELD = "username"
@@ -67,10 +68,8 @@ def _clear_failures(sender, request: HttpRequest | None, user, **kwargs) -> None
 
 def too_many_attempts() -> HttpResponse:
     minutes = max(1, round(settings.LOGIN_FAILURE_WINDOW / 60))
-    body = f"Too many failed sign-in attempts for this account. Try again in about {minutes} minutes."
-    response = HttpResponse(body, status=429, content_type="text/plain; charset=utf-8")
-    response["Retry-After"] = str(settings.LOGIN_FAILURE_WINDOW)
-    return response
+    message = f"Too many failed sign-in attempts for this account. Try again in about {minutes} minutes."
+    return too_many(None, message, retry_after=settings.LOGIN_FAILURE_WINDOW)
 
 
 def throttled(view):

@@ -5,7 +5,7 @@ JSON layout (``format`` and ``version`` identify it on import)::
     {"format": "chatsite.conversations", "version": 1, "exported_at": "...",
      "conversations": [{"id", "title", "title_source", "created_at", "updated_at",
                         "system_prompt", "temperature", "top_p", "top_k", "max_tokens",
-                        "tools_enabled", "tools_approval", "current_leaf", "active_root",
+                        "tools_enabled", "tools_approval", "model", "current_leaf", "active_root",
                         "messages": [{"id", "parent", "active_child", "role", "content", "status",
                                       "finish_reason", "error", "prompt_tokens", "completion_tokens",
                                       "cached_tokens", "context_dropped", "model",
@@ -45,6 +45,7 @@ SETTINGS_FIELDS = (
     "max_tokens",
     "tools_enabled",
     "tools_approval",
+    "model",
 )
 CONVERSATION_FIELDS = ("title", "title_source", *SETTINGS_FIELDS)
 MESSAGE_FIELDS = (
@@ -156,6 +157,8 @@ def _markdown_one(conversation: Conversation) -> str:
         heading = ROLE_HEADINGS.get(message.role, message.role.title())
         if message.status != Message.Status.COMPLETE:
             heading += f" ({message.status})"
+        if message.role == Message.Role.ASSISTANT and message.model_name:
+            heading += f" · {message.model_name}"
         lines += [f"## {heading}", "", message.content.strip() or "*(empty)*", ""]
     return "\n".join(lines)
 

@@ -190,6 +190,8 @@ def _tool_calls(value: Any, where: str) -> list[dict]:
 
 def _our_settings(raw: dict, where: str) -> dict:
     result = {"system_prompt": need(raw.get("system_prompt") or "", str, f"{where}: system_prompt")}
+    # A model this site does not serve is kept all the same: the chat falls back to the default.
+    result["model"] = need(raw.get("model") or "", str, f"{where}: model")[:200]
     for name in ("tools_enabled", "tools_approval"):
         if raw.get(name) is not None:
             result[name] = need(raw[name], bool, f"{where}: {name}")

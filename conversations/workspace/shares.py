@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 from conversations.accounts.access import access_for
 from conversations.audit.log import Action, record
 from conversations.chat.tree import Busy
+from conversations.error_pages import gone, too_many
 from conversations.models import Conversation, Share
 from conversations.workspace.http import login_required_json
 from conversations.workspace.sharing import (
@@ -107,8 +108,14 @@ def share_revoke(request: HttpRequest, pk: int) -> HttpResponse:
 def _readable(request: HttpRequest, token: str) -> Share | HttpResponse:
     # A deactivated owner's links stop working with their account.
     share = Share.objects.filter(token=token, owner__is_active=True).first()
-    if share is None or not share.is_active:
-        raise Http404("this link does not exist or was revoked")
+    if share is None:
+        raise Http404("this link does not exist")
+    if not share.is_active:
+        return gone(
+            request,
+            "This share link was revoked",
+            "Its owner revoked this link: what it showed is no longer shared.",
+        )
     if not may_read(share, request.user):
         return redirect_to_login(request.get_full_path())
     return share
@@ -127,7 +134,12 @@ def share_page(request: HttpRequest, token: str) -> HttpResponse:
     if isinstance(share, HttpResponse):
         return share
     messages = [
-        {"role": m["role"], "content": m["content"], "reasoning": m.get("reasoning") or ""}
+        {
+            "role": m["role"],
+            "content": m["content"],
+            "reasoning": m.get("reasoning") or "",
+            "model": m.get("model_name") or "",
+        }
         for m in shown_messages(share.messages)
     ]
     context = {"share": share, "messages": messages, "system_prompt": share.settings.get("system_prompt", "")}
@@ -145,6 +157,8 @@ def share_continue(request: HttpRequest, token: str) -> HttpResponse:
     try:
         check_continue_caps(request.user)
     except ShareLimit as exc:
+        if exc.status == 429:
+            return _private(too_many(request, str(exc), exc.retry_after))
         return _private(HttpResponse(str(exc), status=exc.status, content_type="text/plain; charset=utf-8"))
     conversation = fork_share(share, request.user)
     return redirect("conversation", pk=conversation.pk)

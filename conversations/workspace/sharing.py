@@ -6,7 +6,7 @@ the conversation do not change what the link shows. It is text only, the questio
 answers the page shows: no tool nodes (their results can hold the owner's other
 conversations or documents), no tool calls, and no stored token ids (a question's ids
 carry the passages retrieved from the owner's documents, which the page never shows). A
-continued copy takes the share's system prompt and sampling settings, never the owner's
+continued copy takes the share's system prompt, sampling settings and model, never the owner's
 tool settings: the reader's conversation starts with their own defaults for those.
 """
 
@@ -35,7 +35,7 @@ SNAPSHOT_FIELDS = (
     "model_name",
 )
 # The conversation settings a share carries and a continued copy takes: never tools.
-SHARED_SETTINGS = ("system_prompt", "temperature", "top_p", "top_k", "max_tokens")
+SHARED_SETTINGS = ("system_prompt", "temperature", "top_p", "top_k", "max_tokens", "model")
 SHOWN_ROLES = (Message.Role.USER, Message.Role.ASSISTANT)
 
 

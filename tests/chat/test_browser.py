@@ -187,6 +187,7 @@ def test_a_new_user_walks_the_whole_chat_flow_and_another_user_sees_none_of_it(s
     page.screenshot(path=ARTIFACTS / "chat-desktop-1280.png")
 
     # Rename.
+    page.get_by_role("button", name="More actions").click()
     page.get_by_role("button", name="Rename").click()
     page.get_by_role("textbox", name="Conversation title").fill("Walkthrough chat")
     page.get_by_role("button", name="Save", exact=True).click()
@@ -250,6 +251,7 @@ def test_a_new_user_walks_the_whole_chat_flow_and_another_user_sees_none_of_it(s
     other.close()
 
     # Delete the conversation.
+    page.get_by_role("button", name="More actions").click()
     page.get_by_role("button", name="Delete", exact=True).click()
     dialog = page.get_by_role("dialog")
     expect(dialog).to_contain_text("Walkthrough chat")

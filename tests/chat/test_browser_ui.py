@@ -84,11 +84,11 @@ def test_every_page_has_no_axe_violations(live_site, browser, scheme):
     expect(page.locator("article.msg-assistant").last).to_have_class(
         re.compile("status-complete"), timeout=60_000
     )
-    page.get_by_role("button", name="Export").click()
+    page.get_by_role("button", name="More actions").click()
     expect(page.get_by_role("link", name="Export as JSON")).to_have_attribute(
         "href", f"/conversations/{conversation_id}/export.json"
     )
-    assert_no_axe_violations(page, f"chat with answers and the export menu ({scheme})")
+    assert_no_axe_violations(page, f"chat with answers and the actions menu ({scheme})")
     page.keyboard.press("Escape")
     page.screenshot(path=ARTIFACTS / f"chat-{scheme}-1280.png")
 
@@ -123,7 +123,7 @@ def test_every_page_has_no_axe_violations(live_site, browser, scheme):
     expect(phone_page.locator("article.msg-assistant").first).to_be_visible()
     assert phone_page.evaluate("document.documentElement.scrollWidth") <= 390
     # The export menu fits the phone's screen.
-    phone_page.get_by_role("button", name="Export").click()
+    phone_page.get_by_role("button", name="More actions").click()
     menu = phone_page.get_by_role("link", name="Export as Markdown").bounding_box()
     assert menu["x"] >= 0 and menu["x"] + menu["width"] <= 390, menu
     phone_page.keyboard.press("Escape")

@@ -65,6 +65,7 @@ def test_continue_in_my_account_copies_only_the_shown_text(live_site, browser): 
     )
     owner.goto(f"{url}/c/{conversation_id}/")
     expect(owner.locator("article.msg-assistant").last).to_contain_text("You noted a plan.")
+    owner.get_by_role("button", name="More actions").click()
     owner.get_by_role("button", name="Share").click()
     expect(owner.locator("#share-url")).to_have_value(re.compile(r"/s/[\w-]{20,}/$"))
     link = owner.locator("#share-url").input_value()

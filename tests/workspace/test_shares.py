@@ -75,8 +75,8 @@ def test_a_share_is_frozen_and_revocable(regenerated, alice, bob):
     assert signed_in(bob).post(f"/shares/{share['id']}/revoke/").status_code == 404
     assert signed_in(bob).get(url).status_code == 200
     assert owner.post(f"/shares/{share['id']}/revoke/").status_code == 302
-    assert signed_in(bob).get(url).status_code == 404
-    assert owner.get(url).status_code == 404
+    assert signed_in(bob).get(url).status_code == 410
+    assert owner.get(url).status_code == 410
     assert b"Revoked" in owner.get("/shares/").content
 
 
@@ -123,7 +123,7 @@ def test_continue_in_my_account_forks_the_shown_text(settings, regenerated, alic
     assert Message.objects.filter(conversation=conversation).count() == 3
     # A revoked share cannot be continued.
     Share.objects.filter(pk=share["id"]).update(revoked_at=question.created_at)
-    assert signed_in(bob).post(f"/s/{token}/continue/").status_code == 404
+    assert signed_in(bob).post(f"/s/{token}/continue/").status_code == 410
     assert second.pk not in [m.pk for m in thread]
 
 

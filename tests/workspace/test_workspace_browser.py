@@ -161,6 +161,7 @@ def test_organise_bulk_archive_and_share_between_users(live_site, browser):
     # Share Gamma: the link, my shares, then a second user reads it and continues it.
     page.get_by_role("link", name=re.compile("Gamma")).click()
     expect(page.locator("article.msg-assistant")).to_contain_text("Gamma answer")
+    page.get_by_role("button", name="More actions").click()
     page.get_by_role("button", name="Share").click()
     share_dialog = page.get_by_role("dialog", name="Share a link")
     expect(share_dialog).to_be_visible()
@@ -193,10 +194,11 @@ def test_organise_bulk_archive_and_share_between_users(live_site, browser):
 
     assert reader_problems.errors == []
 
-    # Revoked: the reader's next visit is a 404.
+    # Revoked: the reader's next visit is a 410 saying so.
     page.get_by_role("button", name="Revoke the link to Gamma").click()
     expect(page.get_by_text(re.compile("Revoked"))).to_be_visible()
-    assert reader.goto(link).status == 404
+    assert reader.goto(link).status == 410
+    expect(reader.get_by_role("heading", name="This share link was revoked")).to_be_visible()
 
     assert problems.errors == []
     reader_context.close()

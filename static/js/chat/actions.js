@@ -187,6 +187,9 @@ export function createActions(store, boot) {
       // Side by side: the question goes to the picked model and the compared one at once.
       const models = store.state.compareWith ? [currentModel(store, boot), store.state.compareWith] : null;
       if (models) request.models = models;
+      // A chat started after picking a model has none of its own yet: the pick goes with it.
+      const c = store.state.conversation;
+      if (!models && !(c && c.model) && boot.default_model) request.model = boot.default_model;
       socket.send(request);
       store.dispatch({ type: "sending", value: true });
     },

@@ -26,7 +26,7 @@ function installRename(store, actions) {
   function endRename() {
     renameForm.hidden = true;
     title.hidden = false;
-    renameBtn.focus();
+    focusOrMenu(renameBtn);
   }
   renameBtn.addEventListener("click", startRename);
   $("rename-cancel").addEventListener("click", endRename);
@@ -127,15 +127,19 @@ function createSettingsPanel(store, actions) {
   return { fill, hide, toggle };
 }
 
-/* The conversation menu (a disclosure: links and one button, reached with Tab). */
+/* The conversation's rarer actions (rename, share, export, delete) behind one button, so the
+ * title keeps its room on a phone: a disclosure of buttons and links, opened with the button
+ * (or ArrowDown on it), walked with the arrow keys, Home and End, shut with Escape. */
 function createConversationMenu() {
   const menuBtn = $("conversation-menu-toggle");
   const menu = $("conversation-menu");
+  const items = () => [...menu.querySelectorAll("a, button")].filter((el) => !el.disabled);
 
-  function open() {
+  function open(at = 0) {
     menu.hidden = false;
     menuBtn.setAttribute("aria-expanded", "true");
-    menu.querySelector("a, button").focus();
+    const list = items();
+    if (list.length) list[(at + list.length) % list.length].focus();
   }
   function close(returnFocus = true) {
     if (menu.hidden) return;
@@ -144,11 +148,27 @@ function createConversationMenu() {
     if (returnFocus) menuBtn.focus();
   }
   menuBtn.addEventListener("click", () => (menu.hidden ? open() : close()));
+  menuBtn.addEventListener("keydown", (e) => {
+    if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+      e.preventDefault();
+      open(e.key === "ArrowDown" ? 0 : -1);
+    }
+  });
   menu.addEventListener("keydown", (e) => {
-    if (e.key === "Escape") {
+    const list = items();
+    const at = list.indexOf(document.activeElement);
+    const moves = { ArrowDown: at + 1, ArrowUp: at - 1, Home: 0, End: list.length - 1 };
+    if (e.key in moves && list.length) {
+      e.preventDefault();
+      list[(moves[e.key] + list.length) % list.length].focus();
+    } else if (e.key === "Escape") {
       e.stopPropagation();
       close();
     }
+  });
+  // An item's action takes over (a dialog, the rename field, a download): the menu shuts.
+  menu.addEventListener("click", (e) => {
+    if (e.target.closest("a, button")) close(false);
   });
   document.addEventListener("click", (e) => {
     if (!menu.hidden && !menu.contains(e.target) && !menuBtn.contains(e.target)) close(false);
@@ -157,6 +177,11 @@ function createConversationMenu() {
     if (e.relatedTarget && !menu.contains(e.relatedTarget) && e.relatedTarget !== menuBtn) close(false);
   });
   return { close };
+}
+
+/** Focus ``element``, or the "More actions" button when it sits in the shut menu. */
+export function focusOrMenu(element) {
+  (element.checkVisibility() ? element : $("conversation-menu-toggle")).focus();
 }
 
 export function createHeader(store, actions) {

@@ -1,6 +1,7 @@
 /* "Share": a read-only link to a copy of the open conversation's visible branch. */
 
 import { $, api, copyText, toast } from "../dom.js";
+import { focusOrMenu } from "../header.js";
 import { workspace } from "./state.js";
 
 export function installShare(store, actions) {
@@ -27,7 +28,7 @@ export function installShare(store, actions) {
       ? "Anyone with this link can read the conversation."
       : "Anyone signed in to this site with this link can read the conversation.";
     const opener = button;
-    dialog.addEventListener("close", () => opener.focus(), { once: true });
+    dialog.addEventListener("close", () => focusOrMenu(opener), { once: true });
     dialog.showModal();
     $("share-url").select();
   });
