@@ -246,7 +246,7 @@ async def test_async_engine_streams_and_disconnects_with_prefill_workers(tiny) -
     from inference.engine.async_engine import AsyncEngine
     from tests.engine.engine_fixtures import TINY_ENGINE_DEFAULTS
 
-    prompt, gone = random_prompts(tiny.tokenizer, 2, seed=71, min_len=400, max_len=500)
+    prompt, *candidates = random_prompts(tiny.tokenizer, 6, seed=71, min_len=400, max_len=500)
     expected = _run(tiny.engine(), [prompt], max_tokens=8)[0]
     config = EngineConfig(
         model=tiny.path,
@@ -264,21 +264,31 @@ async def test_async_engine_streams_and_disconnects_with_prefill_workers(tiny) -
         assert tokens == expected
         assert engine.stats().disaggregation["imported_requests"] == 1
 
-        async def consume() -> None:
-            async for _ in engine.stream(gone, greedy(50), request_id="gone"):
+        async def consume(prompt_ids: list[int], request_id: str) -> None:
+            async for _ in engine.stream(prompt_ids, greedy(50), request_id=request_id):
                 pass
 
-        task = asyncio.create_task(consume())
+        # The tiny model's prefill at the worker takes milliseconds: a request can come back
+        # and finish between two looks, so another (uncached) prompt is tried until one is
+        # seen at the worker.
         deadline = time.monotonic() + 30
-        while "gone" not in scheduler.remote:
-            assert time.monotonic() < deadline and not task.done()
-            await asyncio.sleep(0.005)
+        for attempt, gone in enumerate(candidates):
+            request_id = f"gone-{attempt}"
+            task = asyncio.create_task(consume(gone, request_id))
+            while request_id not in scheduler.remote and not task.done():
+                assert time.monotonic() < deadline, "no request reached the worker"
+                await asyncio.sleep(0.001)
+            if request_id in scheduler.remote:
+                break
+            await task
+        else:
+            raise AssertionError("every request finished before it was seen at the worker")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         while engine.stats().disaggregation["queue_depth"] or engine.engine.has_unfinished():
             assert time.monotonic() < deadline + 30, "the disconnected request stayed"
             await asyncio.sleep(0.02)
-        assert "gone" not in engine.engine.requests
+        assert request_id not in engine.engine.requests
     finally:
         engine.shutdown()
