@@ -272,6 +272,7 @@ class PagedSequenceRunner:
             self.block_size,
             self.device,
         )
+        self._attach(ctx, seqs)
         for i in seqs:
             self.lengths[i] += len(new_tokens[i])
         with torch.inference_mode():
@@ -282,6 +283,10 @@ class PagedSequenceRunner:
                 self.kv_cache,
             )
             return self.model.compute_logits(hidden)
+
+    def _attach(self, ctx: AttentionContext, seqs: list[int]) -> None:
+        """Add what the model needs beyond attention to the step's context (nothing here);
+        called before the step's tokens count in ``lengths``."""
 
 
 def greedy_generate(

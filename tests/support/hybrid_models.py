@@ -10,15 +10,14 @@ range: they are randomised here, so a misplaced norm or gate changes the logits.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import torch
 
+from inference.layers.attention_context import AttentionContext
 from inference.layers.recurrent_context import RecurrentContext
-from inference.model_config import ModelConfig
 from inference.models.registry import build_model, read_model_config
-from tests.support.fakes import allocate_kv_cache, build_context
+from tests.support.fakes import PagedSequenceRunner
 
 TINY_HYBRID: dict[str, Any] = {
     "vocab_size": 320,
@@ -128,7 +127,7 @@ def make_hybrid_pair(family: str, seed: int = 0) -> tuple[torch.nn.Module, torch
     return hf, ours.eval()
 
 
-class HybridRunner:
+class HybridRunner(PagedSequenceRunner):
     """Feeds sequences through our hybrid model step by step: each sequence has its KV
     blocks (handed out from a shuffled list) and a recurrent state slot (from the end of
     the pool, so slot numbers differ from sequence numbers)."""
@@ -136,51 +135,21 @@ class HybridRunner:
     def __init__(
         self, model: torch.nn.Module, num_blocks: int = 64, num_slots: int = 6, seed: int = 0
     ) -> None:
-        config: ModelConfig = model.config
-        self.model = model
-        self.block_size = 16
-        self.kv_cache = allocate_kv_cache(config, num_blocks, self.block_size, torch.float32)
+        super().__init__(model, num_blocks, block_size=16, shuffle=True, seed=seed)
         self.states = model.recurrent_spec.allocate(num_slots)
         for tensors in (self.states.conv, self.states.ssm):  # stale contents a fresh sequence must ignore
             for t in tensors:
                 t.fill_(float("nan"))
-        self.free = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(seed)).tolist()
         self.free_slots = list(range(num_slots))
-        self.tables: list[list[int]] = []
-        self.lengths: list[int] = []
         self.slots: list[int] = []
 
     def add_sequence(self) -> int:
-        self.tables.append([])
-        self.lengths.append(0)
         self.slots.append(self.free_slots.pop())
-        return len(self.tables) - 1
+        return super().add_sequence()
 
-    def step(self, new_tokens: Sequence[Sequence[int]]) -> torch.Tensor:
-        """Append ``new_tokens[i]`` to sequence i (empty: not in this step); fp32 logits
-        ``[T, vocab]`` of every new token, packed in order."""
-        seqs = [i for i, toks in enumerate(new_tokens) if toks]
-        ids: list[int] = []
-        positions: list[int] = []
-        for i in seqs:
-            need = -(-(self.lengths[i] + len(new_tokens[i])) // self.block_size)
-            while len(self.tables[i]) < need:
-                self.tables[i].append(self.free.pop())
-            ids.extend(new_tokens[i])
-            positions.extend(range(self.lengths[i], self.lengths[i] + len(new_tokens[i])))
-        ctx = build_context(
-            [self.tables[i] for i in seqs],
-            [self.lengths[i] for i in seqs],
-            [len(new_tokens[i]) for i in seqs],
-            self.block_size,
-        )
+    def _attach(self, ctx: AttentionContext, seqs: list[int]) -> None:
         ctx.recurrent = RecurrentContext(
             state_slots=torch.tensor([self.slots[i] for i in seqs], dtype=torch.int64),
             has_initial_state=torch.tensor([self.lengths[i] > 0 for i in seqs]),
             states=self.states,
         )
-        for i in seqs:
-            self.lengths[i] += len(new_tokens[i])
-        with torch.inference_mode():
-            hidden = self.model(torch.tensor(ids), torch.tensor(positions), ctx, self.kv_cache)
-            return self.model.compute_logits(hidden)
