@@ -23,7 +23,6 @@
   its ``finally``.
 """
 
-# Longer than 500 lines: the engine thread's loop and its command queue, one lock's worth of code.
 from __future__ import annotations
 
 import asyncio
@@ -35,11 +34,12 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from inference.config import EngineConfig
 from inference.engine.embedding_jobs import EmbedJob
 from inference.engine.llm_engine import LLMEngine
+from inference.engine.loop_handover import DeltaSink, LoopHandover, Outbox
 from inference.engine.mailbox import Mailbox
 from inference.engine.outputs import EngineStats, StreamDelta
 from inference.engine.token_budget import TokenGate
@@ -55,12 +55,6 @@ _REFRESH_S = 1.0  # while recent throughput is non-zero, idle stats refresh this
 # (a few ms to 20 ms at 256 streams on 2 cores) a token reaches its socket within 50 ms.
 STREAM_INTERVAL_S = 0.03
 MAX_HOLD_INTERVALS = 5  # a busy loop still gets the running streams' tokens this often
-
-
-class DeltaSink(Protocol):
-    """Where a request's deltas go: a ``Mailbox`` (``stream``), or a caller's own object."""
-
-    def put_nowait(self, item: StreamDelta | BaseException) -> None: ...
 
 
 @dataclass
@@ -125,10 +119,7 @@ class AsyncEngine:
         self._last_emit = 0.0  # engine thread only
         self._quiet_steps = 0  # steps since the last that emitted (engine thread only)
         self._idle = True  # no request ran at the last turn (engine thread only)
-        # Per event loop, the hand-overs it has not worked through yet (under _loops_cond).
-        self._behind: dict[asyncio.AbstractEventLoop, int] = {}
-        self._loops_cond = threading.Condition()
-        self._behind_since = 0.0  # when the loops last fell behind
+        self._handover = LoopHandover()
         self.tokenizer: Tokenizer = self.engine.tokenizer
         self.model_name: str = self.engine.model_name
         self.max_model_len: int = self.engine.max_model_len
@@ -304,8 +295,7 @@ class AsyncEngine:
         with self._cond:
             self._shutdown = True
             self._cond.notify()
-        with self._loops_cond:
-            self._loops_cond.notify()
+        self._handover.stop()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
@@ -334,7 +324,7 @@ class AsyncEngine:
                     break
                 commands = list(self._commands)
                 self._commands.clear()
-            outbox: dict[asyncio.AbstractEventLoop, list[tuple[DeltaSink, Any]]] = {}
+            outbox: Outbox = {}
             for command in commands:
                 self._apply(command, outbox)
             if not engine.has_unfinished():
@@ -444,60 +434,14 @@ class AsyncEngine:
             outbox.setdefault(loop, []).append((queue, exc))
         self._sinks.clear()
 
-    def _deliver(self, outbox: dict[asyncio.AbstractEventLoop, list[tuple[DeltaSink, Any]]]) -> None:
-        for loop, items in outbox.items():
-            with self._loops_cond:
-                if not self._behind:
-                    self._behind_since = time.monotonic()
-                self._behind[loop] = self._behind.get(loop, 0) + 1
-            try:
-                loop.call_soon_threadsafe(self._put_all, loop, items)
-            except RuntimeError:
-                # The caller's loop is closed: nobody is listening, stop the work.
-                self._mark_caught_up(loop)
-                for _queue, item in items:
-                    if isinstance(item, StreamDelta) and not item.request_finished:
-                        self.engine.abort(item.request_id)
+    def _deliver(self, outbox: Outbox) -> None:
+        self._handover.deliver(outbox, self._abort_unheard)
 
-    def _put_all(self, loop: asyncio.AbstractEventLoop, items: list[tuple[DeltaSink, Any]]) -> None:
-        """On the loop: hand each item to its sink; once the tasks they wake have run, and
-        the tasks those wake in turn, the loop has caught up with this hand-over. The first
-        call_soon runs after the first wave (scheduled before it), the second after the
-        second wave. A sink that raises loses its item, not the others'."""
-        for sink, item in items:
-            try:
-                sink.put_nowait(item)
-            except Exception:
-                logger.exception("a delta sink failed")
-        loop.call_soon(loop.call_soon, self._mark_caught_up, loop)
-
-    def _mark_caught_up(self, loop: asyncio.AbstractEventLoop) -> None:
-        with self._loops_cond:
-            left = self._behind.get(loop, 0) - 1
-            if left > 0:
-                self._behind[loop] = left
-            else:
-                self._behind.pop(loop, None)
-                self._loops_cond.notify()
+    def _abort_unheard(self, items: list[tuple[DeltaSink, Any]]) -> None:
+        """The caller's loop is closed: nobody is listening, stop the work."""
+        for _sink, item in items:
+            if isinstance(item, StreamDelta) and not item.request_finished:
+                self.engine.abort(item.request_id)
 
     def _wait_for_loops(self, limit: float) -> bool:
-        """Whether the loops have worked through every hand-over, waiting for that while
-        they have been behind for less than ``limit`` seconds. Tokens a busy loop cannot
-        write yet would only age in its queue: while it catches up the engine thread
-        sleeps and leaves it the GIL, and requests arriving meanwhile join the next step's
-        batch. A loop behind for longer (stalled, or gone without closing) is not waited
-        for: the engine steps on, emitting every ``MAX_HOLD_INTERVALS`` intervals. A loop
-        that is not running cannot catch up: it is forgotten (a closed one for good, as a
-        loop closed between a hand-over and its last callback never marks it)."""
-        with self._loops_cond:
-            deadline = self._behind_since + limit
-            while self._behind and not self._shutdown:
-                for loop in [loop for loop in self._behind if not loop.is_running()]:
-                    del self._behind[loop]
-                if not self._behind:
-                    break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._loops_cond.wait(left)
-            return True
+        return self._handover.wait(limit)

@@ -33,58 +33,35 @@
 - Forking shares a table (counts + 1). A sequence about to write into a block that
   others also hold (the partly filled tail after a fork) gets a private copy first:
   the block manager allocates the copy and queues ``(src, dst)`` for the runner.
+
+The class is one owner in three modules: this one (reference counts, lookup, allocation),
+``cache_upkeep`` (purges and retention marks) and ``tier_handoffs`` (imports, lookups and
+loads below the pool), mixed in; the property tests check their invariants as one.
 """
 
-# Longer than 500 lines: one class owns the pool's reference counts, every KV group's prefix
-# hash map and the hand-offs to the tiers, and the property tests check those invariants as one.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Collection
 from typing import TYPE_CHECKING
-
-import xxhash
 
 from inference.engine.sequence import Sequence
 from inference.kv.block_stats import BlockStats
-from inference.kv.blocks import CachedBlock, PrefixBlocks
-from inference.kv.chain_hash import chain_hash, prefix_hashes, salted_parent
+from inference.kv.blocks import CachedBlock
+from inference.kv.cache_upkeep import CacheUpkeep
+from inference.kv.chain_hash import chain_hash, salted_parent
+from inference.kv.pool_block import NO_BLOCK as NO_BLOCK  # re-exported: callers test table entries
+from inference.kv.pool_block import Block, block_namespace, tier_hash
 from inference.kv.retention import Retention
 from inference.kv.salt import salt_hash as salt_hash  # re-exported: callers hash salts here
 from inference.kv.spec import KVGroup
-
-NO_BLOCK = -1  # a sliding group's table entry whose block left the window (freed)
+from inference.kv.tier_handoffs import TierHandoffs
 
 if TYPE_CHECKING:
     from inference.kv.tiers import TierStack
 
 
-@dataclass(eq=False, slots=True)
-class Block:
-    block_id: int
-    ref_count: int = 0
-    hash: int | None = None  # set only while registered in the prefix cache
-    token_ids: tuple[int, ...] = ()  # a registered block's tokens, compared on a hit
-    parent_hash: int = 0
-    namespace: int = 0  # the salt's namespace id (0: unsalted, shared by everyone)
-    group: int = 0  # the KV group whose table holds it (while registered or in use)
-
-
-def tier_hash(block_hash: int, group: int) -> int:
-    """The name of group ``group``'s copy of a block in the tiers below the pool: every
-    group caches the same token blocks, each in its own page."""
-    if not group:
-        return block_hash
-    return xxhash.xxh64_intdigest(block_hash.to_bytes(8, "little") + group.to_bytes(4, "little"))
-
-
-def block_namespace(seq: Sequence, i: int) -> int:
-    """The namespace of ``seq``'s block ``i``: its salt's, from the salted block on."""
-    return seq.cache_namespace if seq.cache_salt and i >= seq.cache_salt_block else 0
-
-
-class BlockManager:
+class BlockManager(CacheUpkeep, TierHandoffs):
     # Whether a speculative verify step (one row per proposed position) can run on this
     # pool; a hybrid model's recurrent state cannot be rolled back position by position.
     supports_speculation = True
@@ -356,194 +333,6 @@ class BlockManager:
     def cached_block(self, block_hash: int, group: int = 0) -> int | None:
         """The pool block of ``group`` registered under ``block_hash``, if any."""
         return self._hash_maps[group].get(block_hash)
-
-    def import_block(
-        self,
-        block_hash: int,
-        parent: int,
-        tokens: tuple[int, ...],
-        namespace: int,
-        fill: Callable[[int], None],
-        group: int = 0,
-    ) -> bool:
-        """Register a block computed elsewhere (a prefill worker) as cached and free, as if
-        a finished sequence had left it: ``fill(block_id)`` writes its K/V into the pool
-        first. False (nothing changed) when that hash is cached already or no block is free."""
-        by_hash = self._hash_maps[group]
-        if not self.enable_prefix_caching or block_hash in by_hash or not self.num_free_blocks:
-            return False
-        block_id = self._allocate()
-        fill(block_id)
-        block = self.blocks[block_id]
-        block.hash, block.parent_hash, block.token_ids, block.namespace, block.group = (
-            block_hash,
-            parent,
-            tokens,
-            namespace,
-            group,
-        )
-        by_hash[block_hash] = block_id
-        if self.tiers is not None:
-            self.tiers.block_cached(tier_hash(block_hash, group), parent, tokens, block_id, namespace)
-        self._release(block_id)
-        return True
-
-    def reset_prefix_cache(self) -> int:
-        """Forget every cached-free prefix (benchmarks start cold). Returns how many."""
-        n = len(self._cached_free) + len(self._retained_free)
-        for free_list in (self._cached_free, self._retained_free):
-            while free_list:
-                block_id, _ = free_list.popitem(last=False)
-                self._evict(self.blocks[block_id])
-                self._empty.append(block_id)
-        return n
-
-    def purge_namespace(self, namespace: int) -> int:
-        """Drop every block of ``namespace`` (a deleted user's) from the prefix cache: cached
-        free ones become empty, ones still in use are unregistered (no lookup finds them,
-        and they come back empty when freed), and the tiers drop theirs. The shared,
-        unsalted namespace 0 is never purged. Returns the pool blocks dropped."""
-        if not namespace:
-            return 0
-        dropped = 0
-        for block in self.blocks:
-            if block.hash is None or block.namespace != namespace:
-                continue
-            block_id = block.block_id
-            if block.ref_count == 0:
-                free_list = self._cached_free if block_id in self._cached_free else self._retained_free
-                del free_list[block_id]
-                self._empty.append(block_id)
-            self._evict(block)
-            dropped += 1
-        if self.tiers is not None:
-            self.tiers.purge_namespace(namespace)
-        return dropped
-
-    # ---- retention ------------------------------------------------------------------
-    def retain(
-        self, key: str, token_ids: list[int], salt: int = 0, salt_block: int = 0, adapter_key: int = 0
-    ) -> int:
-        """Mark the full blocks of ``token_ids`` as likely to be needed again (an open
-        conversation's history); replaces what ``key`` retained before. ``salt`` /
-        ``salt_block`` are the requests' cache salt, so the same blocks are named.
-        Returns the number of blocks marked."""
-        self.release(key)
-        hashes = prefix_hashes(token_ids, self.block_size, salt, salt_block, self.hash_root ^ adapter_key)
-        self.retention.mark(key, hashes)
-        for h in hashes:
-            for by_hash in self._hash_maps:
-                block_id = by_hash.get(h)
-                if block_id is not None and block_id in self._cached_free:
-                    del self._cached_free[block_id]
-                    self._retained_free[block_id] = None
-        return len(hashes)
-
-    def release(self, key: str) -> None:
-        for h in self.retention.unmark(key):
-            for by_hash in self._hash_maps:
-                block_id = by_hash.get(h)
-                if block_id is not None and block_id in self._retained_free:
-                    del self._retained_free[block_id]
-                    self._cached_free[block_id] = None  # most recently used end
-
-    def is_retained(self, block_hash: int) -> bool:
-        return self.retention.is_retained(block_hash)
-
-    # ---- lower tiers ----------------------------------------------------------------
-    def match_lower(self, seq: Sequence, start: int) -> list[str]:
-        """The tiers holding ``seq``'s blocks ``start, start + 1, ...`` (the hash chain
-        continued below the pool), up to the first block no tier has; same rule as
-        ``match_prefix`` about the last token. With several KV groups, one entry per
-        group of each block (block-major), and a block counts only when every group's
-        copy is below the pool."""
-        if self.tiers is None or not self.enable_prefix_caching or seq.score_prompt:
-            return []  # a prompt being scored runs every token (see match_prefix)
-        bs = self.block_size
-        found: list[str] = []
-        hashes = self._hashes(seq, (seq.num_tokens - 1) // bs)
-        for i in range(start, len(hashes)):
-            if any(hashes[i] in by_hash for by_hash in self._hash_maps):
-                break  # in the pool after all (a later admission will revive it)
-            tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
-            parent, namespace = self._parent_hash(seq, i), block_namespace(seq, i)
-            tiers = [
-                self.tiers.find(tier_hash(hashes[i], g), parent, tokens, namespace)
-                for g in range(self.num_groups)
-            ]
-            if any(t is None for t in tiers):
-                break
-            found.extend(tiers)  # type: ignore[arg-type]
-        return found
-
-    def prefix_to_load(self, seq: Sequence) -> PrefixBlocks | None:
-        """``seq``'s cached prefix when it continues in a lower tier and the tiers' cost model
-        says reading those blocks beats recomputing them; None otherwise."""
-        if self.tiers is None:
-            return None
-        hits = self.match_prefix(seq)
-        lower = self.match_lower(seq, len(hits))
-        num_tokens = len(lower) // self.num_groups * self.block_size
-        if not lower or not self.tiers.worth_loading(lower, num_tokens):
-            return None
-        return PrefixBlocks(tuple(hits), tuple(lower), self.num_revived(hits, seq))
-
-    def swap_out(self, seq: Sequence) -> bool:
-        """``seq`` is preempted: True when the tiers took its cached blocks (a swap; a lookup
-        finds them at re-admission), False when it is to be recomputed (the tiers' call)."""
-        return self.tiers is not None and self.tiers.swap_out(
-            self.registered_blocks(seq), seq.num_computed_tokens
-        )
-
-    def start_loads(self, seq: Sequence, tiers: Collection[str]) -> None:
-        """Fresh pool blocks for the next ``len(tiers) / num_groups`` blocks of ``seq``
-        (admitted with its pool hits) in every group, each filled from its tier;
-        ``complete_loads`` finishes them."""
-        assert self.tiers is not None and len(seq.block_table) * self.block_size == seq.num_computed_tokens
-        bs, start, groups = self.block_size, len(seq.block_table), self.tables(seq)
-        names = list(tiers)
-        for n in range(len(names) // self.num_groups):
-            i = start + n
-            parent = self._parent_hash(seq, i)
-            tokens = tuple(seq.token_ids[i * bs : (i + 1) * bs])
-            for g, table in enumerate(groups):
-                block_id = self._allocate()
-                table.append(block_id)
-                seq.pending_loads.append(
-                    self.tiers.start_load(
-                        names[n * self.num_groups + g],
-                        tier_hash(seq.block_hashes[i], g),
-                        parent,
-                        tokens,
-                        block_id,
-                        block_namespace(seq, i),
-                    )
-                )
-
-    def loads_done(self, seq: Sequence) -> bool:
-        return all(load.done() for load in seq.pending_loads)
-
-    def complete_loads(self, seq: Sequence, count_hits: bool = True) -> int:
-        """Copy the finished reads into the pool and count the served blocks as computed
-        (registered in the prefix cache); stops at the first block that could not be
-        served (in any group), whose tokens are then recomputed. Returns the tokens served."""
-        assert self.tiers is not None
-        served = 0
-        loads = seq.pending_loads
-        for n in range(0, len(loads), self.num_groups):
-            block_loads = loads[n : n + self.num_groups]
-            # Every read is finished (copied in or failed) whatever happened before it.
-            ok = [self.tiers.finish_load(load) for load in block_loads]
-            if not all(ok) or served < n // self.num_groups * self.block_size:
-                continue
-            if count_hits:  # a first admission's prefix hit (not a swap-in)
-                self.tiers.counters.hit_tokens[block_loads[0].tier] += self.block_size
-            self.tiers.counters.loaded_blocks += len(block_loads)
-            served += self.block_size
-        seq.pending_loads = []
-        seq.num_computed_tokens += served
-        self.register_full_blocks(seq)
-        return served
 
     # ---- allocation -----------------------------------------------------------------
     def blocks_needed(self, seq: Sequence, num_new_tokens: int) -> int:
