@@ -111,6 +111,30 @@ async def test_side_by_side_answers_stream_to_the_tab_together_until_one_is_kept
     await socket.close()
 
 
+async def test_keeping_one_answer_while_they_stream_stops_the_others(two_models, make_user):
+    user = await sync_to_async(make_user)("keepearly")
+    conversation = await Conversation.objects.acreate(owner=user, temperature=0.0, max_tokens=4000)
+    socket = await _open(user, conversation)
+    await socket.send(type="send", conversation_id=conversation.pk, content="Compare", models=["a", "b"])
+    while True:  # the thread that shows both answers, as soon as the second is created
+        thread, _ = await socket.until("thread")
+        question = thread["messages"][-2]
+        if len(question.get("side_by_side", ())) == 2:
+            break
+    first, second = question["side_by_side"]
+    await socket.send(type="keep", conversation_id=conversation.pk, message_id=first)
+    statuses: dict[int, str] = {}
+    while len(statuses) < 2:
+        done, _ = await socket.until("finished")
+        statuses[done["message"]["id"]] = done["message"]["status"]
+        if first not in statuses:  # the kept one goes on: stopped here only to end the test
+            await socket.send(type="stop", conversation_id=conversation.pk, message_id=first)
+    assert statuses[second] == "interrupted"  # the user chose: the other is not written on
+    conversation = await Conversation.objects.aget(pk=conversation.pk)
+    assert conversation.current_leaf_id == first
+    await socket.close()
+
+
 async def test_a_conversation_is_retained_in_the_engine_of_its_latest_answer(two_models, make_user):
     from conversations.chat.retention import retention_key
     from conversations.ops.engine_handle import current_engine
