@@ -202,6 +202,11 @@ class ChatConsumer(JsonSocketConsumer):
         await database_sync_to_async(tree_ops.switch_branch)(conversation, content.get("message_id"))
         await self._tree_changed()
 
+    async def _on_keep(self, content: dict) -> None:
+        conversation = await self._conversation_for(content)
+        await service.keep_answer(conversation, content.get("message_id"))
+        await self._tree_changed()
+
     async def _on_delete(self, content: dict) -> None:
         await service.delete_subtree(await self._conversation_for(content), content.get("message_id"))
         await self._tree_changed()
@@ -261,6 +266,7 @@ REQUESTS = frozenset(
         "edit",
         "regenerate",
         "switch",
+        "keep",
         "delete",
         "ping",
         "fork",

@@ -11,7 +11,7 @@ from conversations.accounts.access import access_for
 from conversations.chat import lifecycle
 from conversations.chat import tree as tree_ops
 from conversations.chat.prompt_history import AnswerInputs, answer_inputs_from_tree
-from conversations.chat.thread_dicts import thread_page
+from conversations.chat.thread_dicts import every_message, thread_page
 from conversations.cluster import registry as cluster
 from conversations.models import Conversation, Message
 from conversations.ops.db_thread import db_call
@@ -62,7 +62,7 @@ def load_thread(
     tree = tree_ops.Tree.load(conversation)
     orphans = lifecycle.orphaned(tree.by_id.values(), live_ids, liveness)
     thread = tree_ops.thread_dict(tree, paged=True)
-    lifecycle.show_interrupted(thread["messages"], orphans)
+    lifecycle.show_interrupted(list(every_message(thread["messages"])), orphans)
     return LoadedThread(tree, thread, orphans)
 
 

@@ -127,12 +127,23 @@ async def send_side_by_side(
     view: TabView, user_id: int, text: str, parent_id: object, models: list[str]
 ) -> None:
     """One question to 2-3 models: their answers are sibling branches of it, generated at
-    once; the user keeps the one they like by going on from it."""
+    once, and the page shows them side by side (``tree.Tree.side_by_side``) until the user
+    keeps one (``keep_answer``) or goes on from the first."""
     if not 2 <= len(models) <= model_choice.MAX_SIDE_BY_SIDE or len(set(models)) != len(models):
         raise tree_ops.TreeError(f"side by side takes 2 to {model_choice.MAX_SIDE_BY_SIDE} different models")
-    first = await start_answer(view, user_id, tree_ops.send_message, text, parent_id, model=models[0])
+    first = await start_answer(
+        view, user_id, tree_ops.send_message, text, parent_id, model=models[0], side_by_side=True
+    )
     for model in models[1:]:
         await start_answer(view, user_id, tree_ops.regenerate, first.parent_id, model=model, beside_live=True)
+
+
+async def keep_answer(conversation: Conversation, message_id: object) -> None:
+    """The user keeps one of a question's side-by-side answers (``tree.keep_answer``); the
+    others still being written stop, wherever they run."""
+    tree, streaming = await database_sync_to_async(tree_ops.keep_answer)(conversation, message_id)
+    for other in streaming:
+        await _stop_anywhere(other, StopReason.USER, tree.by_id[other].owner_process)
 
 
 async def choose_model(conversation: Conversation, user: object, model: str) -> None:

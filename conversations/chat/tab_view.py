@@ -29,6 +29,7 @@ from conversations.chat.lifecycle import settle_orphans
 from conversations.chat.manager import get_manager
 from conversations.chat.processes import live_processes, liveness_of
 from conversations.chat.queries import CreatedAnswer, load_earlier, load_thread
+from conversations.chat.thread_dicts import every_message
 from conversations.chat.tree import Tree
 from conversations.cluster import registry as cluster
 from conversations.cluster.registry import PROCESS_ID
@@ -129,13 +130,13 @@ class TabView:
             and tree.by_id[m["id"]].owner_process == PROCESS_ID
             and manager.live_text(m["id"]) is None
             and m["id"] != new
-            for m in data["messages"]
+            for m in every_message(data["messages"])
         )
 
     async def _lay_live_text(self, tree: Tree, data: dict, processes: dict[str, cluster.ProcessInfo]) -> None:
         manager = get_manager()
         self.relayed.clear()
-        for message in data["messages"]:
+        for message in every_message(data["messages"]):
             text = manager.live_text(message["id"])
             if text is not None:
                 message["content"] = text

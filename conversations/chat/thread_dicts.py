@@ -11,7 +11,7 @@ fetches the whole text over HTTP (``/chat/messages/<id>/text/``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 import orjson
@@ -50,10 +50,10 @@ def _cut(text: str, limit: int) -> str | None:
     return raw[:limit].decode(errors="ignore") if len(raw) > limit else None
 
 
-def fitted(data: dict) -> dict:
-    """A message dict for the socket: a text over ``text_limit`` is cut to its start and named
-    in ``truncated`` (the page fetches the rest); a tool's arguments are cut for show."""
-    limit = text_limit()
+def fitted(data: dict, limit: int | None = None) -> dict:
+    """A message dict for the socket: a text over ``limit`` (``text_limit``) is cut to its start
+    and named in ``truncated`` (the page fetches the rest); a tool's arguments are cut for show."""
+    limit = limit or text_limit()
     truncated = []
     for name in ("content", "reasoning"):
         cut = _cut(data.get(name) or "", limit)
@@ -83,6 +83,8 @@ class Thread(Protocol):
     def siblings(self, message: Message) -> Sequence[Message]: ...
 
     def thread(self) -> Sequence[Message]: ...
+
+    def side_by_side(self, question: Message) -> Sequence[Message]: ...
 
 
 def conversation_dict(conversation: Conversation) -> dict:
@@ -152,6 +154,38 @@ def tool_dict(message: Message) -> dict:
     }
 
 
+def side_by_side_fields(message: Message, shown: Message | None, tree: Thread) -> dict:
+    """On a question whose answers a side-by-side send started together and that awaits the
+    user's choice (``Tree.side_by_side``), where the thread goes on through one of them
+    (``shown``): ``side_by_side``, the group's answer ids in column order, and ``beside``, the
+    dicts of the others (each text within a quarter of ``text_limit``, so that the question,
+    its shown answer and its group fit one frame together). Otherwise nothing."""
+    group = tree.side_by_side(message) if shown is not None else ()
+    if shown not in group:
+        return {}
+    limit = text_limit() // 4
+    return {
+        "side_by_side": [m.pk for m in group],
+        "beside": [fitted(message_dict(m, tree), limit) for m in group if m.pk != shown.pk],
+    }
+
+
+def every_message(messages: Sequence[dict]) -> Iterator[dict]:
+    """The message dicts of a thread or page, with the ``beside`` answers of their questions."""
+    for message in messages:
+        yield message
+        yield from message.get("beside", ())
+
+
+def _entries(path: Sequence[Message], tree: Thread, rated: dict) -> Iterator[dict]:
+    """The dicts of ``path``, newest first (not fitted)."""
+    for index in range(len(path) - 1, -1, -1):
+        message = path[index]
+        shown = path[index + 1] if index + 1 < len(path) else None
+        group = side_by_side_fields(message, shown, tree)
+        yield message_dict(message, tree) | {"rating": rated.get(message.pk)} | group
+
+
 def thread_page(path: Sequence[Message], tree: Thread) -> tuple[list[dict], int]:
     """The newest page of ``path`` (oldest first, as the socket sends it: fitted), and how
     many older messages of the path it leaves out."""
@@ -164,10 +198,11 @@ def thread_page(path: Sequence[Message], tree: Thread) -> tuple[list[dict], int]
         ]
     )
     budget, size, page = page_bytes(), 0, []
-    for message in reversed(candidates):
-        data = fitted(message_dict(message, tree) | {"rating": rated.get(message.pk)})
+    for data in _entries(candidates, tree, rated):
+        data = fitted(data)
         cost = len(orjson.dumps(data))
-        if page and size + cost > budget:
+        # A question whose side-by-side answers the page shows comes with them, over budget or not.
+        if page and size + cost > budget and "side_by_side" not in data:
             break
         page.append(data)
         size += cost
@@ -192,5 +227,5 @@ def thread_dict(tree: Thread, *, paged: bool = False) -> dict:
     )
     return {
         "conversation": conversation_dict(tree.conversation),
-        "messages": [message_dict(m, tree) | {"rating": rated.get(m.pk)} for m in thread],
+        "messages": list(_entries(thread, tree, rated))[::-1],
     }

@@ -130,6 +130,11 @@ class Message(models.Model):
     # Earlier messages left out of this answer's prompt to fit the context window.
     context_dropped = models.IntegerField(default=0)
     model_name = models.CharField(max_length=200, blank=True, default="")
+    # An answer one side-by-side send started together with its siblings (one per model);
+    # its question's ``side_by_side_kept`` is set once the user keeps one of them
+    # (``conversations.chat.tree.Tree.side_by_side`` decides what the page shows in columns).
+    side_by_side = models.BooleanField(default=False)
+    side_by_side_kept = models.BooleanField(default=False)
     # An answer that called tools: [{"id", "name", "arguments"}] (OpenAI's shape, flattened).
     # Its calls' results are its descendants: one ``tool`` message per call, in order, then
     # the answer that goes on from them (conversations.chat.tool_loop).

@@ -72,28 +72,66 @@ async def test_the_picked_model_answers_and_is_remembered(two_models, make_user)
     await socket.close()
 
 
-async def test_side_by_side_answers_are_sibling_branches(two_models, make_user):
+async def test_side_by_side_answers_stream_to_the_tab_together_until_one_is_kept(two_models, make_user):
     user = await sync_to_async(make_user)("sidebyside")
     conversation = await Conversation.objects.acreate(owner=user, **SHORT)
     socket = await _open(user, conversation)
     await socket.send(type="send", conversation_id=conversation.pk, content="Compare", models=["a", "b"])
-    await socket.finished()  # the one on the selected branch; the other is a sibling
-    answers = Message.objects.filter(conversation=conversation, role="assistant")
-    for _ in range(600):  # both were generated at once: wait for the other's row too
-        if await answers.filter(status="complete").acount() == 2:
-            break
-        await asyncio.sleep(0.1)
-    ids = {m.pk async for m in answers}
-    assert len(ids) == 2 and await answers.filter(status="complete").acount() == 2
-    answers = [m async for m in Message.objects.filter(pk__in=ids).order_by("pk")]
-    assert [m.model_name for m in answers] == ["a", "b"]
+    events: list[dict] = []
+    finished: set[int] = set()
+    while len(finished) < 2:  # both answers' events come to the tab, whichever is shown
+        event = await socket.receive(timeout=60)
+        events.append(event)
+        if event["type"] == "finished":
+            finished.add(event["message"]["id"])
+    answers = [m async for m in Message.objects.filter(conversation=conversation, role="assistant")]
+    assert [m.model_name for m in answers] == ["a", "b"] and finished == {m.pk for m in answers}
     assert answers[0].parent_id == answers[1].parent_id  # one question, two sibling answers
-    # Keep the first and go on from it.
-    await socket.send(type="send", conversation_id=conversation.pk, content="Go on", parent_id=answers[0].pk)
+    first, second = (m.pk for m in answers)
+    # The thread marks the question and carries the answer it does not go on through.
+    question, shown = [e for e in events if e["type"] == "thread"][-1]["messages"][-2:]
+    assert question["side_by_side"] == [first, second] and shown["id"] == first
+    assert [(m["id"], m["model"]) for m in question["beside"]] == [(second, "b")]
+    streamed = {e["message_id"] for e in events if e["type"] == "delta"}
+    assert streamed == {first, second}
+    # Keep the second: its branch is shown, as one answer again.
+    await socket.send(type="keep", conversation_id=conversation.pk, message_id=second)
     thread, _ = await socket.until("thread")
-    path = [m["id"] for m in thread["messages"]]
-    assert answers[0].pk in path and answers[1].pk not in path
+    assert thread["messages"][-1]["id"] == second
+    assert all("side_by_side" not in m for m in thread["messages"])
+    # Going on follows the kept answer.
+    await socket.send(type="send", conversation_id=conversation.pk, content="Go on")
+    thread, _ = await socket.until("thread")
+    assert (await Message.objects.aget(content="Go on")).parent_id == second
     await socket.finished(thread["messages"][-1]["id"])
+    # An answer that is no side-by-side choice cannot be kept.
+    await socket.send(type="keep", conversation_id=conversation.pk, message_id=first)
+    error, _ = await socket.until("error")
+    assert error["code"] == "invalid" and error["message_id"] == first
+    await socket.close()
+
+
+async def test_keeping_one_answer_while_they_stream_stops_the_others(two_models, make_user):
+    user = await sync_to_async(make_user)("keepearly")
+    conversation = await Conversation.objects.acreate(owner=user, temperature=0.0, max_tokens=4000)
+    socket = await _open(user, conversation)
+    await socket.send(type="send", conversation_id=conversation.pk, content="Compare", models=["a", "b"])
+    while True:  # the thread that shows both answers, as soon as the second is created
+        thread, _ = await socket.until("thread")
+        question = thread["messages"][-2]
+        if len(question.get("side_by_side", ())) == 2:
+            break
+    first, second = question["side_by_side"]
+    await socket.send(type="keep", conversation_id=conversation.pk, message_id=first)
+    statuses: dict[int, str] = {}
+    while len(statuses) < 2:
+        done, _ = await socket.until("finished")
+        statuses[done["message"]["id"]] = done["message"]["status"]
+        if first not in statuses:  # the kept one goes on: stopped here only to end the test
+            await socket.send(type="stop", conversation_id=conversation.pk, message_id=first)
+    assert statuses[second] == "interrupted"  # the user chose: the other is not written on
+    conversation = await Conversation.objects.aget(pk=conversation.pk)
+    assert conversation.current_leaf_id == first
     await socket.close()
 
 

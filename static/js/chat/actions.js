@@ -3,6 +3,7 @@
 
 import { api, toast, announce } from "./dom.js";
 import { createSocket } from "./socket.js";
+import { allMessages } from "./store.js";
 import { listParams, startOptions } from "./workspace/state.js";
 
 /* The conversation list, fetched again `delay` ms after the latest call (calls in between coalesce). */
@@ -75,7 +76,7 @@ function handleServerEvent(data, { store, socket, show, openConversation, refres
 function fetchWholeTexts(store) {
   const asked = new Set();
   store.subscribe((state) => {
-    for (const m of state.messages) {
+    for (const m of allMessages(state)) {
       if (!m.truncated || !m.truncated.length || m.status === "streaming" || asked.has(m.id)) continue;
       asked.add(m.id);
       api(`/chat/messages/${m.id}/text/`)
@@ -102,7 +103,7 @@ function messageRequests(store, socket) {
 
   return {
     stop() {
-      store.state.messages
+      allMessages(store.state)
         .filter((m) => m.status === "streaming")
         .forEach((m) => conversationRequest("stop", { message_id: m.id }));
     },
@@ -113,6 +114,8 @@ function messageRequests(store, socket) {
     /** The model picker: this conversation's model, and the user's default from now on. */
     setModel: (model) => conversationRequest("set_model", { model }),
     switchTo: (messageId) => conversationRequest("switch", { message_id: messageId }),
+    /** Keep one of a question's side-by-side answers: its branch is shown as the answer. */
+    keep: (messageId) => conversationRequest("keep", { message_id: messageId }),
     deleteMessage: (messageId) => conversationRequest("delete", { message_id: messageId }),
     fork: (messageId) => conversationRequest("fork", { message_id: messageId }),
     /** The page of older messages before the first one shown. */

@@ -213,9 +213,11 @@ function withFooter(article, m, index, ctx) {
   const footer = document.createElement("div");
   footer.className = "msg-footer";
   body.appendChild(footer);
-  if (m.siblings && m.siblings.length > 1) footer.appendChild(switcher(m, index, ctx));
+  if (m.siblings && m.siblings.length > 1 && !ctx.inColumn) footer.appendChild(switcher(m, index, ctx));
   footer.appendChild(actionsNode(m, index, ctx));
-  if (m.role === "assistant" && m.status !== "streaming" && m.content && !ctx.temporary) footer.appendChild(ratingNode(m, index));
+  if (m.role === "assistant" && m.status !== "streaming" && m.content && !ctx.temporary && !ctx.inColumn) {
+    footer.appendChild(ratingNode(m, index));
+  }
   const state = stateNode(m);
   const meta = metaText(m);
   if (state || meta) {
@@ -239,6 +241,11 @@ function actionsNode(m, index, ctx) {
     actions.appendChild(b);
   };
   if (m.status === "streaming") return actions;
+  if (ctx.inColumn) {
+    // A side-by-side column: the choice is "Keep this answer"; the rest comes once one is kept.
+    if (m.content) add("Copy", ICONS.copy, (e) => copyText(m.content, e.currentTarget));
+    return actions;
+  }
   if (m.role === "tool") {
     add("Copy", ICONS.copy, (e) => copyText(m.content, e.currentTarget));
   } else if (m.role === "user") {

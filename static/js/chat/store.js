@@ -7,6 +7,7 @@ export function initialState(boot) {
     conversationId: boot.conversation_id,
     conversation: null,
     messages: [],
+    beside: {}, // id -> the answers of a side-by-side group that the thread does not run through
     earlier: 0, // older messages of the visible branch not loaded yet (the thread comes in pages)
     conversations: boot.conversations || [],
     query: "",
@@ -27,17 +28,31 @@ function patchMessage(messages, id, patch) {
   return messages.map((m) => (m.id === id ? { ...m, ...patch(m) } : m));
 }
 
+/** The state with message ``id`` patched, on the thread or beside it (a side-by-side column). */
+function patched(state, id, patch) {
+  const beside = state.beside[id] ? { ...state.beside, [id]: { ...state.beside[id], ...patch(state.beside[id]) } } : state.beside;
+  return { ...state, messages: patchMessage(state.messages, id, patch), beside };
+}
+
+/** The side-by-side answers off the thread that a page's questions carry (``beside``). */
+function besideOf(messages) {
+  const beside = {};
+  for (const m of messages) for (const answer of m.beside || []) beside[answer.id] = answer;
+  return beside;
+}
+
 /** The next state; ``state`` itself is never modified. */
 export function reduce(state, action) {
   switch (action.type) {
     case "show":
-      return { ...state, conversationId: action.id, conversation: action.conversation || null, messages: [], earlier: 0, sending: false };
+      return { ...state, conversationId: action.id, conversation: action.conversation || null, messages: [], beside: {}, earlier: 0, sending: false };
     case "thread": {
       if (action.conversation.id !== state.conversationId) return state;
       // The newest page: older pages already loaded stay where the branch still runs through them.
       const kept = keptBefore(state.messages, action.messages);
       const earlier = kept.length ? state.earlier : action.earlier || 0;
-      return { ...state, conversation: action.conversation, messages: [...kept, ...action.messages], earlier, sending: false };
+      const messages = [...kept, ...action.messages];
+      return { ...state, conversation: action.conversation, messages, beside: besideOf(messages), earlier, sending: false };
     }
     case "earlier": {
       if (action.conversation_id !== state.conversationId) return state;
@@ -46,10 +61,7 @@ export function reduce(state, action) {
       return { ...state, messages: [...action.messages, ...state.messages], earlier: action.earlier };
     }
     case "full_text":
-      return {
-        ...state,
-        messages: patchMessage(state.messages, action.id, () => ({ content: action.content, reasoning: action.reasoning, truncated: null })),
-      };
+      return patched(state, action.id, () => ({ content: action.content, reasoning: action.reasoning, truncated: null }));
     case "conversation":
       if (action.conversation.id !== state.conversationId) return state;
       return { ...state, conversation: action.conversation };
@@ -61,26 +73,20 @@ export function reduce(state, action) {
       return { ...state, conversations, conversation: open ? { ...state.conversation, title: action.title } : state.conversation };
     }
     case "started":
-      return {
-        ...state,
-        messages: patchMessage(state.messages, action.message_id, () => ({
-          context_dropped: action.context_dropped,
-          prompt_tokens: action.prompt_tokens,
-        })),
-      };
+      return patched(state, action.message_id, () => ({
+        context_dropped: action.context_dropped,
+        prompt_tokens: action.prompt_tokens,
+      }));
     case "delta":
       if (action.conversation_id !== state.conversationId) return state;
-      return {
-        ...state,
-        messages: patchMessage(state.messages, action.message_id, (m) => ({
-          content: m.content + (action.text || ""),
-          reasoning: (m.reasoning || "") + (action.reasoning || ""),
-          status: "streaming",
-        })),
-      };
+      return patched(state, action.message_id, (m) => ({
+        content: m.content + (action.text || ""),
+        reasoning: (m.reasoning || "") + (action.reasoning || ""),
+        status: "streaming",
+      }));
     case "finished":
       if (action.conversation_id !== state.conversationId) return state;
-      return { ...state, messages: patchMessage(state.messages, action.message.id, () => action.message) };
+      return patched(state, action.message.id, () => action.message);
     case "conversations":
       if (action.query !== state.query) return state;
       return { ...state, conversations: action.conversations };
@@ -116,7 +122,9 @@ export function createStore(state) {
 }
 
 // Questions views ask of the state.
-export const isStreaming = (state) => state.messages.some((m) => m.status === "streaming");
+/** The thread's messages and the side-by-side answers beside it. */
+export const allMessages = (state) => [...state.messages, ...Object.values(state.beside)];
+export const isStreaming = (state) => allMessages(state).some((m) => m.status === "streaming");
 export const isBusy = (state) => state.sending || isStreaming(state);
-export const findMessage = (state, id) => state.messages.find((m) => m.id === id);
+export const findMessage = (state, id) => state.messages.find((m) => m.id === id) || state.beside[id];
 export const lastUserMessage = (state) => [...state.messages].reverse().find((m) => m.role === "user");

@@ -4,6 +4,7 @@
 import { $, announce, prefersReducedMotion } from "./dom.js";
 import { renderMarkdown } from "./markdown.js";
 import { messageNode, reasoningSummary } from "./message.js";
+import { columnsNode, groupAt } from "./side_by_side.js";
 import { findMessage, isBusy, lastUserMessage } from "./store.js";
 
 const ANNOUNCE_CHARS = 600;
@@ -72,7 +73,10 @@ function createRenderer(store, context) {
   }
 
   function node(m, index, ctx) {
-    const last = store.state.messages[store.state.messages.length - 1];
+    const { messages, beside } = store.state;
+    const group = groupAt(messages, index);
+    if (group) return columnsNode(group, m, index, ctx, beside);
+    const last = messages[messages.length - 1];
     return messageNode(m, index, { ...ctx, isLast: last && last.id === m.id });
   }
 
@@ -97,6 +101,8 @@ function createRenderer(store, context) {
     const state = store.state;
     const index = state.messages.findIndex((m) => m.id === id);
     const old = thread.querySelector(`[data-id="${id}"]`);
+    // An answer in side-by-side columns: the columns are drawn again, with the rest.
+    if (old && old.closest(".sbs")) return renderAll();
     if (index < 0 || !old) return;
     const stick = nearBottom();
     const focusKey = focusKeyOf(thread, document.activeElement);
@@ -217,6 +223,7 @@ export function createThreadView(store, actions, { confirm }) {
   function messageContext() {
     return {
       busy: isBusy(store.state),
+      sending: store.state.sending,
       // A temporary chat is never kept: no rating, no permanent copy.
       temporary: Boolean(store.state.conversation && store.state.conversation.temporary),
       actions,
