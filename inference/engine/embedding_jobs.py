@@ -172,7 +172,11 @@ def advance(job: EmbedJob, model: torch.nn.Module, tokens: int, *, block_size: i
     index = job.next_index
     job.next_index += 1
     blocks = -(-len(job.inputs[index]) // block_size)
-    job.carry = _Carry(index, model.kv_spec.allocate(blocks, block_size, dtype, device))
+    # Left unset (not zeroed): each chunk writes its tokens' slots before attending to
+    # them, and attention reads no slot past the tokens computed. Zeroing a long input's
+    # pool (hundreds of MB) took a whole turn on its own.
+    shape = model.kv_spec.block_shape(block_size)
+    job.carry = _Carry(index, torch.empty(blocks, *shape, dtype=dtype, device=device))
     return _continue(job, model, tokens, block_size, device)
 
 
