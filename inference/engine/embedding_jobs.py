@@ -2,9 +2,10 @@
 
 An embedding is a prefill whose hidden states are pooled (``inference.engine.pooling``).
 Run whole between two steps, a request of 32,768 tokens froze every stream for the
-seconds it took. Here the engine thread advances the embedding jobs by one chunk per
-turn, sized like a step's prompt tokens (``StepBudget.prefill_limit``: while streams
-decode, a chunk takes about the step budget; when nothing decodes, a full step's tokens):
+seconds it took. Here the engine thread advances the embedding jobs by at most one chunk
+per turn after a step; while requests run, a turn is paid from a hard share of the
+engine's time and its chunk sized to that credit (``inference.engine.embedding_share``);
+when nothing runs, a turn takes a full step's tokens:
 
 - short inputs are packed whole into one forward over a fresh scratch pool, as before;
 - an input longer than the chunk is carried across turns: its scratch pool is kept and
