@@ -40,6 +40,12 @@ class Embedder:
             return self._backend.tokenizer.encode(text)
         return self._backend.encode(text)
 
+    def tokenizer_json(self) -> str | None:
+        """The engine's tokenizer as the tokenizers library's JSON, where ``encode`` is that
+        library's own call (so another process encodes alike); else None."""
+        rust = getattr(self._backend.tokenizer, "_backend", None) if self._is_engine else None
+        return rust.to_str() if rust is not None else None
+
     @property
     def vocab_size(self) -> int:
         tokenizer = self._backend.tokenizer

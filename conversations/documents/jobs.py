@@ -21,17 +21,14 @@ from django.utils import timezone
 
 from conversations.accounts.access import access_for
 from conversations.accounts.user_lock import lock_user
-from conversations.documents.chunking import chunk_text
-from conversations.documents.extract import extract
 from conversations.documents.formats import DocumentError, kind_of
+from conversations.documents.reading import Reading, passage_text, read, read_apart
 from conversations.enqueue import RUN_DOCUMENT, enqueue_on_commit, tasks_run_here
 from conversations.models import Document, DocumentChunk
 from conversations.ops.window_counts import add_one
 
 log = logging.getLogger(__name__)
 
-CHUNK_TOKENS = 256
-CHUNK_OVERLAP = 48
 EMBED_BATCH = 16
 # A file still not read this long after its upload lost its job (a process or worker died).
 STALE_SECONDS = 1800
@@ -181,30 +178,10 @@ def _progress(document_id: int, start: float, share: float):
 
 
 def _extract_and_index(document: Document) -> None:
-    from conversations.documents.embedder import get_embedder  # noqa: PLC0415 - may load a model
-
-    extracted = extract(
-        document.filename,
-        document.kind,
-        bytes(document.payload or b""),
-        max_pages=settings.DOCUMENT_MAX_PAGES,
-        progress=_progress(document.pk, 0.0, EXTRACT_SHARE),
-    )
-    try:
-        embedder = get_embedder()
-        count = lambda text: len(embedder.encode(text))  # noqa: E731
-    except Exception:
-        log.exception("no embedder: document %s gets BM25 only", document.pk)
-        embedder, count = None, None
-    chunks = chunk_text(
-        extracted.text,
-        max_tokens=CHUNK_TOKENS,
-        overlap_tokens=CHUNK_OVERLAP,
-        **({"count": count} if count else {}),
-    )
+    reading, embedder = _read(document)
+    chunks = reading.chunks
     _progress(document.pk, EXTRACT_SHARE, CHUNK_SHARE)(1.0)
-    texts = [f"{c.heading}\n{c.text}".strip() for c in chunks]
-    vectors = _embed_chunks(document.pk, document.owner_id, embedder, texts)
+    vectors = _embed_chunks(document.pk, document.owner_id, embedder, reading)
     rows = [
         DocumentChunk(
             document_id=document.pk, owner_id=document.owner_id, index=c.index, heading=c.heading[:300],
@@ -213,27 +190,55 @@ def _extract_and_index(document: Document) -> None:
         )
         for i, c in enumerate(chunks)
     ]  # fmt: skip
-    num_tokens = (
-        len(embedder.encode(extracted.text)) if embedder is not None else sum(c.num_tokens for c in chunks)
-    )
+    extracted = reading.extracted
     with transaction.atomic():
         DocumentChunk.objects.bulk_create(rows, batch_size=500)
         _set(
             document.pk, status=Document.Status.READY, progress=100, payload=None, text=extracted.text,
-            pages=extracted.pages, num_tokens=num_tokens, finished_at=timezone.now(),
+            pages=extracted.pages, num_tokens=reading.num_tokens, finished_at=timezone.now(),
             embedding_model=embedder.model_name if vectors is not None else "",
         )  # fmt: skip
 
 
-def _embed_chunks(document_id: int, owner_id: int, embedder, texts: list[str]):
-    """The chunks' vectors, embedded by the engine as the uploader's work (their fair share)."""
-    if embedder is None or not texts:
+def _read(document: Document):
+    """The file read, chunked and counted, and the embedder for its passages (None: BM25
+    only). With the engine's tokenizer the reading runs in a low-priority child process
+    (``conversations.documents.reading``), off the server's interpreter."""
+    from conversations.documents.embedder import get_embedder  # noqa: PLC0415 - may load a model
+
+    try:
+        embedder = get_embedder()
+        tokenizer_json = embedder.tokenizer_json()
+    except Exception:
+        log.exception("no embedder: document %s gets BM25 only", document.pk)
+        embedder, tokenizer_json = None, None
+    data = bytes(document.payload or b"")
+    options = {"max_pages": settings.DOCUMENT_MAX_PAGES}
+    if tokenizer_json is not None:
+        return read_apart(
+            document.filename, document.kind, data, tokenizer_json=tokenizer_json,
+            max_input_tokens=embedder.max_input_tokens, **options,
+        ), embedder  # fmt: skip
+    reading = read(
+        document.filename, document.kind, data, progress=_progress(document.pk, 0.0, EXTRACT_SHARE),
+        encode=embedder.encode if embedder is not None else None,
+        max_input_tokens=embedder.max_input_tokens if embedder is not None else 0, **options,
+    )  # fmt: skip
+    return reading, embedder
+
+
+def _embed_chunks(document_id: int, owner_id: int, embedder, reading: Reading):
+    """The passages' vectors, embedded by the engine as the uploader's work (their fair share)."""
+    if embedder is None or not reading.chunks:
         return None
     import numpy as np  # noqa: PLC0415
 
+    inputs = reading.inputs or [
+        embedder.truncate(embedder.encode(passage_text(c)) or [0]) for c in reading.chunks
+    ]
     report = _progress(document_id, EXTRACT_SHARE + CHUNK_SHARE, 1 - EXTRACT_SHARE - CHUNK_SHARE)
     parts = []
-    for first in range(0, len(texts), EMBED_BATCH):
-        parts.append(embedder.embed_texts(texts[first : first + EMBED_BATCH], f"user:{owner_id}"))
-        report((first + EMBED_BATCH) / len(texts))
+    for first in range(0, len(inputs), EMBED_BATCH):
+        parts.append(embedder.embed_ids(inputs[first : first + EMBED_BATCH], f"user:{owner_id}"))
+        report((first + EMBED_BATCH) / len(inputs))
     return np.concatenate(parts)

@@ -228,11 +228,23 @@ def preload_engine_or_exit() -> None:
         names = names[:1]  # ENGINE_PRELOAD alone: the default model
     for name in names:
         try:
-            get_engine(name, log_failure=False)
+            engine = get_engine(name, log_failure=False)
         except EngineLoadError as exc:
             label = f"model {name!r}: " if name else ""
             print(f"error: ENGINE_PRELOAD: {label}{exc}", file=sys.stderr)
             sys.exit(1)
+        # xgrammar's tokenizer data (seconds of CPU, much of it holding the GIL) and a compile
+        # worker's start, now, before any stream, rather than at the first grammar.
+        threading.Thread(
+            target=_prepare_grammars, args=(engine,), name="grammar-prepare", daemon=True
+        ).start()
+
+
+def _prepare_grammars(engine: AsyncEngine) -> None:
+    try:
+        engine.grammars.prepare()
+    except Exception:  # the first grammar tries again, and reports
+        log.warning("preparing grammar compiles failed", exc_info=True)
 
 
 def _status_of(slot: _Slot) -> dict:

@@ -2,9 +2,10 @@
 
 An embedding is a prefill whose hidden states are pooled (``inference.engine.pooling``).
 Run whole between two steps, a request of 32,768 tokens froze every stream for the
-seconds it took. Here the engine thread advances the embedding jobs by one chunk per
-turn, sized like a step's prompt tokens (``StepBudget.prefill_limit``: while streams
-decode, a chunk takes about the step budget; when nothing decodes, a full step's tokens):
+seconds it took. Here the engine thread advances the embedding jobs by at most one chunk
+per turn after a step; while requests run, a turn is paid from a hard share of the
+engine's time and its chunk sized to that credit (``inference.engine.embedding_share``);
+when nothing runs, a turn takes a full step's tokens:
 
 - short inputs are packed whole into one forward over a fresh scratch pool, as before;
 - an input longer than the chunk is carried across turns: its scratch pool is kept and
@@ -172,7 +173,11 @@ def advance(job: EmbedJob, model: torch.nn.Module, tokens: int, *, block_size: i
     index = job.next_index
     job.next_index += 1
     blocks = -(-len(job.inputs[index]) // block_size)
-    job.carry = _Carry(index, model.kv_spec.allocate(blocks, block_size, dtype, device))
+    # Left unset (not zeroed): each chunk writes its tokens' slots before attending to
+    # them, and attention reads no slot past the tokens computed. Zeroing a long input's
+    # pool (hundreds of MB) took a whole turn on its own.
+    shape = model.kv_spec.block_shape(block_size)
+    job.carry = _Carry(index, torch.empty(blocks, *shape, dtype=dtype, device=device))
     return _continue(job, model, tokens, block_size, device)
 
 

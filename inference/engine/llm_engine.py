@@ -20,6 +20,7 @@ import torch
 from inference.config import EngineConfig
 from inference.engine.admission import Admission
 from inference.engine.embedding_jobs import EmbeddingQueue, EmbedJob, advance, fit_chunk, result
+from inference.engine.embedding_share import EMBED_TURN_SHARE_OF_BUDGET, EmbeddingShare
 from inference.engine.kv_stack import build_kv_stack
 from inference.engine.metrics import EngineMetrics
 from inference.engine.next_tokens import finish_for_length, sample_next_tokens
@@ -28,7 +29,7 @@ from inference.engine.pooling import embed_token_ids
 from inference.engine.sequence import Request, Sequence
 from inference.engine.sequence_factory import SequenceFactory, make_private
 from inference.engine.stats import engine_stats, observe_kv_usage
-from inference.engine.step_budget import MIN_CHUNK, count_tokens
+from inference.engine.step_budget import MIN_CHUNK
 from inference.engine.token_gate import TokenGate, charge_step
 from inference.kv.salt import cache_salt as derive_cache_salt
 from inference.kv.salt import salt_hash
@@ -115,7 +116,8 @@ class LLMEngine:
         self.embeddings = EmbeddingQueue(
             config.embed_max_queued_tokens, config.embed_max_queued_tokens_per_owner
         )
-        self._last_prompt_tokens = 0  # in the latest step
+        budget_s = config.step_budget_ms / 1000
+        self.embedding_share = EmbeddingShare(turn_s=EMBED_TURN_SHARE_OF_BUDGET * budget_s)
 
     # ---- requests -------------------------------------------------------------------
     def encode_prompt(self, prompt: str | list[int]) -> list[int]:
@@ -292,28 +294,36 @@ class LLMEngine:
         self.scheduler.external_seats = self.embeddings.owners()
 
     def embed_turn(self) -> bool:
-        """Advance one embedding job by one chunk, sized like a step's prompt tokens (see
-        ``inference.engine.embedding_jobs``); False when there was none."""
-        job = self.embeddings.next_job()
-        if job is None:
-            return False
-        if job.done.cancelled():  # its caller went away (a client disconnected): drop the work
-            self._end_embedding(job)
-            return True
-        limit = self.scheduler.prompt_allowance()
+        """Advance one embedding job by one chunk (``inference.engine.embedding_jobs``);
+        while requests run, only when the turn is paid for from the embeddings' share of
+        the engine's time (``inference.engine.embedding_share``). False when none ran."""
         budget = self.scheduler.step_budget
-        if limit is None and budget is not None and self.scheduler.has_unfinished():
-            # Requests run but none decodes right now (all prefilling, or just admitted): they
-            # will decode next step, so the chunk keeps to the budget as if one did.
-            limit = budget.prefill_limit(1)
-        if limit is None:
-            tokens = self.config.max_num_batched_tokens
-        else:  # the step just run carried its own prompt tokens: the budget is shared
-            tokens = max(MIN_CHUNK, limit - self._last_prompt_tokens)
-            if budget is not None:
-                tokens = fit_chunk(job, tokens, budget.chunk_seconds(tokens))
+        if not self.embeddings:
+            return False
+        seconds = None if budget is None else self.embedding_share.allowance(self.scheduler.has_unfinished())
+        if seconds == 0.0:
+            return False  # the turn waits for credit: the streams' steps come first
+        ran = 0
         try:
-            advance(
+            job = self.embeddings.next_job()
+            assert job is not None
+            if job.done.cancelled():  # its caller went away (a client disconnected): drop the work
+                self._end_embedding(job)
+                return True
+            tokens = self.config.max_num_batched_tokens
+            if budget is not None and seconds is not None:
+                fallback = budget.prefill_limit(1) or MIN_CHUNK
+                tokens = min(tokens, self.embedding_share.tokens(seconds, fallback, MIN_CHUNK))
+                tokens = fit_chunk(job, tokens, seconds)
+            ran = self._advance_embedding(job, tokens)
+        finally:
+            self.embedding_share.charge(ran)
+        return True
+
+    def _advance_embedding(self, job: EmbedJob, tokens: int) -> int:
+        """One chunk of ``job``; its future gets the vectors when done, or the chunk's error."""
+        try:
+            ran = advance(
                 job,
                 self.model,
                 tokens,
@@ -326,12 +336,12 @@ class LLMEngine:
             self._end_embedding(job)
             if job.done.set_running_or_notify_cancel():
                 job.done.set_exception(exc)
-            return True
+            return 0
         if vectors is not None:
             self._end_embedding(job)
             if job.done.set_running_or_notify_cancel():
                 job.done.set_result(vectors)
-        return True
+        return ran
 
     def fail_embeddings(self, exc: BaseException) -> None:
         for job in self.embeddings.clear():
@@ -366,7 +376,6 @@ class LLMEngine:
             self.metrics.count("length")
             deltas += finish_for_length(request, self._rank_beams)
         if not batch.seqs:
-            self._last_prompt_tokens = 0
             if self.scheduler.loading or self.scheduler.waiting:
                 self.scheduler.wait_for_loads(0.01)  # only reads or compiles pending: do not spin
             return deltas
@@ -376,7 +385,6 @@ class LLMEngine:
         if self.tiers is not None:
             self.tiers.observe_prefill(time.monotonic() - started, batch.num_tokens)
         self.scheduler.finish_step(batch)
-        self._last_prompt_tokens = count_tokens(batch.num_new_tokens)[0]
         observe_kv_usage(self.metrics, self.scheduler)
         generated = 0
         if logits is not None or self.speculator.pending:

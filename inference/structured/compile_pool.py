@@ -187,6 +187,23 @@ class CompilePool:
             else:
                 self._per_owner.pop(owner, None)
 
+    def prepare(self) -> None:
+        """Build the workers' tokenizer data and start the first worker now (blocking: seconds
+        of CPU), so that the first compile, perhaps while streams run, pays for neither. A
+        server calls it in the background as it starts."""
+        self.info()
+        with self._lock:
+            if self._closed or self._slots:
+                return
+            slot = _Slot(self, 0)
+            self._slots.append(slot)
+        try:
+            slot.ensure_process()
+        except (OSError, EOFError) as exc:  # the slot's first job tries again
+            logger.warning("the grammar worker did not start ahead of use: %s", exc)
+            slot.kill()
+        slot.start()
+
     def info(self) -> str:
         with self._info_lock:
             if self._info is None:
@@ -250,6 +267,19 @@ class _Slot:
             raise OSError(f"the grammar worker did not start within {STARTUP_LIMIT_S:g} s")
         conn.recv()  # ("ready", "")
 
+    def ensure_process(self) -> None:
+        """A live worker process, started when there is none (or it died)."""
+        if self.process is not None and self.process.poll() is None:
+            return
+        self.kill()
+        with self.pool._lock:
+            self.pool.spawning += 1
+        try:
+            self._spawn()
+        finally:
+            with self.pool._lock:
+                self.pool.spawning -= 1
+
     def kill(self) -> None:
         process, conn = self.process, self.conn
         self.process = self.conn = None
@@ -279,15 +309,7 @@ class _Slot:
 
     def _compile(self, job: _Job) -> Any:
         try:
-            if self.process is None or self.process.poll() is not None:
-                self.kill()
-                with self.pool._lock:
-                    self.pool.spawning += 1
-                try:
-                    self._spawn()
-                finally:
-                    with self.pool._lock:
-                        self.pool.spawning -= 1
+            self.ensure_process()
             assert self.conn is not None
             job.compile_started = time.monotonic()
             self.conn.send((job.kind, job.source))

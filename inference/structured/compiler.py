@@ -105,6 +105,11 @@ class GrammarCompiler:
         except CancelledError as exc:
             raise GrammarError("the grammar's compile was cancelled; try again") from exc
 
+    def prepare(self) -> None:
+        """Build xgrammar's tokenizer data and start a worker now (blocking: seconds), not at
+        the first grammar, which may come while streams run (``CompilePool.prepare``)."""
+        self._pool.prepare()
+
     def close(self) -> None:
         self._pool.close()
 

@@ -111,3 +111,26 @@ def test_workers_compile_below_the_servers_priority_and_no_more_than_the_cores(t
         assert os.getpriority(os.PRIO_PROCESS, process.pid) == min(19, ours + WORKER_NICE)
     finally:
         compiler.close()
+
+
+def test_prepare_builds_the_tokenizer_data_and_starts_a_worker_before_any_grammar(tokenizer) -> None:
+    """A server prepares at start (in the background): the first grammar, perhaps sent while
+    streams run, then neither builds xgrammar's tokenizer data in the server process nor
+    waits for a worker to load xgrammar."""
+    compiler = new_compiler(tokenizer, max_workers=2, time_limit=60)
+    try:
+        compiler.prepare()
+        assert compiler._info is not None
+        slots = compiler.pool._slots
+        assert len(slots) == 1 and slots[0].process is not None and slots[0].process.poll() is None
+        process = slots[0].process
+        built = []
+        compiler._tokenizer_info = lambda: built.append(1)  # type: ignore[method-assign]
+        compiler.pool._info_json = lambda: built.append(1)  # type: ignore[method-assign]
+        assert compiler.pool.info()  # the workers' data, already serialised
+        assert built == []
+        compiler._tokenizer_info = type(compiler)._tokenizer_info.__get__(compiler)  # type: ignore[method-assign]
+        assert compiler.compile(GrammarSpec.regex("ab+"), timeout=60) is not None
+        assert compiler.pool._slots[0].process is process  # the prepared worker compiled it
+    finally:
+        compiler.close()
