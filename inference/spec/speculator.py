@@ -58,6 +58,11 @@ class SpecStats:
     proposed_tokens: int = 0
     accepted_tokens: int = 0
     emitted_tokens: int = 0  # tokens appended by verifications (accepted + one each)
+    rollbacks: int = 0  # verifications whose recurrent state went back (a hybrid model's)
+
+    @property
+    def rejected_tokens(self) -> int:
+        return self.proposed_tokens - self.accepted_tokens
 
     @property
     def acceptance_rate(self) -> float:
@@ -86,6 +91,8 @@ class NoSpeculation:
 
 
 class Speculator(NoSpeculation):
+    joins_rows = False  # the recurrent layers run a verification's rows as one span (expand)
+
     def __init__(
         self,
         proposer: Proposer,
@@ -151,15 +158,26 @@ class Speculator(NoSpeculation):
         for i, draft in zip(rows, drafts, strict=True):
             draft = draft[: max(0, budget)]
             seq = batch.seqs[i]
+            if not draft or not self._hold(seq):
+                continue
             while draft and not bm.allocate_slots(seq, 1 + len(draft)):
                 draft = draft[:-1]  # the pool is short: propose less
             if draft:
                 chosen[i] = draft
                 budget -= len(draft)
+            else:
+                self._unhold(seq)
         if not chosen:
             return batch
-        self._plan = expand(batch, chosen)
+        self._plan = expand(batch, chosen, joined=self.joins_rows)
         return self._plan.run
+
+    def _hold(self, seq: Sequence) -> bool:
+        """Get ready to verify a proposal of ``seq`` (False: it decodes plainly this step)."""
+        return True
+
+    def _unhold(self, seq: Sequence) -> None:
+        """``_hold`` came to nothing: no proposal of ``seq`` runs this step."""
 
     def split(
         self, batch: ScheduledBatch, logits: torch.Tensor | None, sampled: list[int]
@@ -181,11 +199,7 @@ class Speculator(NoSpeculation):
         stats.verify_steps += 1
         for v in verifications:
             seq = v.seq
-            # The scheduler counted the sequence's last token as computed; the accepted
-            # proposal's positions hold valid K/V too, the rest is released.
-            seq.num_computed_tokens += v.accepted
-            bm.register_full_blocks(seq)
-            bm.truncate(seq, seq.num_computed_tokens)
+            self._settle(v)
             self.proposer.verified(seq, v.draft, v.accepted)
             self.policy.observe(seq, len(v.draft), v.accepted)
             stats.verifications += 1
@@ -194,6 +208,14 @@ class Speculator(NoSpeculation):
             stats.emitted_tokens += v.emitted
         return appended
 
+    def _settle(self, v: Verification) -> None:
+        """The scheduler counted the sequence's last token as computed; the accepted
+        proposal's positions hold valid K/V too, the rest is released."""
+        seq, bm = v.seq, self.block_manager
+        seq.num_computed_tokens += v.accepted
+        bm.register_full_blocks(seq)
+        bm.truncate(seq, seq.num_computed_tokens)
+
 
 def build_speculator(config: EngineConfig, engine: Any) -> NoSpeculation:
     """The speculator ``config.speculative`` asks for, over ``engine``'s block manager,
@@ -201,7 +223,7 @@ def build_speculator(config: EngineConfig, engine: Any) -> NoSpeculation:
     if config.speculative is None:
         return NoSpeculation()
     if not engine.block_manager.supports_speculation:
-        logger.info("speculative decoding is off: a hybrid model's recurrent state cannot verify proposals")
+        logger.info("speculative decoding is off: this block manager cannot verify proposals")
         return NoSpeculation()
     k = config.num_speculative_tokens
     proposer: Proposer
@@ -211,7 +233,9 @@ def build_speculator(config: EngineConfig, engine: Any) -> NoSpeculation:
         from inference.spec.draft import DraftProposer  # noqa: PLC0415 - loads a second model
 
         proposer = DraftProposer.load(config, engine)
-    return Speculator(
+    from inference.spec.hybrid import speculator_class  # noqa: PLC0415 - imports this module
+
+    return speculator_class(engine.block_manager)(
         proposer,
         engine.block_manager,
         engine.sampler,

@@ -5,8 +5,8 @@ whose vocabulary is the tokenizer's):
 - n > 1: every completion forks the prompt's state and equals HF's greedy tokens;
 - beam search: each returned beam's cumulative logprob is HF's for those tokens (a beam
   continuing from a wrong state would score differently);
-- speculative decoding is off for a hybrid model: a request asking for it decodes
-  plainly, HF's greedy tokens;
+- speculative decoding (n-gram): accepted and rejected proposals, the state rolled back
+  on each rejection, HF's greedy tokens;
 - preemption in a pool too small for every request: recomputed, same tokens;
 - structured output: the choice grammar's text, and the dense reference's tokens when
   the grammar allows exactly the model's greedy choice;
@@ -92,16 +92,24 @@ def test_beams_score_as_transformers(pair) -> None:
         )
 
 
-def test_speculative_setting_decodes_plainly(pair) -> None:
-    """A verify step runs each proposed position as its own row, which a recurrent state
-    cannot serve: the engine decodes plainly and the tokens are HF's."""
+def test_speculative_decoding_rolls_the_state_back(pair) -> None:
+    """Repetitive prompts, so the n-gram speculator proposes: some proposals are accepted,
+    some rejected (each rejection restores the state from before its verify step and
+    recomputes the accepted tokens), and every token is still HF's."""
     hf, ours = pair
     llm = _llm(ours, speculative="ngram", num_speculative_tokens=3, ngram_min=1, ngram_max=2)
-    start = _prompt(30, seed=3)
-    prompt = start + _hf_greedy(hf, start, 12) + start
-    out = llm.generate(prompt, SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True))[0]
-    assert llm.engine.speculator.stats.verifications == 0
-    assert out.outputs[0].token_ids == _hf_greedy(hf, prompt, 16)
+    prompts = []
+    for seed in (3, 4):
+        start = _prompt(30, seed=seed)
+        prompts.append(start + _hf_greedy(hf, start, 12) + start)
+    prompts.append(_prompt(12, seed=5) * 4)
+    outs = llm.generate(prompts, SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True))
+    assert [o.outputs[0].token_ids for o in outs] == [_hf_greedy(hf, p, 16) for p in prompts]
+    stats = llm.engine.speculator.stats
+    assert stats.accepted_tokens > 0 and stats.rejected_tokens > 0 and stats.rollbacks > 0
+    bm = llm.engine.block_manager
+    assert bm.num_free_blocks == bm.num_blocks and not bm._verifying
+    assert bm.states.num_used == len(bm.saved)  # every snapshot slot went back
 
 
 def test_preempted_requests_recompute_their_state(pair) -> None:
