@@ -137,8 +137,6 @@ class GatedDeltaNet(nn.Module):
         v = v.reshape(tokens, self.num_v_heads, self.head_v_dim).float()
         beta = b.float().sigmoid()
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
-        out = delta_rule(
-            q, k, v, g, beta, recurrent.states.ssm[self.state_index], slots, has_initial, starts
-        )
+        out = delta_rule(q, k, v, g, beta, recurrent.states.ssm[self.state_index], slots, has_initial, starts)
         out = self.norm(out.to(hidden.dtype).reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
         return self.out_proj(out.reshape(tokens, self.value_dim))

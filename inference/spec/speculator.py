@@ -195,7 +195,7 @@ class Speculator(NoSpeculation):
         if not verifications:
             return 0
         appended = walk(verifications, self.sampler, self.eos_token_ids, self.max_model_len)
-        stats, bm = self.stats, self.block_manager
+        stats = self.stats
         stats.verify_steps += 1
         for v in verifications:
             seq = v.seq

@@ -10,8 +10,9 @@ whose vocabulary is the tokenizer's):
 - preemption in a pool too small for every request: recomputed, same tokens;
 - structured output: the choice grammar's text, and the dense reference's tokens when
   the grammar allows exactly the model's greedy choice;
-- a chat's next turn resumes from the state saved at the end of the answer;
-- prefill workers (PD) are not started for a hybrid model: it prefills locally.
+- a chat's next turn resumes from the state saved at the end of the answer.
+
+Prefill workers on a hybrid model: ``tests/engine/test_hybrid_pd.py``.
 """
 
 from __future__ import annotations
@@ -151,15 +152,3 @@ def test_next_turn_resumes_at_the_end_of_the_answer(pair) -> None:
     assert out.num_cached_tokens == ((len(history) - 1) // 16) * 16 == 64
     assert out.outputs[0].token_ids == _hf_greedy(hf, turn, 6)
 
-
-def test_prefill_workers_fall_back_to_local_prefill(pair) -> None:
-    """The PD hand-off moves KV blocks, not recurrent states: a hybrid engine prefills
-    locally (no workers are started) and still gives HF's tokens."""
-    from inference.engine.scheduler import Scheduler
-
-    hf, ours = pair
-    llm = _llm(ours, prefill_workers=1, pd_min_prompt_tokens=16)
-    assert type(llm.engine.scheduler) is Scheduler
-    prompt = _prompt(60, seed=30)
-    out = llm.generate(prompt, SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True))[0]
-    assert out.outputs[0].token_ids == _hf_greedy(hf, prompt, 6)

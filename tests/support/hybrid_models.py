@@ -10,6 +10,8 @@ range: they are randomised here, so a misplaced norm or gate changes the logits.
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,7 +19,7 @@ import torch
 from inference.layers.attention_context import AttentionContext
 from inference.layers.recurrent_context import RecurrentContext
 from inference.models.registry import build_model, read_model_config
-from tests.support.fakes import PagedSequenceRunner
+from tests.support.fakes import PagedSequenceRunner, smollm2_tokenizer_dir
 
 TINY_HYBRID: dict[str, Any] = {
     "vocab_size": 320,
@@ -153,3 +155,13 @@ class HybridRunner(PagedSequenceRunner):
             has_initial_state=torch.tensor([self.lengths[i] > 0 for i in seqs]),
             states=self.states,
         )
+
+
+def save_hybrid_model_dir(hf: torch.nn.Module, path: Path) -> Path:
+    """``hf`` saved as a model directory (safetensors, SmolLM2's tokenizer files), for the
+    processes that load the model themselves (prefill workers)."""
+    hf.save_pretrained(path)
+    for file in smollm2_tokenizer_dir().iterdir():
+        if file.name.startswith(("tokenizer", "special_tokens", "chat_template")):
+            shutil.copy(file, path / file.name)
+    return path
