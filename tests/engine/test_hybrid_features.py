@@ -151,4 +151,3 @@ def test_next_turn_resumes_at_the_end_of_the_answer(pair) -> None:
     out = llm.generate(turn, SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True))[0]
     assert out.num_cached_tokens == ((len(history) - 1) // 16) * 16 == 64
     assert out.outputs[0].token_ids == _hf_greedy(hf, turn, 6)
-
