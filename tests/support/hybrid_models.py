@@ -65,12 +65,13 @@ HYBRID_FAMILIES: dict[str, tuple[str, str, dict[str, Any]]] = {
 }
 
 
-def hybrid_config(family: str) -> Any:
-    """The family's tiny transformers config, ``architectures`` set."""
+def hybrid_config(family: str, **changes: Any) -> Any:
+    """The family's tiny transformers config, ``architectures`` set; ``changes`` replace
+    entries of ``TINY_HYBRID`` (e.g. the tokenizer's ``vocab_size``)."""
     import transformers
 
     config_class, model_class, overrides = HYBRID_FAMILIES[family]
-    config = getattr(transformers, config_class)(**TINY_HYBRID, **overrides)
+    config = getattr(transformers, config_class)(**{**TINY_HYBRID, **changes}, **overrides)
     config.architectures = [model_class]
     return config
 
@@ -114,11 +115,11 @@ def make_vision_language_pair(family: str, seed: int = 0) -> tuple[torch.nn.Modu
     return hf, ours.eval()
 
 
-def make_hybrid_pair(family: str, seed: int = 0) -> tuple[torch.nn.Module, torch.nn.Module]:
+def make_hybrid_pair(family: str, seed: int = 0, **changes: Any) -> tuple[torch.nn.Module, torch.nn.Module]:
     """(HF's model, ours with the same weights), both fp32 and in eval mode."""
     import transformers
 
-    config = hybrid_config(family)
+    config = hybrid_config(family, **changes)
     torch.manual_seed(seed)
     hf = getattr(transformers, config.architectures[0])(config).eval()
     _randomise(hf)
