@@ -5,8 +5,8 @@ whose vocabulary is the tokenizer's):
 - n > 1: every completion forks the prompt's state and equals HF's greedy tokens;
 - beam search: each returned beam's cumulative logprob is HF's for those tokens (a beam
   continuing from a wrong state would score differently);
-- speculative decoding (n-gram): accepted and rejected proposals, the state rolled back
-  on each rejection, HF's greedy tokens;
+- speculative decoding (n-gram, and a plain draft model): accepted and rejected
+  proposals, the state rolled back on each rejection, HF's greedy tokens;
 - preemption in a pool too small for every request: recomputed, same tokens;
 - structured output: the choice grammar's text, and the dense reference's tokens when
   the grammar allows exactly the model's greedy choice;
@@ -30,7 +30,7 @@ from inference.models.registry import read_model_config
 from inference.sampling.params import SamplingParams
 from inference.structured import GrammarSpec
 from inference.tokenizer import Tokenizer
-from tests.support.fakes import smollm2_tokenizer_dir
+from tests.support.fakes import make_tiny_model_dir, smollm2_tokenizer_dir
 from tests.support.hf_generate import hf_greedy
 from tests.support.hybrid_models import hybrid_config, make_hybrid_pair
 from tests.support.recurrent_model import tiny_hybrid_model
@@ -111,6 +111,19 @@ def test_speculative_decoding_rolls_the_state_back(pair) -> None:
     bm = llm.engine.block_manager
     assert bm.num_free_blocks == bm.num_blocks and not bm._verifying
     assert bm.states.num_used == len(bm.saved)  # every snapshot slot went back
+
+
+def test_a_draft_model_speculates_on_a_hybrid_target(pair, tmp_path) -> None:
+    """A plain tiny Llama with the hybrid's vocabulary drafts; its proposals that the
+    target rejects roll the target's state back, and the tokens stay HF's."""
+    hf, ours = pair
+    draft = make_tiny_model_dir(tmp_path / "draft", "llama", seed=3, vocab_size=VOCAB)
+    llm = _llm(ours, speculative=f"draft:{draft}", num_speculative_tokens=3)
+    prompts = [_prompt(40, seed=6), _prompt(25, seed=7)]
+    outs = llm.generate(prompts, SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True))
+    assert [o.outputs[0].token_ids for o in outs] == [_hf_greedy(hf, p, 12) for p in prompts]
+    stats = llm.engine.speculator.stats
+    assert stats.verifications > 0 and stats.rollbacks > 0
 
 
 def test_preempted_requests_recompute_their_state(pair) -> None:
