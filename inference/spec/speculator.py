@@ -19,13 +19,11 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
-from inference.config import EngineConfig
 from inference.engine.scheduler import ScheduledBatch
 from inference.engine.sequence import Request, Sequence
 from inference.kv.block_manager import BlockManager
@@ -33,8 +31,6 @@ from inference.sampling.sampler import Sampler
 from inference.spec.adaptive import AdaptivePolicy
 from inference.spec.ngram import NgramProposer
 from inference.spec.verify import Verification, VerifyPlan, expand, split_logits, walk
-
-logger = logging.getLogger(__name__)
 
 
 class Proposer(Protocol):
@@ -215,32 +211,3 @@ class Speculator(NoSpeculation):
         seq.num_computed_tokens += v.accepted
         bm.register_full_blocks(seq)
         bm.truncate(seq, seq.num_computed_tokens)
-
-
-def build_speculator(config: EngineConfig, engine: Any) -> NoSpeculation:
-    """The speculator ``config.speculative`` asks for, over ``engine``'s block manager,
-    sampler and limits (``engine``: an ``LLMEngine`` being built)."""
-    if config.speculative is None:
-        return NoSpeculation()
-    if not engine.block_manager.supports_speculation:
-        logger.info("speculative decoding is off: this block manager cannot verify proposals")
-        return NoSpeculation()
-    k = config.num_speculative_tokens
-    proposer: Proposer
-    if config.speculative == "ngram":
-        proposer = NgramBatchProposer(k, config.ngram_min, config.ngram_max)
-    else:
-        from inference.spec.draft import DraftProposer  # noqa: PLC0415 - loads a second model
-
-        proposer = DraftProposer.load(config, engine)
-    from inference.spec.hybrid import speculator_class  # noqa: PLC0415 - imports this module
-
-    return speculator_class(engine.block_manager)(
-        proposer,
-        engine.block_manager,
-        engine.sampler,
-        eos_token_ids=engine.eos_token_ids,
-        max_model_len=engine.max_model_len,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        policy=AdaptivePolicy(config.speculative_min_acceptance, config.speculative_max_batch, k),
-    )
