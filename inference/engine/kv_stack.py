@@ -22,7 +22,7 @@ from inference.engine.step_budget import StepBudget
 from inference.kv.block_manager import BlockManager
 from inference.kv.chain_hash import hash_root
 from inference.kv.fingerprint import kv_fingerprint
-from inference.kv.hybrid_setup import build_hybrid_tiers, build_state_pool, is_hybrid, make_block_manager
+from inference.kv.hybrid_setup import build_hybrid_tiers, build_state_pool, make_block_manager
 from inference.kv.retention import Retention
 from inference.kv.tiers import TierStack, build_tiers
 from inference.model_config import ModelConfig
@@ -58,11 +58,7 @@ def build_kv_stack(
     block_bytes = model.kv_spec.block_bytes(bs, dtype)
     pool = config.size_kv_pool(model_config, block_bytes, device, graph_batch_limit=MAX_GRAPH_BATCH)
     workers = None
-    if config.prefill_workers and is_hybrid(model):
-        logger.info(
-            "no prefill workers: a hybrid model's recurrent state is not handed over; prefill is local"
-        )
-    elif config.prefill_workers:  # pinned and started before this process allocates its pool
+    if config.prefill_workers:  # pinned and started before this process allocates its pool
         from inference.pd import start_prefill_workers  # noqa: PLC0415 - only with workers
 
         workers = start_prefill_workers(config)

@@ -48,7 +48,7 @@ from inference.sampling.logit_rules import apply_logit_rules
 from inference.sampling.params import SamplingParams
 from inference.sampling.sampler import Sampler
 from inference.sampling.stop_rules import stream_deltas
-from inference.spec.speculator import build_speculator
+from inference.spec.build import build_speculator
 from inference.structured import apply_grammar_masks
 from inference.tokenizer import Tokenizer
 

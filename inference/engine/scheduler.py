@@ -62,6 +62,9 @@ class ScheduledBatch:
     # Some sequence scores prompt tokens this step (Sequence.score_prompt): the runner takes
     # the general path and runs the LM head on those rows too.
     scores_prompt: bool = False
+    # A hybrid model's speculative verification (``inference.spec.hybrid``): how many
+    # consecutive rows each recurrent span covers (empty: one span per row).
+    recurrent_spans: list[int] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:

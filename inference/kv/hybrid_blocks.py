@@ -25,9 +25,12 @@ Lower KV tiers cannot serve a hybrid prefix without its state, so this manager l
 blocks from them; ``inference.kv.hybrid_tiers`` does, with the states' own tiers. A
 preempted sequence is recomputed, not swapped.
 
-Speculative decoding is off for a hybrid model (``supports_speculation``): a verify
-step runs each proposed position as a row of its own, which a recurrent state cannot
-serve; requests decode plainly instead.
+Speculative decoding (``inference.spec.hybrid``): a verify step runs the recurrent
+layers over the sequence's last token and its proposal as one span, which leaves the
+state after the whole proposal. ``begin_verify`` keeps the state from before the step
+in a slot of its own; ``end_verify`` keeps the new state when every proposed token was
+accepted, and otherwise puts the old one back and rewinds the sequence to the step's
+start, so the next step recomputes the accepted tokens (a chunk of ``accepted + 2``).
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from inference.kv.state_pool import StatePool
 
 
 class HybridBlockManager(BlockManager):
-    supports_speculation = False
+    supports_speculation = True
 
     def __init__(
         self,
@@ -57,6 +60,7 @@ class HybridBlockManager(BlockManager):
         self.saved = SavedStates(states, saved_states_max, self.retention.is_retained)
         self.saved_states_per_seq = saved_states_per_seq
         self._decode_saves: dict[int, int] = {}  # seq_id -> the key of its latest end-of-answer save
+        self._verifying: dict[int, int] = {}  # seq_id -> the slot keeping its state from before the step
 
     # ---- where states are saved -------------------------------------------------------
     def save_points(self, seq: Sequence) -> list[int]:
@@ -87,6 +91,8 @@ class HybridBlockManager(BlockManager):
         return num_new_tokens
 
     def register_full_blocks(self, seq: Sequence) -> None:
+        if seq.seq_id in self._verifying:
+            return  # its blocks and state are settled by ``end_verify``
         super().register_full_blocks(seq)
         computed = seq.num_computed_tokens
         if computed == 0 or computed % self.block_size or seq.state_slot < 0:
@@ -159,9 +165,48 @@ class HybridBlockManager(BlockManager):
         self._give_slot(seq)
         return super().allocate_slots(seq, num_new_tokens)
 
+    # ---- speculative verification ---------------------------------------------------
+    def begin_verify(self, seq: Sequence) -> bool:
+        """Keep ``seq``'s state before a verify step runs; False when no slot is free
+        (the sequence then decodes plainly)."""
+        slot = self.states.allocate()
+        while slot is None and self.saved.evict_one():
+            slot = self.states.allocate()
+        if slot is None:
+            return False
+        self.states.copy(seq.state_slot, slot)
+        self._verifying[seq.seq_id] = slot
+        return True
+
+    def cancel_verify(self, seq: Sequence) -> None:
+        self.states.release(self._verifying.pop(seq.seq_id))
+
+    def end_verify(self, seq: Sequence, start: int, accepted: int, proposed: int) -> bool:
+        """Settle a verify step that began at ``start`` computed tokens (its first row,
+        the last sampled token, at position ``start``). All ``proposed`` tokens accepted:
+        the state after the span is the sequence's, its positions are computed. Fewer:
+        the state from before the step comes back and the sequence rewinds to ``start``,
+        keeping the blocks of the positions to recompute. True when it rewound."""
+        snapshot = self._verifying.pop(seq.seq_id)
+        try:
+            if accepted == proposed:
+                seq.num_computed_tokens = start + 1 + accepted
+                self.register_full_blocks(seq)
+                self.truncate(seq, seq.num_computed_tokens)
+                return False
+            if seq.state_slot >= 0:
+                self.states.copy(snapshot, seq.state_slot)
+            seq.num_computed_tokens = start
+            self.truncate(seq, start + 1 + accepted)
+            return True
+        finally:
+            self.states.release(snapshot)
+
     def free(self, seq: Sequence) -> None:
         super().free(seq)
         self._decode_saves.pop(seq.seq_id, None)
+        if (snapshot := self._verifying.pop(seq.seq_id, None)) is not None:
+            self.states.release(snapshot)
 
         if seq.state_slot >= 0:
             self.states.release(seq.state_slot)

@@ -26,8 +26,10 @@ def is_hybrid(model: CausalLM) -> bool:
 
 
 def running_slots(config: EngineConfig) -> int:
-    """Slots the running sequences may hold at once: one each."""
-    return config.max_num_seqs
+    """Slots the running sequences may hold at once: one each, and with speculative
+    decoding one more per sequence a step may verify (its state from before the step)."""
+    verifying = min(config.speculative_max_batch, config.max_num_seqs) if config.speculative else 0
+    return config.max_num_seqs + verifying
 
 
 def build_state_pool(

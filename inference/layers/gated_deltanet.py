@@ -117,6 +117,7 @@ class GatedDeltaNet(nn.Module):
             raise ValueError("a Gated DeltaNet layer needs AttentionContext.recurrent (its state slots)")
         tokens = hidden.shape[0]
         slots, has_initial = recurrent.state_slots, recurrent.has_initial_state
+        starts = ctx.query_start_loc if recurrent.query_start_loc is None else recurrent.query_start_loc
         qkv, z, b, a = self.project(hidden)
         mixed = reference.causal_conv1d_varlen(
             qkv,
@@ -124,7 +125,7 @@ class GatedDeltaNet(nn.Module):
             recurrent.states.conv[self.state_index],
             slots,
             has_initial,
-            ctx.query_start_loc,
+            starts,
         )
         q, k, v = mixed.split([self.key_dim, self.key_dim, self.value_dim], dim=-1)
         q = reference.l2_normalize(q.reshape(tokens, self.num_k_heads, self.head_k_dim).float())
@@ -136,8 +137,6 @@ class GatedDeltaNet(nn.Module):
         v = v.reshape(tokens, self.num_v_heads, self.head_v_dim).float()
         beta = b.float().sigmoid()
         g = -self.A_log.float().exp() * F.softplus(a.float() + self.dt_bias.float())
-        out = delta_rule(
-            q, k, v, g, beta, recurrent.states.ssm[self.state_index], slots, has_initial, ctx.query_start_loc
-        )
+        out = delta_rule(q, k, v, g, beta, recurrent.states.ssm[self.state_index], slots, has_initial, starts)
         out = self.norm(out.to(hidden.dtype).reshape(-1, self.head_v_dim), z.reshape(-1, self.head_v_dim))
         return self.out_proj(out.reshape(tokens, self.value_dim))

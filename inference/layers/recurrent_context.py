@@ -35,8 +35,15 @@ class RecurrentContext:
     from slot ``state_slots[i]`` (zeros instead when ``has_initial_state[i]`` is False)
     and writes the state after the step's last token of that sequence back to the same
     slot, in place.
+
+    ``query_start_loc`` (None: the attention's) packs the recurrent layers' spans when
+    they differ from the attention's rows: a speculative verification runs its ``k + 1``
+    positions as ``k + 1`` decode rows for attention but as one span of ``k + 1`` tokens
+    for the recurrent layers (each position continues from the one before it). ``B`` then
+    counts those spans.
     """
 
     state_slots: torch.Tensor  # [B] int64
     has_initial_state: torch.Tensor  # [B] bool
     states: RecurrentStates
+    query_start_loc: torch.Tensor | None = None  # [B + 1] int32

@@ -68,6 +68,10 @@ class PrefillDone:
     # KV groups (a sliding group ships the blocks of its last window only); empty: group
     # 0's blocks 0..num_blocks-1.
     block_groups: tuple[tuple[int, int], ...] = ()
+    # A hybrid model's recurrent state after the shipped blocks (every recurrent layer's
+    # conv and recurrent tensors, ``StateLayout.pack``'s bytes) in its own segment.
+    state_shm_name: str | None = None
+    state_nbytes: int = 0
 
 
 @dataclass(frozen=True)

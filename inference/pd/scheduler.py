@@ -30,7 +30,8 @@ from inference.engine.step_budget import StepBudget
 from inference.kv.block_manager import BlockManager, block_namespace
 from inference.kv.chain_hash import prefix_hashes, salted_parent
 from inference.pd.messages import PrefillDone, PrefillFailed, PrefillJob
-from inference.pd.transfer import MappedBlocks, discard
+from inference.pd.states import import_state
+from inference.pd.transfer import MappedBlocks, discard_all
 from inference.pd.workers import WorkerPool
 
 IDLE_POLL_S = 0.005  # nothing to run but prompts out at workers: look again this soon
@@ -136,7 +137,7 @@ class DisaggregatedScheduler(Scheduler):
             request = self.remote.pop(result.request_id, None)
             if request is None:
                 if isinstance(result, PrefillDone):
-                    discard(result.shm_name)
+                    discard_all(result.shm_name, result.state_shm_name)
                 continue
             if isinstance(result, PrefillFailed):
                 self.transfer.fallbacks["error"] += 1
@@ -156,11 +157,12 @@ class DisaggregatedScheduler(Scheduler):
         root = bm.seq_root(seq)
         hashes = prefix_hashes(seq.token_ids[: n * bs], bs, seq.cache_salt, seq.cache_salt_block, root)
         if hashes != result.block_hashes or seq.cache_private:
-            discard(result.shm_name)
+            discard_all(result.shm_name, result.state_shm_name)
             self.transfer.fallbacks["mismatch"] += 1
             return
         self._remember_first_token(request.request_id, result.first_token)
         if result.shm_name is None:
+            discard_all(result.state_shm_name)
             return
         pool = self.kv_cache
         mapped = MappedBlocks(result.shm_name, result.num_blocks, tuple(pool.shape[1:]), pool.dtype)
@@ -187,6 +189,7 @@ class DisaggregatedScheduler(Scheduler):
                 )
         finally:
             mapped.close()
+        import_state(bm, hashes, seq, result)
         t = self.transfer
         t.requests, t.tokens, t.bytes = t.requests + 1, t.tokens + n * bs, t.bytes + result.nbytes
         t.seconds += result.write_s + time.monotonic() - started

@@ -41,6 +41,12 @@ class MappedBlocks:
         self._shm.unlink()
 
 
+def discard_all(*names: str | None) -> None:
+    """``discard`` each segment (a result's blocks and its recurrent state)."""
+    for name in names:
+        discard(name)
+
+
 def discard(name: str | None) -> None:
     """Unlink a segment nobody will read (its request was aborted or fell back)."""
     if name is None:

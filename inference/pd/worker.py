@@ -39,6 +39,7 @@ from inference.pd.messages import (
     Ready,
     WorkerSpec,
 )
+from inference.pd.states import StateMissing, export_state
 from inference.pd.transfer import write_blocks
 from inference.sampling.params import SamplingParams
 
@@ -146,6 +147,10 @@ def _finish(
         return PrefillFailed(job.request_id, "the worker's pool no longer holds the prompt's blocks")
     prefill_s = time.monotonic() - started
     written = time.monotonic()
+    try:  # a hybrid model's recurrent state after those blocks, before they are written
+        state_name, state_nbytes = export_state(bm, hashes, job.token_ids[: len(hashes) * bs])
+    except StateMissing as exc:
+        return PrefillFailed(job.request_id, str(exc))
     name, nbytes = None, 0
     if block_ids:
         name, nbytes = write_blocks(engine.runner.kv_cache[torch.tensor(block_ids)])
@@ -159,4 +164,6 @@ def _finish(
         prefill_s=prefill_s,
         write_s=time.monotonic() - written,
         block_groups=tuple(shipped) if bm.num_groups > 1 or bm.windows[0] is not None else (),
+        state_shm_name=state_name,
+        state_nbytes=state_nbytes,
     )

@@ -38,7 +38,7 @@ from inference.pd.messages import (
     Ready,
     WorkerSpec,
 )
-from inference.pd.transfer import discard
+from inference.pd.transfer import discard_all
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +151,7 @@ class WorkerPool:
             if worker.results is not None:
                 for message in _drain(worker.results):
                     if isinstance(message, PrefillDone):
-                        discard(message.shm_name)
+                        discard_all(message.shm_name, message.state_shm_name)
             for q in (worker.jobs, worker.results):
                 if q is not None:
                     q.cancel_join_thread()
@@ -238,7 +238,7 @@ class WorkerPool:
         elif isinstance(message, PrefillDone | PrefillFailed):
             if worker.inflight.pop(message.request_id, None) is None:
                 if isinstance(message, PrefillDone):
-                    discard(message.shm_name)  # no longer wanted
+                    discard_all(message.shm_name, message.state_shm_name)  # no longer wanted
                 return
             if isinstance(message, PrefillFailed):
                 self.counters.failed += 1

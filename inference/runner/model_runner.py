@@ -24,12 +24,13 @@ import torch
 from inference.engine.scheduler import ScheduledBatch
 from inference.kv.spec import KVSpec
 from inference.layers.attention_context import AttentionContext
-from inference.layers.recurrent_context import RecurrentContext, RecurrentStates
+from inference.layers.recurrent_context import RecurrentStates
 from inference.model_config import ModelConfig
 from inference.models.contract import CausalLM
 from inference.runner.cuda_graphs import CUDAGraphRunner
 from inference.runner.packed_batch import PackedBatch
 from inference.runner.prompt_scores import rows_to_score, score_prompt_rows
+from inference.runner.recurrent_rows import recurrent_context
 
 if TYPE_CHECKING:
     from inference.lora import LoraManager
@@ -202,13 +203,7 @@ class ModelRunner:
             max_context_len=max(context_lens),
         )
         if self.recurrent_states is not None:
-            ctx.recurrent = RecurrentContext(
-                state_slots=self._tensor([s.state_slot for s in batch.seqs], torch.int64),
-                has_initial_state=self._tensor(
-                    [s.num_computed_tokens > 0 for s in batch.seqs], torch.int64
-                ).bool(),
-                states=self.recurrent_states,
-            )
+            ctx.recurrent = recurrent_context(batch, query_start_loc, self.recurrent_states, self._tensor)
         for g in range(1, self.kv_spec.num_groups):
             group_tables = [s.group_tables[g - 1] for s in batch.seqs]
             ctx.group_contexts.append(

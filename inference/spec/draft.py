@@ -53,6 +53,8 @@ class DraftProposer:
         model, _tokenizer, model_config = load_model(
             path, engine.device, engine.dtype, config.weights_cache_dir
         )
+        if type(model).recurrent_spec_for(model_config) is not None:
+            raise ValueError(f"draft model {path} has recurrent layers: a draft must attend over KV only")
         if model_config.vocab_size != engine.model_config.vocab_size:
             raise ValueError(
                 f"draft model {path} has a vocabulary of {model_config.vocab_size} tokens, "

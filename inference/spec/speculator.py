@@ -19,13 +19,11 @@
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import torch
 
-from inference.config import EngineConfig
 from inference.engine.scheduler import ScheduledBatch
 from inference.engine.sequence import Request, Sequence
 from inference.kv.block_manager import BlockManager
@@ -33,8 +31,6 @@ from inference.sampling.sampler import Sampler
 from inference.spec.adaptive import AdaptivePolicy
 from inference.spec.ngram import NgramProposer
 from inference.spec.verify import Verification, VerifyPlan, expand, split_logits, walk
-
-logger = logging.getLogger(__name__)
 
 
 class Proposer(Protocol):
@@ -58,6 +54,11 @@ class SpecStats:
     proposed_tokens: int = 0
     accepted_tokens: int = 0
     emitted_tokens: int = 0  # tokens appended by verifications (accepted + one each)
+    rollbacks: int = 0  # verifications whose recurrent state went back (a hybrid model's)
+
+    @property
+    def rejected_tokens(self) -> int:
+        return self.proposed_tokens - self.accepted_tokens
 
     @property
     def acceptance_rate(self) -> float:
@@ -86,6 +87,8 @@ class NoSpeculation:
 
 
 class Speculator(NoSpeculation):
+    joins_rows = False  # the recurrent layers run a verification's rows as one span (expand)
+
     def __init__(
         self,
         proposer: Proposer,
@@ -151,15 +154,26 @@ class Speculator(NoSpeculation):
         for i, draft in zip(rows, drafts, strict=True):
             draft = draft[: max(0, budget)]
             seq = batch.seqs[i]
+            if not draft or not self._hold(seq):
+                continue
             while draft and not bm.allocate_slots(seq, 1 + len(draft)):
                 draft = draft[:-1]  # the pool is short: propose less
             if draft:
                 chosen[i] = draft
                 budget -= len(draft)
+            else:
+                self._unhold(seq)
         if not chosen:
             return batch
-        self._plan = expand(batch, chosen)
+        self._plan = expand(batch, chosen, joined=self.joins_rows)
         return self._plan.run
+
+    def _hold(self, seq: Sequence) -> bool:
+        """Get ready to verify a proposal of ``seq`` (False: it decodes plainly this step)."""
+        return True
+
+    def _unhold(self, seq: Sequence) -> None:
+        """``_hold`` came to nothing: no proposal of ``seq`` runs this step."""
 
     def split(
         self, batch: ScheduledBatch, logits: torch.Tensor | None, sampled: list[int]
@@ -177,15 +191,11 @@ class Speculator(NoSpeculation):
         if not verifications:
             return 0
         appended = walk(verifications, self.sampler, self.eos_token_ids, self.max_model_len)
-        stats, bm = self.stats, self.block_manager
+        stats = self.stats
         stats.verify_steps += 1
         for v in verifications:
             seq = v.seq
-            # The scheduler counted the sequence's last token as computed; the accepted
-            # proposal's positions hold valid K/V too, the rest is released.
-            seq.num_computed_tokens += v.accepted
-            bm.register_full_blocks(seq)
-            bm.truncate(seq, seq.num_computed_tokens)
+            self._settle(v)
             self.proposer.verified(seq, v.draft, v.accepted)
             self.policy.observe(seq, len(v.draft), v.accepted)
             stats.verifications += 1
@@ -194,29 +204,10 @@ class Speculator(NoSpeculation):
             stats.emitted_tokens += v.emitted
         return appended
 
-
-def build_speculator(config: EngineConfig, engine: Any) -> NoSpeculation:
-    """The speculator ``config.speculative`` asks for, over ``engine``'s block manager,
-    sampler and limits (``engine``: an ``LLMEngine`` being built)."""
-    if config.speculative is None:
-        return NoSpeculation()
-    if not engine.block_manager.supports_speculation:
-        logger.info("speculative decoding is off: a hybrid model's recurrent state cannot verify proposals")
-        return NoSpeculation()
-    k = config.num_speculative_tokens
-    proposer: Proposer
-    if config.speculative == "ngram":
-        proposer = NgramBatchProposer(k, config.ngram_min, config.ngram_max)
-    else:
-        from inference.spec.draft import DraftProposer  # noqa: PLC0415 - loads a second model
-
-        proposer = DraftProposer.load(config, engine)
-    return Speculator(
-        proposer,
-        engine.block_manager,
-        engine.sampler,
-        eos_token_ids=engine.eos_token_ids,
-        max_model_len=engine.max_model_len,
-        max_num_batched_tokens=config.max_num_batched_tokens,
-        policy=AdaptivePolicy(config.speculative_min_acceptance, config.speculative_max_batch, k),
-    )
+    def _settle(self, v: Verification) -> None:
+        """The scheduler counted the sequence's last token as computed; the accepted
+        proposal's positions hold valid K/V too, the rest is released."""
+        seq, bm = v.seq, self.block_manager
+        seq.num_computed_tokens += v.accepted
+        bm.register_full_blocks(seq)
+        bm.truncate(seq, seq.num_computed_tokens)

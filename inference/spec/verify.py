@@ -40,7 +40,7 @@ class VerifyRow:
     """What the model runner reads of a sequence (``token_ids``, ``num_computed_tokens``,
     ``block_table``, ``group_tables``, ``num_tokens``) for one position of a proposal."""
 
-    __slots__ = ("block_table", "group_tables", "num_computed_tokens", "token_ids")
+    __slots__ = ("block_table", "group_tables", "num_computed_tokens", "state_slot", "token_ids")
     score_prompt = False  # a proposal's rows never score a prompt (see Sequence.score_prompt)
 
     def __init__(
@@ -49,11 +49,13 @@ class VerifyRow:
         position: int,
         block_table: list[int],
         group_tables: list[list[int]] | None = None,
+        state_slot: int = -1,
     ) -> None:
         self.token_ids = token_ids
         self.num_computed_tokens = position
         self.block_table = block_table
         self.group_tables = group_tables if group_tables is not None else []
+        self.state_slot = state_slot  # the sequence's recurrent-state slot (a hybrid model's)
 
     @property
     def num_tokens(self) -> int:
@@ -77,9 +79,10 @@ class VerifyPlan:
     verifications: dict[int, Verification] = field(default_factory=dict)  # batch index ->
 
 
-def expand(batch: ScheduledBatch, drafts: dict[int, list[int]]) -> VerifyPlan:
+def expand(batch: ScheduledBatch, drafts: dict[int, list[int]], joined: bool = False) -> VerifyPlan:
     """``batch`` with each row ``i`` of ``drafts`` replaced by its ``len(draft) + 1``
-    decode rows (positions p .. p + len(draft))."""
+    decode rows (positions p .. p + len(draft)). ``joined`` (a hybrid model): the
+    recurrent layers run those rows as one span (``ScheduledBatch.recurrent_spans``)."""
     run = ScheduledBatch(copies=batch.copies, scores_prompt=batch.scores_prompt)
     plan = VerifyPlan(run)
     for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
@@ -87,13 +90,18 @@ def expand(batch: ScheduledBatch, drafts: dict[int, list[int]]) -> VerifyPlan:
         if not draft:
             run.seqs.append(seq)
             run.num_new_tokens.append(n)
+            run.recurrent_spans.append(1)
             continue
         plan.verifications[i] = Verification(seq, draft)
         tokens = seq.token_ids + draft
         p = seq.num_computed_tokens
         for j in range(len(draft) + 1):
-            run.seqs.append(VerifyRow(tokens, p + j, seq.block_table, seq.group_tables))  # type: ignore[arg-type]
+            row = VerifyRow(tokens, p + j, seq.block_table, seq.group_tables, seq.state_slot)
+            run.seqs.append(row)  # type: ignore[arg-type]
             run.num_new_tokens.append(1)
+        run.recurrent_spans.append(len(draft) + 1)
+    if not joined:
+        run.recurrent_spans = []
     return plan
 
 

@@ -5,13 +5,14 @@ whose vocabulary is the tokenizer's):
 - n > 1: every completion forks the prompt's state and equals HF's greedy tokens;
 - beam search: each returned beam's cumulative logprob is HF's for those tokens (a beam
   continuing from a wrong state would score differently);
-- speculative decoding is off for a hybrid model: a request asking for it decodes
-  plainly, HF's greedy tokens;
+- speculative decoding (n-gram, and a plain draft model): accepted and rejected
+  proposals, the state rolled back on each rejection, HF's greedy tokens;
 - preemption in a pool too small for every request: recomputed, same tokens;
 - structured output: the choice grammar's text, and the dense reference's tokens when
   the grammar allows exactly the model's greedy choice;
-- a chat's next turn resumes from the state saved at the end of the answer;
-- prefill workers (PD) are not started for a hybrid model: it prefills locally.
+- a chat's next turn resumes from the state saved at the end of the answer.
+
+Prefill workers on a hybrid model: ``tests/engine/test_hybrid_pd.py``.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from inference.models.registry import read_model_config
 from inference.sampling.params import SamplingParams
 from inference.structured import GrammarSpec
 from inference.tokenizer import Tokenizer
-from tests.support.fakes import smollm2_tokenizer_dir
+from tests.support.fakes import make_tiny_model_dir, smollm2_tokenizer_dir
 from tests.support.hf_generate import hf_greedy
 from tests.support.hybrid_models import hybrid_config, make_hybrid_pair
 from tests.support.recurrent_model import tiny_hybrid_model
@@ -92,16 +93,37 @@ def test_beams_score_as_transformers(pair) -> None:
         )
 
 
-def test_speculative_setting_decodes_plainly(pair) -> None:
-    """A verify step runs each proposed position as its own row, which a recurrent state
-    cannot serve: the engine decodes plainly and the tokens are HF's."""
+def test_speculative_decoding_rolls_the_state_back(pair) -> None:
+    """Repetitive prompts, so the n-gram speculator proposes: some proposals are accepted,
+    some rejected (each rejection restores the state from before its verify step and
+    recomputes the accepted tokens), and every token is still HF's."""
     hf, ours = pair
     llm = _llm(ours, speculative="ngram", num_speculative_tokens=3, ngram_min=1, ngram_max=2)
-    start = _prompt(30, seed=3)
-    prompt = start + _hf_greedy(hf, start, 12) + start
-    out = llm.generate(prompt, SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True))[0]
-    assert llm.engine.speculator.stats.verifications == 0
-    assert out.outputs[0].token_ids == _hf_greedy(hf, prompt, 16)
+    prompts = []
+    for seed in (3, 4):
+        start = _prompt(30, seed=seed)
+        prompts.append(start + _hf_greedy(hf, start, 12) + start)
+    prompts.append(_prompt(12, seed=5) * 4)
+    outs = llm.generate(prompts, SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True))
+    assert [o.outputs[0].token_ids for o in outs] == [_hf_greedy(hf, p, 16) for p in prompts]
+    stats = llm.engine.speculator.stats
+    assert stats.accepted_tokens > 0 and stats.rejected_tokens > 0 and stats.rollbacks > 0
+    bm = llm.engine.block_manager
+    assert bm.num_free_blocks == bm.num_blocks and not bm._verifying
+    assert bm.states.num_used == len(bm.saved)  # every snapshot slot went back
+
+
+def test_a_draft_model_speculates_on_a_hybrid_target(pair, tmp_path) -> None:
+    """A plain tiny Llama with the hybrid's vocabulary drafts; its proposals that the
+    target rejects roll the target's state back, and the tokens stay HF's."""
+    hf, ours = pair
+    draft = make_tiny_model_dir(tmp_path / "draft", "llama", seed=3, vocab_size=VOCAB)
+    llm = _llm(ours, speculative=f"draft:{draft}", num_speculative_tokens=3)
+    prompts = [_prompt(40, seed=6), _prompt(25, seed=7)]
+    outs = llm.generate(prompts, SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True))
+    assert [o.outputs[0].token_ids for o in outs] == [_hf_greedy(hf, p, 12) for p in prompts]
+    stats = llm.engine.speculator.stats
+    assert stats.verifications > 0 and stats.rollbacks > 0
 
 
 def test_preempted_requests_recompute_their_state(pair) -> None:
@@ -142,16 +164,3 @@ def test_next_turn_resumes_at_the_end_of_the_answer(pair) -> None:
     out = llm.generate(turn, SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True))[0]
     assert out.num_cached_tokens == ((len(history) - 1) // 16) * 16 == 64
     assert out.outputs[0].token_ids == _hf_greedy(hf, turn, 6)
-
-
-def test_prefill_workers_fall_back_to_local_prefill(pair) -> None:
-    """The PD hand-off moves KV blocks, not recurrent states: a hybrid engine prefills
-    locally (no workers are started) and still gives HF's tokens."""
-    from inference.engine.scheduler import Scheduler
-
-    hf, ours = pair
-    llm = _llm(ours, prefill_workers=1, pd_min_prompt_tokens=16)
-    assert type(llm.engine.scheduler) is Scheduler
-    prompt = _prompt(60, seed=30)
-    out = llm.generate(prompt, SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True))[0]
-    assert out.outputs[0].token_ids == _hf_greedy(hf, prompt, 6)

@@ -10,6 +10,8 @@ range: they are randomised here, so a misplaced norm or gate changes the logits.
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,7 +19,7 @@ import torch
 from inference.layers.attention_context import AttentionContext
 from inference.layers.recurrent_context import RecurrentContext
 from inference.models.registry import build_model, read_model_config
-from tests.support.fakes import PagedSequenceRunner
+from tests.support.fakes import PagedSequenceRunner, smollm2_tokenizer_dir
 
 TINY_HYBRID: dict[str, Any] = {
     "vocab_size": 320,
@@ -63,12 +65,13 @@ HYBRID_FAMILIES: dict[str, tuple[str, str, dict[str, Any]]] = {
 }
 
 
-def hybrid_config(family: str) -> Any:
-    """The family's tiny transformers config, ``architectures`` set."""
+def hybrid_config(family: str, **changes: Any) -> Any:
+    """The family's tiny transformers config, ``architectures`` set; ``changes`` replace
+    entries of ``TINY_HYBRID`` (e.g. the tokenizer's ``vocab_size``)."""
     import transformers
 
     config_class, model_class, overrides = HYBRID_FAMILIES[family]
-    config = getattr(transformers, config_class)(**TINY_HYBRID, **overrides)
+    config = getattr(transformers, config_class)(**{**TINY_HYBRID, **changes}, **overrides)
     config.architectures = [model_class]
     return config
 
@@ -112,11 +115,11 @@ def make_vision_language_pair(family: str, seed: int = 0) -> tuple[torch.nn.Modu
     return hf, ours.eval()
 
 
-def make_hybrid_pair(family: str, seed: int = 0) -> tuple[torch.nn.Module, torch.nn.Module]:
+def make_hybrid_pair(family: str, seed: int = 0, **changes: Any) -> tuple[torch.nn.Module, torch.nn.Module]:
     """(HF's model, ours with the same weights), both fp32 and in eval mode."""
     import transformers
 
-    config = hybrid_config(family)
+    config = hybrid_config(family, **changes)
     torch.manual_seed(seed)
     hf = getattr(transformers, config.architectures[0])(config).eval()
     _randomise(hf)
@@ -153,3 +156,13 @@ class HybridRunner(PagedSequenceRunner):
             has_initial_state=torch.tensor([self.lengths[i] > 0 for i in seqs]),
             states=self.states,
         )
+
+
+def save_hybrid_model_dir(hf: torch.nn.Module, path: Path) -> Path:
+    """``hf`` saved as a model directory (safetensors, SmolLM2's tokenizer files), for the
+    processes that load the model themselves (prefill workers)."""
+    hf.save_pretrained(path)
+    for file in smollm2_tokenizer_dir().iterdir():
+        if file.name.startswith(("tokenizer", "special_tokens", "chat_template")):
+            shutil.copy(file, path / file.name)
+    return path
