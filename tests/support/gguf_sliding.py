@@ -93,3 +93,105 @@ def write_sliding_gguf(model_dir: Path, out: Path, family: str, qtype: GGMLQuant
     writer.write_tensors_to_file()
     writer.close()
     return out
+
+
+def gguf_mxfp4_from_blocks(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray:
+    """gpt-oss's safetensors MXFP4 (``blocks`` ``[..., G, 16]``: byte ``j`` holds elements
+    ``2j`` low and ``2j + 1`` high; ``scales`` ``[..., G]``) -> ggml's ``block_mxfp4``
+    bytes ``[..., G * 17]``: the E8M0 scale, then 16 bytes, byte ``j`` holding elements
+    ``j`` (low nibble) and ``j + 16`` (high), as llama.cpp's converter repacks them."""
+    codes = np.stack([blocks & 0x0F, blocks >> 4], axis=-1).reshape(*blocks.shape[:-1], 32)
+    packed = (codes[..., :16] | (codes[..., 16:] << 4)).astype(np.uint8)
+    out = np.concatenate([scales[..., None].astype(np.uint8), packed], axis=-1)
+    return out.reshape(*blocks.shape[:-2], -1)
+
+
+def _gpt_oss_metadata(writer: GGUFWriter, config: Any) -> None:
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_expert_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_key_length(config.head_dim)
+    writer.add_value_length(config.head_dim)
+    writer.add_vocab_size(config.vocab_size)
+    writer.add_expert_count(config.num_local_experts)
+    writer.add_expert_used_count(config.num_experts_per_tok)
+    writer.add_sliding_window(config.sliding_window)
+    rope = config.rope_parameters
+    writer.add_rope_freq_base(rope["rope_theta"])
+    if rope.get("rope_type") == "yarn":
+        writer.add_rope_scaling_type(RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(rope["factor"])
+        writer.add_rope_scaling_orig_ctx_len(rope["original_max_position_embeddings"])
+
+
+def _gpt_oss_tensors(state: dict[str, Any]) -> dict[str, tuple[np.ndarray, GGMLQuantizationType | None]]:
+    """HF-named gpt-oss tensors -> llama.cpp's: ``gate_up`` split into its interleaved gate
+    (even rows) and up (odd rows), MXFP4 experts repacked, sinks and the router renamed."""
+    out: dict[str, tuple[np.ndarray, GGMLQuantizationType | None]] = {}
+    mxfp4 = GGMLQuantizationType.MXFP4
+    for name, tensor in state.items():
+        prefix, _, leaf = name.rpartition("mlp.experts.")
+        if leaf == "gate_up_proj_blocks":
+            blocks, scales = tensor.numpy(), state[f"{prefix}mlp.experts.gate_up_proj_scales"].numpy()
+            out[f"{prefix}mlp.experts.gate_proj.weight"] = (
+                gguf_mxfp4_from_blocks(blocks[:, ::2], scales[:, ::2]),
+                mxfp4,
+            )
+            out[f"{prefix}mlp.experts.up_proj.weight"] = (
+                gguf_mxfp4_from_blocks(blocks[:, 1::2], scales[:, 1::2]),
+                mxfp4,
+            )
+        elif leaf == "down_proj_blocks":
+            scales = state[f"{prefix}mlp.experts.down_proj_scales"].numpy()
+            out[f"{prefix}mlp.experts.down_proj.weight"] = (
+                gguf_mxfp4_from_blocks(tensor.numpy(), scales),
+                mxfp4,
+            )
+        elif leaf == "gate_up_proj_bias":
+            out[f"{prefix}mlp.experts.gate_proj.bias"] = (tensor[..., ::2].float().numpy(), None)
+            out[f"{prefix}mlp.experts.up_proj.bias"] = (tensor[..., 1::2].float().numpy(), None)
+        elif leaf == "down_proj_bias":
+            out[f"{prefix}mlp.experts.down_proj.bias"] = (tensor.float().numpy(), None)
+        elif not leaf.endswith("_scales"):
+            out[name + ".weight" if name.endswith("sinks") else name] = (tensor.float().numpy(), None)
+    return out
+
+
+def write_gpt_oss_gguf(model_dir: Path, out: Path, qtype: GGMLQuantizationType) -> Path:
+    """A gpt-oss ``make_sliding_model_dir`` (MXFP4 experts) as llama.cpp's GGUF: experts
+    MXFP4 (the same values), other 2-D weights in ``qtype``, the rest F32."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_dir)
+    name_map = get_tensor_name_map(MODEL_ARCH.GPT_OSS, config.num_hidden_layers)
+    writer = GGUFWriter(str(out), MODEL_ARCH_NAMES[MODEL_ARCH.GPT_OSS])
+    writer.add_name(model_dir.name)
+    _gpt_oss_metadata(writer, config)
+    _copy_tokenizer(writer)
+    for hf_name, (data, raw) in _gpt_oss_tensors(load_file(model_dir / "model.safetensors")).items():
+        base, _, suffix = hf_name.rpartition(".")
+        gguf_base = name_map.get_name(base)
+        if gguf_base is None:
+            raise KeyError(f"no GGUF name for {hf_name}")
+        if raw is not None:
+            writer.add_tensor(f"{gguf_base}.{suffix}", data, raw_dtype=raw)
+        elif (
+            qtype != GGMLQuantizationType.F32
+            and suffix == "weight"
+            and data.ndim == 2
+            and data.shape[-1] % 32 == 0
+            and not base.endswith("router")
+        ):
+            writer.add_tensor(f"{gguf_base}.{suffix}", quantize(data, qtype), raw_dtype=qtype)
+        else:
+            writer.add_tensor(f"{gguf_base}.{suffix}", np.ascontiguousarray(data, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
