@@ -3,7 +3,8 @@
 Tensors of a type the CPU kernels read (``blocks.GGUF_TYPES``) come back as
 ``QuantRows`` (integer quants and per-group scales, never de-quantized); F32/F16
 tensors and other types come back as fp32 tensors de-quantized by gguf-py, exactly as
-transformers' loader does it, with one log line per unsupported type.
+transformers' loader does it, with one log line per unsupported type; MXFP4 (gpt-oss's
+experts, which transformers does not read) by ``inference.runner.mxfp4.dequantize_gguf``.
 
 Names come from gguf-py's tensor name map, and the Llama q/k row permutation from
 transformers' tensor processor, so the result matches ``load_gguf_checkpoint`` tensor
