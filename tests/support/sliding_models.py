@@ -108,7 +108,10 @@ def make_sliding_model_dir(
                         p.normal_(0, 0.3)
                     elif name.endswith("sinks") or (family == "gpt_oss" and name.endswith("bias")):
                         p.normal_(0, 0.5)
-        state = {k: v.contiguous() for k, v in model.state_dict().items()}
+        tied = config.tie_word_embeddings  # the head is the embedding: saved once
+        state = {
+            k: v.contiguous() for k, v in model.state_dict().items() if not (tied and k == "lm_head.weight")
+        }
         if family == "gpt_oss":
             state = _experts_as_mxfp4(state)
             # What gpt-oss's own checkpoints declare (the reader accepts only this method).

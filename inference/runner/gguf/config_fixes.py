@@ -9,6 +9,8 @@ the GGUF's own metadata and set on the config it built:
   the factors as the tensors ``rope_factors_long`` / ``rope_factors_short`` and the
   original context and attention factor as ``<arch>.rope.scaling.*`` keys.
 
+Gemma 2 and 3 have their own list (``inference.runner.gguf.gemma_config``).
+
 Without these the converted model would run with the wrong shapes or rotation.
 """
 
@@ -18,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from inference.runner.gguf.gemma_config import fix_gemma_config
 
 
 def fix_gguf_config(config: Any, gguf_path: Path) -> None:
@@ -36,6 +40,8 @@ def fix_gguf_config(config: Any, gguf_path: Path) -> None:
     expert_width = field("expert_feed_forward_length")
     if expert_width and hasattr(config, "moe_intermediate_size"):
         config.moe_intermediate_size = int(expert_width)
+    if arch in ("gemma2", "gemma3"):
+        fix_gemma_config(config, arch, field)
     if arch != "phi3":
         return
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads

@@ -3,7 +3,8 @@
 Tensors of a type the CPU kernels read (``blocks.GGUF_TYPES``) come back as
 ``QuantRows`` (integer quants and per-group scales, never de-quantized); F32/F16
 tensors and other types come back as fp32 tensors de-quantized by gguf-py, exactly as
-transformers' loader does it, with one log line per unsupported type.
+transformers' loader does it, with one log line per unsupported type; MXFP4 (gpt-oss's
+experts, which transformers does not read) by ``inference.runner.mxfp4.dequantize_gguf``.
 
 Names come from gguf-py's tensor name map, and the Llama q/k row permutation from
 transformers' tensor processor, so the result matches ``load_gguf_checkpoint`` tensor
@@ -30,6 +31,7 @@ import torch
 
 from chatsite_kernels.cpu.quant import QuantRows
 from inference.runner.gguf.blocks import GGUF_TYPES, parse_gguf_blocks
+from inference.runner.mxfp4 import dequantize_gguf
 
 logger = logging.getLogger(__name__)
 
@@ -112,9 +114,9 @@ def load_index(gguf_path: Path, cache_dir: Path, param_names: list[str]) -> dict
 
 
 def read_gguf_weights(
-    gguf_path: Path, index: dict[str, Any], hf_config: Any
+    gguf_path: Path, index: dict[str, Any], hf_config: Any, blocks: bool = True
 ) -> dict[str, torch.Tensor | QuantRows]:
-    """HF name -> ``QuantRows`` (kernel types) or fp32 tensor, read by ``index``."""
+    """HF name -> ``QuantRows`` (kernel types, where ``blocks``) or fp32 tensor, read by ``index``."""
     from gguf import GGMLQuantizationType, dequantize
     from transformers.modeling_gguf_pytorch_utils import TENSOR_PROCESSORS, TensorProcessor
 
@@ -122,7 +124,7 @@ def read_gguf_weights(
     # Only processors that permute rows (or nothing) commute with keeping the blocks. The
     # MoE one (qwen2moe, qwen3moe) changes nothing of a 2-D tensor that is not a shared-expert
     # gate; its 3-D expert stacks are de-quantized below in any case.
-    keep_blocks = type(processor).process in (
+    keep_blocks = blocks and type(processor).process in (
         TensorProcessor.process,
         TENSOR_PROCESSORS["llama"].process,
         TENSOR_PROCESSORS["qwen3moe"].process,
@@ -140,6 +142,10 @@ def read_gguf_weights(
         if keep_blocks and type_name in GGUF_TYPES and len(shape) == 2 and "_shexp" not in entry["gguf"]:
             raw = processor.process(weights=raw, name=entry["gguf"]).weights
             out[entry["hf"]] = parse_gguf_blocks(type_name, np.asarray(raw), shape)  # type: ignore[arg-type]
+            continue
+        if type_name == "MXFP4":  # gpt-oss's experts: our de-quantizer of ggml's block_mxfp4
+            rows = np.array(raw, copy=True).reshape(int(np.prod(shape[:-1])), -1)
+            out[entry["hf"]] = dequantize_gguf(torch.from_numpy(rows), shape[-1]).reshape(shape)
             continue
         if type_name not in ("F32", "F16") and type_name not in logged:
             logged.add(type_name)
