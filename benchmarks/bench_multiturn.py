@@ -221,9 +221,10 @@ def run_ours(
         "MAX_LIVE_PER_USER": "100000",
         "LOG_LEVEL": "WARNING",
         "OMP_NUM_THREADS": str(threads),
-        "OMP_WAIT_POLICY": wait_policy,
         "TITLES_FROM_MODEL": "false",
     }
+    if wait_policy != "default":
+        env["OMP_WAIT_POLICY"] = wait_policy
     site = wait_for_engine(launch(work, env))
     results: dict[str, dict[str, Any]] = {}
     try:
@@ -250,7 +251,8 @@ def run_llama_server(
     argv = [binary, "-m", gguf, "--host", "127.0.0.1", "--port", str(port)]
     argv += ["-np", str(load.clients), "-c", str(SLOT_CONTEXT * load.clients)]
     argv += ["-t", str(threads), "-tb", str(threads), "--cache-prompt", "--no-webui"]
-    argv += ["--poll", "0" if wait_policy == "passive" else "50"]  # its threads' spin, as ours
+    if wait_policy != "default":  # its threads' spin, as ours
+        argv += ["--poll", "0" if wait_policy == "passive" else "50"]
     log = (work / "llama-server.log").open("w")
     process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     try:
@@ -289,6 +291,7 @@ def print_result(name: str, result: dict[str, Any], load_before: str) -> None:
     )
     print(
         f"  inter-token p50 {result['itl_p50'] * 1000:.1f} ms, p99 {result['itl_p99'] * 1000:.1f} ms; "
+        f"per output token p50 {result['tpot_p50'] * 1000:.1f} ms, p90 {result['tpot_p90'] * 1000:.1f} ms; "
         f"{result['output_tokens']} output tokens in {result['wall_s']:.1f} s = "
         f"{result['tokens_per_s']:.1f} tok/s"
     )
@@ -299,6 +302,7 @@ def print_ratios(ours: dict[str, Any], theirs: dict[str, Any], label: str) -> No
         f"{label} / llama-server: warm-turn TTFT p50 {theirs['warm_ttft_p50'] / ours['warm_ttft_p50']:.2f}x, "
         f"first turn {theirs['first_turn_ttft_p50'] / ours['first_turn_ttft_p50']:.2f}x, "
         f"inter-token p50 {theirs['itl_p50'] / ours['itl_p50']:.2f}x, "
+        f"per output token p50 {theirs['tpot_p50'] / ours['tpot_p50']:.2f}x, "
         f"throughput {ours['tokens_per_s'] / theirs['tokens_per_s']:.2f}x"
     )
 
@@ -321,10 +325,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--ws", action="store_true", help="also run our chat websocket")
     parser.add_argument(
         "--wait-policy",
-        choices=["active", "passive"],
-        default="active",
-        help="how idle kernel threads wait (OMP_WAIT_POLICY; llama-server's --poll 50 or 0): "
-        "on a machine shared with other work, spinning threads stall each other",
+        choices=["default", "active", "passive"],
+        default="default",
+        help="how idle kernel threads wait (OMP_WAIT_POLICY; llama-server's --poll 50 or 0); "
+        "default: each server's own (ours: ENGINE_OMP_WAIT_POLICY, passive unless set; "
+        "llama-server: --poll 50). On a shared machine spinning threads stall each other",
     )
     parser.add_argument("--json", default="", help="write the figures here")
     args = parser.parse_args(argv)

@@ -88,8 +88,13 @@ def percentile(values: list[float], q: float) -> float:
 
 def summarise(records: list[TurnRecord], wall_s: float) -> dict[str, Any]:
     """TTFT p50/p90 by turn, warm turns (2 on) and first turns; inter-token p50/p99 (gaps
-    between content events, which carry one token each on both servers); output tokens/s
-    over the run's wall clock."""
+    between content events); time per output token p50/p90 (each turn's time from its
+    first to its last content event over its tokens after the first); output tokens/s over
+    the run's wall clock.
+
+    ``llama-server`` sends one token per event; our server hands a stream its new tokens
+    at most every ``ENGINE_STREAM_INTERVAL_MS`` with at least two steps' tokens per event,
+    so its event gaps span several tokens: the time per output token compares the two."""
     by_turn: dict[int, list[float]] = {}
     for record in records:
         if record.first_token is not None:
@@ -97,6 +102,11 @@ def summarise(records: list[TurnRecord], wall_s: float) -> dict[str, Any]:
     warm = [t for turn, values in by_turn.items() if turn > 0 for t in values]
     gaps = [b - a for r in records for a, b in zip(r.token_times, r.token_times[1:], strict=False)]
     tokens = sum(r.output_tokens for r in records)
+    per_token = [
+        (r.token_times[-1] - r.token_times[0]) / (r.output_tokens - 1)
+        for r in records
+        if r.output_tokens > 1 and len(r.token_times) > 1
+    ]
     return {
         "ttft_by_turn": {
             turn: {"p50": percentile(v, 0.5), "p90": percentile(v, 0.9)}
@@ -107,6 +117,8 @@ def summarise(records: list[TurnRecord], wall_s: float) -> dict[str, Any]:
         "warm_ttft_p90": percentile(warm, 0.9),
         "itl_p50": percentile(gaps, 0.5),
         "itl_p99": percentile(gaps, 0.99),
+        "tpot_p50": percentile(per_token, 0.5),
+        "tpot_p90": percentile(per_token, 0.9),
         "output_tokens": tokens,
         "tokens_per_s": tokens / wall_s if wall_s > 0 else float("nan"),
         "wall_s": wall_s,

@@ -2,10 +2,10 @@
 
 There are no prefill and decode phases (vLLM v1 style). Every sequence has
 ``num_computed_tokens`` and wants to catch up to ``num_tokens``; one step gives
-each, under one token budget, as many tokens as fit: running requests first (a
-decode is one token, a long prompt continues its chunk), then waiting requests
-in arrival order. A step thus mixes decodes and prefill chunks, new requests
-join any step, and finished ones leave at once.
+each, under one token budget, as many tokens as fit: the running decodes first, then
+the running prompt chunks with the fewest uncached tokens first (``prompt_order``),
+then waiting requests (which, once the step's prompt time is spent, take their seat
+and cached prefix and compete from the next step). Steps mix decodes and prompt chunks.
 
 Fair share: requests carry an ``owner`` (a chat user, an API key) and a ``weight``
 (1 by default; the site sets it from the owner's groups). Admission from the waiting
@@ -44,6 +44,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from inference.engine.prompt_order import fewest_uncached_first, room_for_prompt, wants_prompt_chunk
 from inference.engine.sequence import Request, RequestStatus, Sequence
 from inference.engine.step_budget import PromptAllowance, StepBudget, count_tokens
 from inference.errors import PromptTooLongError
@@ -176,50 +177,68 @@ class Scheduler:
         # step's first prompt chunk (a step of decodes never needs the pass).
         allowance = PromptAllowance(self._prefill_limit)
         scheduled: set[int] = set()  # ids of requests given tokens in this step
+        prompts: list[Request] = []  # running requests with prompt tokens left
         for request in list(self.running):
             if request.status is not RequestStatus.RUNNING:
                 continue  # preempted earlier in this loop
             if budget > 0 and self._decode_in_place(request, batch):
                 scheduled.add(id(request))
                 budget -= 1
-                continue
-            plan = self._plan(request, budget, allowance)
-            if not plan:
-                continue
-            if not self._allocate_or_preempt(request, plan, batch, scheduled):
-                continue  # ``request`` preempted itself
-            scheduled.add(id(request))
-            self._add_to_batch(batch, plan, allowance)
-            budget -= sum(n for _, n in plan)
+            elif wants_prompt_chunk(request):
+                prompts.append(request)
+            else:
+                budget -= self._schedule_running(request, budget, allowance, batch, scheduled)
+        # Then the prompt chunks: a new turn after a cached history before long first prompts.
+        for request in fewest_uncached_first(prompts):
+            if request.status is RequestStatus.RUNNING:
+                budget -= self._schedule_running(request, budget, allowance, batch, scheduled)
+        if not batch.preempted and self.waiting:
+            self._admit_waiting(batch, budget, allowance)
+        batch.copies = self.block_manager.take_copies()
+        return batch
 
-        if not batch.preempted and self.waiting:  # admissions (the seat count is a pass over running)
-            seats = self.max_num_seqs - sum(r.num_seats for r in self.running + self.loading)
-            compiling = self._hold_compiling()
-            # Running seats per owner, kept up to date through this step's admissions
-            # (recounting them for every admission made a burst of arrivals quadratic).
-            owner_seats: dict[str | None, int] = {}
-            num_owners = len({r.owner for r in self.waiting})  # an upper bound once some are admitted
-            for r in self.running + self.loading:
-                owner_seats[r.owner] = owner_seats.get(r.owner, 0) + r.num_seats
-            for owner, n in self.external_seats.items():
-                owner_seats[owner] = owner_seats.get(owner, 0) + n
-            adapters = {r.adapter for r in self.running + self.loading if r.adapter is not None}
-            while self.waiting and budget > 0:
-                request = self._next_waiting(owner_seats, num_owners)
-                if request.num_seats > seats:
-                    break
-                if request.adapter is not None and request.adapter not in adapters:
-                    if self.max_loras is not None and len(adapters) >= self.max_loras:
-                        break  # its adapter would be one more than a batch can hold: later
-                    adapters.add(request.adapter)
-                loading = self._start_loading(request)
-                if loading is None:
-                    break  # its blocks are below the pool: wait for room to load them
-                if loading:
-                    self.waiting.remove(request)
-                    seats -= request.num_seats
-                    owner_seats[request.owner] = owner_seats.get(request.owner, 0) + request.num_seats
-                    continue
+    def _schedule_running(
+        self,
+        request: Request,
+        budget: int,
+        allowance: PromptAllowance,
+        batch: ScheduledBatch,
+        scheduled: set[int],
+    ) -> int:
+        """Plan a running request's tokens (a decode that needs a block, or a prompt chunk),
+        preempting others when the pool is short; the step's tokens it took."""
+        plan = self._plan(request, budget, allowance)
+        if not plan or not self._allocate_or_preempt(request, plan, batch, scheduled):
+            return 0  # nothing fits, or ``request`` preempted itself
+        scheduled.add(id(request))
+        self._add_to_batch(batch, plan, allowance)
+        return sum(n for _, n in plan)
+
+    def _admit_waiting(self, batch: ScheduledBatch, budget: int, allowance: PromptAllowance) -> None:
+        """Admissions (the seat count is a pass over running) in fair-share order."""
+        seats = self.max_num_seqs - sum(r.num_seats for r in self.running + self.loading)
+        compiling = self._hold_compiling()
+        # Running seats per owner, kept up to date through this step's admissions
+        # (recounting them for every admission made a burst of arrivals quadratic).
+        owner_seats: dict[str | None, int] = {}
+        num_owners = len({r.owner for r in self.waiting})  # an upper bound once some are admitted
+        for r in self.running + self.loading:
+            owner_seats[r.owner] = owner_seats.get(r.owner, 0) + r.num_seats
+        for owner, n in self.external_seats.items():
+            owner_seats[owner] = owner_seats.get(owner, 0) + n
+        adapters = {r.adapter for r in self.running + self.loading if r.adapter is not None}
+        while self.waiting and budget > 0:
+            request = self._next_waiting(owner_seats, num_owners)
+            if request.num_seats > seats:
+                break
+            if request.adapter is not None and request.adapter not in adapters:
+                if self.max_loras is not None and len(adapters) >= self.max_loras:
+                    break  # its adapter would be one more than a batch can hold: later
+                adapters.add(request.adapter)
+            loading = self._start_loading(request)
+            if loading is None:
+                break  # its blocks are below the pool: wait for room to load them
+            if not loading:
                 plan = self._admit(request, budget, allowance)
                 if plan is None and not self.running and not self.loading:
                     # The whole pool is free and it still does not fit (a recomputed
@@ -230,16 +249,14 @@ class Scheduler:
                     continue
                 if plan is None:
                     break  # pool full: wait for running requests to return blocks
-                self.waiting.remove(request)
                 request.status = RequestStatus.RUNNING
                 self.running.append(request)
-                seats -= request.num_seats
-                owner_seats[request.owner] = owner_seats.get(request.owner, 0) + request.num_seats
                 self._add_to_batch(batch, plan, allowance)
                 budget -= sum(n for _, n in plan)
-            self.waiting.extendleft(reversed(compiling))
-        batch.copies = self.block_manager.take_copies()
-        return batch
+            self.waiting.remove(request)
+            seats -= request.num_seats
+            owner_seats[request.owner] = owner_seats.get(request.owner, 0) + request.num_seats
+        self.waiting.extendleft(reversed(compiling))
 
     def prompt_allowance(self) -> int | None:
         """Prompt tokens a step may take now under the time budget (None: no limit, nobody
@@ -466,7 +483,13 @@ class Scheduler:
         for seq in request.seqs:
             bm.admit(seq, bm.match_prefix(seq))
         plan = self._plan(request, budget, allowance)
-        if plan and sum(bm.blocks_needed(s, n) for s, n in plan) <= bm.num_free_blocks:
+        if not plan and allowance.spent and room_for_prompt(bm, request):
+            # This step's prompt time is spent: it takes its seat and cached prefix now, and
+            # from the next step its chunks compete by uncached tokens (``prompt_order``).
+            plan = []
+        elif not plan or sum(bm.blocks_needed(s, n) for s, n in plan) > bm.num_free_blocks:
+            plan = None
+        if plan is not None:
             for seq, n in plan:
                 bm.allocate_slots(seq, n)
             if request.num_preemptions == 0 and not request.forked:

@@ -110,6 +110,11 @@ class PromptAllowance:
             self.left, self.counted = self.count(), True
         return budget if self.left is None else min(budget, self.left)
 
+    @property
+    def spent(self) -> bool:
+        """Was the limit worked out, and are no prompt tokens left under it?"""
+        return self.counted and self.left == 0
+
     def spend(self, num_new_tokens: int) -> None:
         """A sequence got ``num_new_tokens`` in this step (a prompt chunk when more than one)."""
         if self.left is not None and num_new_tokens > 1:

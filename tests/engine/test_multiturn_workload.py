@@ -48,4 +48,6 @@ def test_summary_splits_first_and_warm_turns() -> None:
     assert figures["ttft_by_turn"][1] == {"p50": pytest.approx(0.5), "p90": pytest.approx(0.5)}
     assert figures["itl_p50"] == pytest.approx(0.5)
     assert figures["itl_p99"] == pytest.approx(1.0)
+    # Per output token after the first: 0.5, 1.0 and 0.5 s (a one-token turn has none).
+    assert figures["tpot_p50"] == pytest.approx(0.5) and figures["tpot_p90"] == pytest.approx(1.0)
     assert figures["output_tokens"] == 8 and figures["tokens_per_s"] == pytest.approx(1.0)
