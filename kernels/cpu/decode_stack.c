@@ -89,12 +89,10 @@ static int swiglu(const stack_linear *w, const float *x, int64_t xs, float *y, i
 static int lora_group(const stack_lora *lora, const stack_lora_group *g, int n, const float *x,
                       int64_t xs, int64_t K, float *out, int64_t os, const int64_t *offsets,
                       const int64_t *widths, int64_t M, float *y, int threads) {
-    const int64_t R = lora->rank, S = lora->num_slots;
-    int rc = lora_shrink_f32(x, xs, g->a, S, n * R, K, lora->row_slots, M, y, n * R, threads);
-    for (int i = 0; i < n && !rc; i++)
-        rc = lora_expand_f32(y + i * R, n * R, g->b[i], S, widths[i], R, lora->row_slots, lora->scales,
-                             M, out + offsets[i], os, threads);
-    return rc;
+    float *outs[3];
+    for (int i = 0; i < n; i++) outs[i] = out + offsets[i];
+    return lora_group_f32(x, xs, K, g->a, lora->num_slots, lora->rank, n, g->b, widths, outs, os,
+                          lora->row_slots, lora->scales, M, y, threads);
 }
 
 /* The MLP with adapters: gate and up as plain products (interleaved 8 by 8 in raw),
@@ -115,12 +113,10 @@ static int lora_swiglu(const stack_linear *w, const stack_lora *lora, const stac
             store8(up + m * padded + 8 * p, load8(raw + m * width + 16 * p + 8));
         }
     float *outs[2] = {out, up};
+    const int64_t widths[2] = {inter, inter};
     /* One shrink for both (gate and up share their input), then each one's expand. */
-    const int64_t R = lora->rank;
-    rc = lora_shrink_f32(x, xs, g->a, lora->num_slots, 2 * R, K, lora->row_slots, M, y, 2 * R, threads);
-    for (int i = 0; i < 2 && !rc; i++)
-        rc = lora_expand_f32(y + i * R, 2 * R, g->b[i], lora->num_slots, inter, R, lora->row_slots,
-                             lora->scales, M, outs[i], padded, threads);
+    rc = lora_group_f32(x, xs, K, g->a, lora->num_slots, lora->rank, 2, g->b, widths, outs, padded,
+                        lora->row_slots, lora->scales, M, y, threads);
     if (rc) return rc;
     for (int64_t m = 0; m < M; m++)
         for (int64_t c = 0; c < padded; c += 8)

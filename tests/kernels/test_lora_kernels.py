@@ -51,6 +51,25 @@ def test_the_c_kernels_match_the_reference(t):
 
 
 @pytest.mark.skipif(not cpu_lora.available(), reason="the CPU kernels need gcc")
+@pytest.mark.parametrize(
+    ("k", "n", "ranks"),
+    [(203, 61, (8, 16)), (64, 24, (8, 8)), (50, 13, (3, 12)), (7, 5, (2, 1)), (576, 1536, (16, 16))],
+)
+def test_the_c_kernels_match_the_reference_at_every_tail(k, n, ranks):
+    """Inputs and outputs past the last whole group of eight, ranks that are not a
+    multiple of eight, and the unrolled ranks 8 and 16."""
+    x, a, b, slots, scales = _case(t=9, k=k, n=n, ranks=ranks, seed=k)
+    y = cpu_lora.lora_shrink(x, a, slots)
+    torch.testing.assert_close(y, lora_shrink_ref(x, a, slots), rtol=1e-5, atol=1e-5)
+    wide = torch.randn(9, n + 3)
+    out, ref = wide.clone(), wide.clone()
+    cpu_lora.lora_expand(y, b, slots, scales, out[:, 3:])
+    lora_expand_ref(y, b, slots, scales, ref[:, 3:])
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-4)
+    assert torch.equal(out[slots < 0], wide[slots < 0])
+
+
+@pytest.mark.skipif(not cpu_lora.available(), reason="the CPU kernels need gcc")
 def test_the_c_kernels_refuse_a_slot_out_of_range():
     x, a, _b, slots, _ = _case()
     slots[3] = 2
