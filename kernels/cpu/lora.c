@@ -12,6 +12,9 @@
  * - lora_group_f32: both for a group of projections that share their input (q/k/v,
  *   gate/up): one shrink with the group's A matrices stacked ([S, n R, K]), then each
  *   projection's expand, in one parallel region.
+ * - lora_swiglu_f32: SwiGLU's gate and up group, added to their base product (gate and
+ *   up interleaved 8 by 8, as linear.c's and quant_linear.c's SwiGLU panels give them),
+ *   and silu(gate) * up written out in the same region.
  * Each row's sums run in one order whatever the batch holds, so a row's result does not
  * depend on the rows beside it.
  *
@@ -210,6 +213,42 @@ int lora_group_f32(const float *x, int64_t xs, int64_t K, const float *a, int64_
             while (j >= blocks[i]) j -= blocks[i++];
             const int64_t n0 = 8 * j, end = n0 + 8 < widths[i] ? n0 + 8 : widths[i];
             expand_rows(y + i * R, GR, b[i], widths[i], R, slots, scales, T, outs[i], os, n0, end);
+        }
+    }
+    return 0;
+}
+
+/* SwiGLU with adapters on gate and up. raw [T, 2 P] (row stride 2 P, P = inter rounded
+ * up to 8) holds the base product of gate and up interleaved 8 by 8: gate features
+ * 8 j..8 j + 7 at raw + 16 j, up's at raw + 16 j + 8. Adds each row's adapter products
+ * (a [S, 2 R, K]: gate's A rows then up's; b[0] gate's B [S, inter, R], b[1] up's) into
+ * raw, then out [T, P] (row stride os) = silu(gate) * up for every row. y: 2 T R floats
+ * of scratch. The shrink is split by blocks of 8 of A's rows; after the barrier, each
+ * block of 8 features gets its expands and its SiLU at once, so raw's block is still in
+ * cache for the SiLU. */
+int lora_swiglu_f32(const float *x, int64_t xs, int64_t K, const float *a, int64_t S, int64_t R,
+                    const float *const *b, int64_t inter, float *raw, float *out, int64_t os,
+                    const int32_t *slots, const float *scales, int64_t T, float *y, int num_threads) {
+    if (T < 0 || S < 1 || R < 1 || K < 1 || inter < 1) return 1;
+    const int rc = check_slots(slots, T, S);
+    if (rc) return rc;
+    const int64_t GR = 2 * R, r_blocks = (GR + 7) / 8, blocks = (inter + 7) / 8, width = 16 * blocks;
+    const int parallel = T * R * (2 * K + 2 * inter) >= GROUP_PARALLEL_MIN;
+#pragma omp parallel num_threads(num_threads) if (parallel)
+    {
+#pragma omp for schedule(static)
+        for (int64_t rb = 0; rb < r_blocks; rb++)
+            shrink_rows(x, xs, a, GR, K, slots, T, y, GR, 8 * rb, 8 * rb + 8 < GR ? 8 * rb + 8 : GR);
+#pragma omp for schedule(static)
+        for (int64_t j = 0; j < blocks; j++) {
+            const int64_t n0 = 8 * j, end = n0 + 8 < inter ? n0 + 8 : inter;
+            /* Feature n of block j sits at raw + 16 j + n % 8 = (raw + 8 j) + n. */
+            expand_rows(y, GR, b[0], inter, R, slots, scales, T, raw + 8 * j, width, n0, end);
+            expand_rows(y + R, GR, b[1], inter, R, slots, scales, T, raw + 8 * j + 8, width, n0, end);
+            for (int64_t t = 0; t < T; t++) {
+                const float *pair = raw + t * width + 16 * j;
+                store8(out + t * os + 8 * j, silu_mul8(load8(pair), load8(pair + 8)));
+            }
         }
     }
     return 0;
