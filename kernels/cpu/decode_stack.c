@@ -16,10 +16,11 @@
  * Every row is a decode token (one new token per sequence, its position's K/V stored
  * at slots[m]); the caller checks that and falls back to the per-op path otherwise.
  *
- * LoRA adapters (optional, lora.c's shrink and expand): each product's output gets its
- * row's adapter product added right after the base product, as the per-op path's
- * inference/lora/layers.py does; the MLP then runs gate and up as plain products (the
- * adapters join before the SiLU) and the SiLU as a separate pass.
+ * LoRA adapters (optional, lora.c's lora_group_f32 and lora_swiglu_f32): each product's
+ * output gets its row's adapter product added right after the base product, as the
+ * per-op path's inference/lora/layers.py does, one parallel region per projection group
+ * (q/k/v, o, gate/up, down); the MLP then runs gate and up as a plain product (the
+ * adapters join before the SiLU) and the SiLU in the gate/up group's region.
  */
 #include <stdint.h>
 #include <string.h>
@@ -89,48 +90,31 @@ static int swiglu(const stack_linear *w, const float *x, int64_t xs, float *y, i
 static int lora_group(const stack_lora *lora, const stack_lora_group *g, int n, const float *x,
                       int64_t xs, int64_t K, float *out, int64_t os, const int64_t *offsets,
                       const int64_t *widths, int64_t M, float *y, int threads) {
-    const int64_t R = lora->rank, S = lora->num_slots;
-    int rc = lora_shrink_f32(x, xs, g->a, S, n * R, K, lora->row_slots, M, y, n * R, threads);
-    for (int i = 0; i < n && !rc; i++)
-        rc = lora_expand_f32(y + i * R, n * R, g->b[i], S, widths[i], R, lora->row_slots, lora->scales,
-                             M, out + offsets[i], os, threads);
-    return rc;
+    float *outs[3];
+    for (int i = 0; i < n; i++) outs[i] = out + offsets[i];
+    return lora_group_f32(x, xs, K, g->a, lora->num_slots, lora->rank, n, g->b, widths, outs, os,
+                          lora->row_slots, lora->scales, M, y, threads);
 }
 
 /* The MLP with adapters: gate and up as plain products (interleaved 8 by 8 in raw),
- * split into gate (out) and up, each with its adapters' products, then
- * out = silu(gate) * up. Rows of out and up are `padded` wide (I rounded up to 8). */
+ * then lora.c's lora_swiglu_f32 adds their adapters' products and writes
+ * out = silu(gate) * up, `padded` wide (I rounded up to 8). */
 static int lora_swiglu(const stack_linear *w, const stack_lora *lora, const stack_lora_group *g,
-                       const float *x, int64_t xs, float *out, float *up, float *raw, float *y,
-                       int64_t padded, int64_t M, int64_t inter, int64_t K, int threads) {
+                       const float *x, int64_t xs, float *out, float *raw, float *y, int64_t padded,
+                       int64_t M, int64_t inter, int64_t K, int threads) {
     const int64_t width = 2 * padded;
     int rc = w->fmt == FMT_F32
                  ? linear_packed_f32(x, xs, w->weight, NULL, raw, width, M, width, K, threads)
                  : quant_linear_f32(x, xs, w->weight, (int)w->fmt, NULL, raw, width, M, width, K, 0,
                                     threads);
     if (rc) return rc;
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t p = 0; p < padded / 8; p++) {
-            store8(out + m * padded + 8 * p, load8(raw + m * width + 16 * p));
-            store8(up + m * padded + 8 * p, load8(raw + m * width + 16 * p + 8));
-        }
-    float *outs[2] = {out, up};
-    /* One shrink for both (gate and up share their input), then each one's expand. */
-    const int64_t R = lora->rank;
-    rc = lora_shrink_f32(x, xs, g->a, lora->num_slots, 2 * R, K, lora->row_slots, M, y, 2 * R, threads);
-    for (int i = 0; i < 2 && !rc; i++)
-        rc = lora_expand_f32(y + i * R, 2 * R, g->b[i], lora->num_slots, inter, R, lora->row_slots,
-                             lora->scales, M, outs[i], padded, threads);
-    if (rc) return rc;
-    for (int64_t m = 0; m < M; m++)
-        for (int64_t c = 0; c < padded; c += 8)
-            store8(out + m * padded + c, silu_mul8(load8(out + m * padded + c), load8(up + m * padded + c)));
-    return 0;
+    return lora_swiglu_f32(x, xs, K, g->a, lora->num_slots, lora->rank, g->b, inter, raw, out, padded,
+                           lora->row_slots, lora->scales, M, y, threads);
 }
 
 /* hidden [M, H]: the embeddings in, the final norm's output out. scratch: at least
  * M * (2 H + (Hq + 2 Hkv) D + Hq D + I) floats, and with adapters (lora not NULL)
- * M * (4 P + 3 R) more, P being I rounded up to 8 and R the adapters' rank. Returns 0, or the first failing
+ * M * (3 P + 3 R) more, P being I rounded up to 8 and R the adapters' rank. Returns 0, or the first failing
  * kernel's code (1 bad shape, 2 out of memory, 3 an index out of range). */
 int decode_stack_f32(const stack_layer *layers, int64_t num_layers, const stack_shape *s,
                      const float *final_norm, float *hidden, int64_t M, const float *cos_sin,
@@ -142,10 +126,10 @@ int decode_stack_f32(const stack_layer *layers, int64_t num_layers, const stack_
     if (M < 1 || num_layers < 0 || H < 1 || D < 2 || hkv < 1 || hq % hkv || I < 1) return 1;
     float *residual = scratch, *normed = residual + M * H, *qkv = normed + M * H;
     float *attn = qkv + M * qkv_width, *mlp = attn + M * attn_width;
-    /* With adapters: the MLP's rows are `padded` wide, and up, the raw gate/up product
-     * and the shrink's output follow. */
+    /* With adapters: the MLP's rows are `padded` wide, and the raw gate/up product and
+     * the shrink's output follow. */
     const int64_t padded = (I + 7) / 8 * 8;
-    float *up = mlp + M * padded, *raw = up + M * padded, *y = raw + 2 * M * padded;
+    float *raw = mlp + M * padded, *y = raw + 2 * M * padded;
     const int64_t qkv_offsets[3] = {0, hq * D, (hq + hkv) * D}, qkv_widths[3] = {hq * D, hkv * D, hkv * D};
     const int64_t no_offset[1] = {0}, hidden_width[1] = {H};
     if (lora && (lora->rank < 1 || lora->num_slots < 1)) return 1;
@@ -180,7 +164,7 @@ int decode_stack_f32(const stack_layer *layers, int64_t num_layers, const stack_
         if (!rc) rc = rms_norm_f32(hidden, H, residual, H, w->post_norm, normed, H, M, H, s->eps, threads);
         const int64_t mlp_stride = a ? padded : I;
         if (!rc && a)
-            rc = lora_swiglu(&w->gate_up, lora, &a->gate_up, normed, H, mlp, up, raw, y, padded, M, I, H,
+            rc = lora_swiglu(&w->gate_up, lora, &a->gate_up, normed, H, mlp, raw, y, padded, M, I, H,
                              threads);
         else if (!rc)
             rc = swiglu(&w->gate_up, normed, H, mlp, I, M, I, H, threads);

@@ -217,7 +217,7 @@ class DecodeStack:
         s = self.shape
         base = rows * (2 * s.hidden + (2 * s.q_heads + 2 * s.kv_heads) * s.head_dim + s.intermediate)
         padded = -(-s.intermediate // 8) * 8
-        return base + (rows * (4 * padded + 3 * rank) if rank else 0)
+        return base + (rows * (3 * padded + 3 * rank) if rank else 0)
 
     def _pool(self, kv_cache: torch.Tensor) -> _Pool:
         """The pool ``[num_blocks, 2, num_layers, block_size, Hkv, D]`` by its strides."""

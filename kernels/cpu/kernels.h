@@ -32,5 +32,11 @@ int lora_shrink_f32(const float *x, int64_t xs, const float *a, int64_t S, int64
 int lora_expand_f32(const float *y, int64_t ys, const float *b, int64_t S, int64_t N, int64_t R,
                     const int32_t *slots, const float *scales, int64_t T, float *out, int64_t os,
                     int num_threads);
+int lora_group_f32(const float *x, int64_t xs, int64_t K, const float *a, int64_t S, int64_t R, int n,
+                   const float *const *b, const int64_t *widths, float *const *outs, int64_t os,
+                   const int32_t *slots, const float *scales, int64_t T, float *y, int num_threads);
+int lora_swiglu_f32(const float *x, int64_t xs, int64_t K, const float *a, int64_t S, int64_t R,
+                    const float *const *b, int64_t inter, float *raw, float *out, int64_t os,
+                    const int32_t *slots, const float *scales, int64_t T, float *y, int num_threads);
 
 #endif

@@ -18,7 +18,27 @@ def _declare(lib: ctypes.CDLL) -> None:
     i64, i32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
     lib.lora_shrink_f32.argtypes = [ptr, i64, ptr, i64, i64, i64, ptr, i64, ptr, i64, i32]
     lib.lora_expand_f32.argtypes = [ptr, i64, ptr, i64, i64, i64, ptr, ptr, i64, ptr, i64, i32]
-    for fn in (lib.lora_shrink_f32, lib.lora_expand_f32):
+    group = [ptr, i64, i64, ptr, i64, i64, i32, ptr, ptr, ptr, i64, ptr, ptr, i64, ptr, i32]
+    lib.lora_group_f32.argtypes = group
+    lib.lora_swiglu_f32.argtypes = [
+        ptr,
+        i64,
+        i64,
+        ptr,
+        i64,
+        i64,
+        ptr,
+        i64,
+        ptr,
+        ptr,
+        i64,
+        ptr,
+        ptr,
+        i64,
+        ptr,
+        i32,
+    ]
+    for fn in (lib.lora_shrink_f32, lib.lora_expand_f32, lib.lora_group_f32, lib.lora_swiglu_f32):
         fn.restype = i32
 
 
@@ -67,3 +87,54 @@ def lora_expand(
         out.data_ptr(), out.stride(0), torch.get_num_threads(),
     )  # fmt: skip
     cpu_build.check(rc, "lora_expand_f32", "slots: a slot is out of range")
+
+
+def _pointers(tensors: list[torch.Tensor]) -> ctypes.Array:
+    return (ctypes.c_void_p * len(tensors))(*(t.data_ptr() for t in tensors))
+
+
+def lora_group(
+    x: torch.Tensor,
+    a: torch.Tensor,
+    bs: list[torch.Tensor],
+    slots: torch.Tensor,
+    scales: torch.Tensor,
+    outs: list[torch.Tensor],
+) -> None:
+    """A projection group in one call: ``outs[i] += scales[s] * bs[i][s] @ (a[s] @ x)[i R:(i+1) R]``,
+    ``a`` ``[S, len(bs) R, K]``, ``bs[i]`` ``[S, N_i, R]``, ``outs`` column slices of one buffer
+    (one row stride). The decode stack's path, exposed for its tests."""
+    s, gr, k = a.shape
+    r, t = gr // len(bs), x.shape[0]
+    y = torch.empty(t, gr)
+    widths = (ctypes.c_int64 * len(bs))(*(b.shape[1] for b in bs))
+    rc = cpu_build.require("lora", _declare).lora_group_f32(
+        x.data_ptr(), x.stride(0), k, a.data_ptr(), s, r, len(bs), _pointers(bs), widths,
+        _pointers(outs), outs[0].stride(0), _slots(slots, t).data_ptr(), scales.data_ptr(), t,
+        y.data_ptr(), torch.get_num_threads(),
+    )  # fmt: skip
+    cpu_build.check(rc, "lora_group_f32", "slots: a slot is out of range")
+
+
+def lora_swiglu(
+    x: torch.Tensor,
+    a: torch.Tensor,
+    bs: list[torch.Tensor],
+    slots: torch.Tensor,
+    scales: torch.Tensor,
+    raw: torch.Tensor,
+) -> torch.Tensor:
+    """``silu(gate) * up`` ``[T, P]`` with the adapters' products added to ``raw`` ``[T, 2 P]``
+    (gate and up interleaved 8 by 8, updated in place); ``bs`` gate's and up's B. The decode
+    stack's path, exposed for its tests."""
+    s, gr, k = a.shape
+    t, inter = x.shape[0], bs[0].shape[1]
+    out = torch.empty(t, raw.shape[1] // 2)
+    y = torch.empty(t, gr)
+    rc = cpu_build.require("lora", _declare).lora_swiglu_f32(
+        x.data_ptr(), x.stride(0), k, a.data_ptr(), s, gr // 2, _pointers(bs), inter, raw.data_ptr(),
+        out.data_ptr(), out.stride(0), _slots(slots, t).data_ptr(), scales.data_ptr(), t, y.data_ptr(),
+        torch.get_num_threads(),
+    )  # fmt: skip
+    cpu_build.check(rc, "lora_swiglu_f32", "slots: a slot is out of range")
+    return out

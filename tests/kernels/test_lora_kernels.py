@@ -51,6 +51,71 @@ def test_the_c_kernels_match_the_reference(t):
 
 
 @pytest.mark.skipif(not cpu_lora.available(), reason="the CPU kernels need gcc")
+@pytest.mark.parametrize(
+    ("k", "n", "ranks"),
+    [(203, 61, (8, 16)), (64, 24, (8, 8)), (50, 13, (3, 12)), (7, 5, (2, 1)), (576, 1536, (16, 16))],
+)
+def test_the_c_kernels_match_the_reference_at_every_tail(k, n, ranks):
+    """Inputs and outputs past the last whole group of eight, ranks that are not a
+    multiple of eight, and the unrolled ranks 8 and 16."""
+    x, a, b, slots, scales = _case(t=9, k=k, n=n, ranks=ranks, seed=k)
+    y = cpu_lora.lora_shrink(x, a, slots)
+    torch.testing.assert_close(y, lora_shrink_ref(x, a, slots), rtol=1e-5, atol=1e-5)
+    wide = torch.randn(9, n + 3)
+    out, ref = wide.clone(), wide.clone()
+    cpu_lora.lora_expand(y, b, slots, scales, out[:, 3:])
+    lora_expand_ref(y, b, slots, scales, ref[:, 3:])
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-4)
+    assert torch.equal(out[slots < 0], wide[slots < 0])
+
+
+def _group_case(n: int, k: int, widths: list[int], ranks=(8, 16), t: int = 12, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    s, r = len(ranks), max(ranks)
+    a, bs = torch.zeros(s, n * r, k), [torch.zeros(s, w, r) for w in widths]
+    for i, rank in enumerate(ranks):
+        for j in range(n):
+            a[i, j * r : j * r + rank] = torch.randn(rank, k, generator=gen)
+            bs[j][i, :, :rank] = torch.randn(widths[j], rank, generator=gen)
+    x = torch.randn(t, k, generator=gen)
+    slots = torch.tensor([(-1, 0, 1)[i % 3] for i in range(t)], dtype=torch.int32)
+    return x, a, bs, slots, torch.tensor([0.5 + i for i in range(s)]), r
+
+
+@pytest.mark.skipif(not cpu_lora.available(), reason="the CPU kernels need gcc")
+@pytest.mark.parametrize(("k", "widths"), [(576, [576, 192, 192]), (203, [61, 8, 13]), (1536, [576])])
+def test_the_group_kernel_matches_the_reference(k, widths):
+    """One shrink for the group, each projection's expand into its columns of one buffer."""
+    x, a, bs, slots, scales, r = _group_case(len(widths), k, widths, seed=k)
+    wide = torch.randn(x.shape[0], sum(widths) + 5)
+    out, ref = wide.clone(), wide.clone()
+    starts = [5 + sum(widths[:i]) for i in range(len(widths))]
+    cpu_lora.lora_group(x, a, bs, slots, scales, [out[:, s0:] for s0 in starts])
+    y = lora_shrink_ref(x, a, slots)
+    for i, (b, s0) in enumerate(zip(bs, starts, strict=True)):
+        lora_expand_ref(y[:, i * r : (i + 1) * r], b, slots, scales, ref[:, s0 : s0 + widths[i]])
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-3)
+    assert torch.equal(out[slots < 0], wide[slots < 0])
+
+
+@pytest.mark.skipif(not cpu_lora.available(), reason="the CPU kernels need gcc")
+@pytest.mark.parametrize(("k", "inter"), [(576, 1536), (40, 21)])
+def test_the_swiglu_kernel_matches_the_reference(k, inter):
+    """Gate and up interleaved 8 by 8 (the SwiGLU panels' product), their adapters added,
+    then silu(gate) * up for every row."""
+    x, a, bs, slots, scales, r = _group_case(2, k, [inter, inter], seed=k)
+    a = a * 0.05  # adapter products of the base product's size, not hundreds of times it
+    padded = -(-inter // 8) * 8
+    gate, up = torch.randn(x.shape[0], padded), torch.randn(x.shape[0], padded)
+    raw = torch.stack([gate.view(-1, padded // 8, 8), up.view(-1, padded // 8, 8)], dim=2)
+    out = cpu_lora.lora_swiglu(x, a, bs, slots, scales, raw.reshape(x.shape[0], -1).contiguous())
+    y = lora_shrink_ref(x, a, slots)
+    lora_expand_ref(y[:, :r], bs[0], slots, scales, gate[:, :inter])
+    lora_expand_ref(y[:, r:], bs[1], slots, scales, up[:, :inter])
+    torch.testing.assert_close(out, torch.nn.functional.silu(gate) * up, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.skipif(not cpu_lora.available(), reason="the CPU kernels need gcc")
 def test_the_c_kernels_refuse_a_slot_out_of_range():
     x, a, _b, slots, _ = _case()
     slots[3] = 2
