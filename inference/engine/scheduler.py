@@ -41,35 +41,14 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
 from inference.engine.prompt_order import fewest_uncached_first, room_for_prompt, wants_prompt_chunk
+from inference.engine.scheduled_batch import ScheduledBatch as ScheduledBatch  # re-exported
 from inference.engine.sequence import Request, RequestStatus, Sequence
 from inference.engine.step_budget import PromptAllowance, StepBudget, count_tokens
 from inference.errors import PromptTooLongError
 from inference.kv.block_manager import BlockManager
-
-
-@dataclass
-class ScheduledBatch:
-    seqs: list[Sequence] = field(default_factory=list)
-    num_new_tokens: list[int] = field(default_factory=list)
-    copies: list[tuple[int, int]] = field(default_factory=list)  # copy-on-write (src, dst) blocks
-    preempted: list[Request] = field(default_factory=list)
-    # Requests that cannot grow even with the whole pool to themselves (many beams
-    # of a long sequence): they finish with "length" instead of looping forever.
-    out_of_memory: list[Request] = field(default_factory=list)
-    # Some sequence scores prompt tokens this step (Sequence.score_prompt): the runner takes
-    # the general path and runs the LM head on those rows too.
-    scores_prompt: bool = False
-    # A hybrid model's speculative verification (``inference.spec.hybrid``): how many
-    # consecutive rows each recurrent span covers (empty: one span per row).
-    recurrent_spans: list[int] = field(default_factory=list)
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(self.num_new_tokens)
 
 
 class Scheduler:
