@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import tempfile
@@ -111,6 +112,7 @@ def main() -> None:
         f"2 adapters + base mixed: {best['mixed']:8.1f} tokens/s  (runs: {', '.join(f'{r:.1f}' for r in rates['mixed'])})"
     )
     print(f"mixed / base: {best['mixed'] / best['base']:.2f}x")
+    print("load average (1, 5, 15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
 
 
 if __name__ == "__main__":
