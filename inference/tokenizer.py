@@ -12,6 +12,7 @@ from typing import Any
 
 from inference.byte_pieces import token_bytes
 from inference.prompt import encode_chat
+from inference.prompt.types import NATIVE_FIELDS
 from inference.sampling import harmony
 from inference.sampling.reasoning_parser import (
     CLOSE_TAG,
@@ -38,9 +39,10 @@ def _template_compiler() -> Callable[[str], Any] | None:
 
 
 def _plain_strings(messages: list[dict]) -> bool:
-    """Whether every role and content is a ``str`` itself (transformers would pass other
-    values, ``None`` or a subclass, through its own conversions)."""
-    return all(type(m["role"]) is str and type(m["content"]) is str for m in messages)
+    """Whether every message holds only a role and content that are ``str`` themselves
+    (transformers would pass other values, ``None`` or a subclass, through its own
+    conversions, and copies native fields such as ``tool_calls``)."""
+    return all(len(m) == 2 and type(m["role"]) is str and type(m["content"]) is str for m in messages)
 
 
 class Tokenizer:
@@ -102,15 +104,24 @@ class Tokenizer:
         )
 
     def apply_chat_template(
-        self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> str:
-        """The template's text for ``messages`` (only role and content are passed on)."""
-        plain = [{"role": m["role"], "content": m["content"]} for m in messages]
+        """The template's text for ``messages`` and ``tools`` (OpenAI-shaped, as transformers'
+        ``apply_chat_template`` takes them): role, content and the native fields in
+        ``NATIVE_FIELDS`` are passed on, so the template writes calls, results and reasoning
+        its own way."""
+        plain = [
+            {"role": m["role"], "content": m["content"], **{k: m[k] for k in NATIVE_FIELDS if k in m}}
+            for m in messages
+        ]
         if not plain and not add_generation_prompt:
             return ""
         template = getattr(self.hf, "chat_template", None)
         compile_template = _template_compiler() if isinstance(template, str) else None
-        if plain and compile_template is not None and _plain_strings(plain):
+        if plain and not tools and compile_template is not None and _plain_strings(plain):
             # What transformers renders for such messages, without its per-call checking and
             # copying of every message (more than half of a long conversation's render).
             return compile_template(template).render(
@@ -120,18 +131,26 @@ class Tokenizer:
                 add_generation_prompt=add_generation_prompt,
                 **self.hf.special_tokens_map,
             )
-        return self.hf.apply_chat_template(plain, tokenize=False, add_generation_prompt=add_generation_prompt)
+        return self.hf.apply_chat_template(
+            plain,
+            tools=list(tools) if tools else None,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+        )
 
     def token_text(self, token_id: int) -> str:
         """The vocabulary's text for one id (a special token's name, e.g. ``<|im_end|>``)."""
         return self.hf.convert_ids_to_tokens(token_id)
 
     def encode_chat(
-        self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        add_generation_prompt: bool = True,
+        tools: Sequence[Mapping[str, Any]] | None = None,
     ) -> list[int]:
         """Prompt ids for a conversation, stable across turns (``inference.prompt``: a
-        message's ``"token_ids"`` are used verbatim)."""
-        return encode_chat(self, messages, add_generation_prompt)
+        message's ``"token_ids"`` are used verbatim); ``tools`` go to the template."""
+        return encode_chat(self, messages, add_generation_prompt, tools)
 
     def detokenizer(self, skip_special_tokens: bool = True) -> IncrementalDetokenizer:
         return IncrementalDetokenizer(self, skip_special_tokens=skip_special_tokens)

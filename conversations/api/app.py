@@ -198,15 +198,17 @@ def _message_text(message: schemas.ChatMessage, i: int) -> str:
 
 
 async def encode_chat(
-    engine: Any, messages: list[dict[str, str]], shared: bool = False
+    engine: Any, messages: list[dict[str, Any]], shared: bool = False, tools: list[dict] | None = None
 ) -> tuple[list[int], int]:
     """The prompt's ids and, if ``shared``, how many of them a leading system prompt's
-    block share (``system_prompt_tokens``): one trip to a worker thread for both."""
+    block share (``system_prompt_tokens``): one trip to a worker thread for both. ``tools``
+    go to the template (a format that leaves them to it), whose system part then holds them:
+    nothing is shared."""
     tokenizer = engine.tokenizer
 
     def encode() -> tuple[list[int], int]:
-        prompt = tokenizer.encode_chat(messages)  # linear in the messages: no length limit
-        return prompt, system_prompt_tokens(tokenizer, messages, prompt) if shared else 0
+        prompt = tokenizer.encode_chat(messages, tools=tools)  # linear in the messages
+        return prompt, system_prompt_tokens(tokenizer, messages, prompt) if shared and not tools else 0
 
     try:
         return await asyncio.to_thread(encode)
@@ -249,7 +251,8 @@ async def chat_completions(request: HttpRequest, body: schemas.ChatCompletionReq
     outputs = await chat_outputs(engine, body, messages, engine_owner(request))
     messages, params.grammar = outputs.messages, outputs.grammar
     # A leading system prompt's blocks are shared with everyone, as the chat's are.
-    prompt, shared = await encode_chat(engine, messages, shared=not body.cache_salt)
+    tools = outputs.tools.template_tools if outputs.tools is not None else None
+    prompt, shared = await encode_chat(engine, messages, shared=not body.cache_salt, tools=tools)
     check_context(engine, [prompt], max_tokens, "messages")
     admitted = await admit_tokens(request, (body.n or 1) * len(prompt))
     generation = Generation(

@@ -54,6 +54,11 @@ class ToolPlan:
         return self.format.render(messages, self.tools if self.active else [])
 
     @property
+    def template_tools(self) -> list[dict[str, Any]] | None:
+        """The tools for the template's own ``tools``, where the format leaves them to it."""
+        return self.tools if self.active and getattr(self.format, "native", False) else None
+
+    @property
     def max_calls(self) -> int:
         """How many calls one answer may make."""
         limit = int(getattr(settings, "API_TOOL_MAX_PARALLEL_CALLS", DEFAULT_MAX_PARALLEL_CALLS))

@@ -16,6 +16,7 @@ from typing import Any
 
 from conversations.chat.cache_salt import cache_options
 from inference.prompt import encode_segments
+from inference.prompt.types import NATIVE_FIELDS
 
 # Characters per token assumed for text without stored ids, when guessing how far back the
 # context reaches. A guess that falls short only costs another render of a longer window.
@@ -41,22 +42,31 @@ class ToolPrompt:
     format: Any
     tools: list[dict]
 
+    @property
+    def template_tools(self) -> list[dict] | None:
+        """The tools for the template's own ``tools`` (a native format), else None."""
+        return self.tools or None if getattr(self.format, "native", False) else None
+
     def render(self, messages: list[dict]) -> list[dict]:
-        """``messages`` in the format's plain shape, one for one, each keeping its stored ids
-        only where the format left it as it was (an answer's ids hold its calls as generated)."""
+        """``messages`` in the format's shape, one for one, each keeping its stored ids only
+        where the format left it as it was (an answer's ids hold its calls as generated). A
+        native format's messages keep their native fields, and lose stored ids where they
+        have any: the template writes those fields its own way."""
         rendered = self.format.render(messages, self.tools)
         if len(rendered) != len(messages):  # a format that merges or adds: one at a time
             first = self.format.render(messages[:1], self.tools)
             rendered = first[-1:] + [self.format.render([m], [])[-1] for m in messages[1:]]
         result = []
-        for original, plain in zip(messages, rendered, strict=True):
-            plain = {"role": plain["role"], "content": plain.get("content") or ""}
-            kept = plain["role"] == original["role"] and (
-                plain["role"] == "assistant" or plain["content"] == original["content"]
+        for original, shaped in zip(messages, rendered, strict=True):
+            plain = {"role": shaped["role"], "content": shaped.get("content") or ""}
+            native = {k: shaped[k] for k in NATIVE_FIELDS if k in shaped}
+            kept = not native and (
+                plain["role"] == original["role"]
+                and (plain["role"] == "assistant" or plain["content"] == original["content"])
             )
             if "token_ids" in original and kept:
                 plain["token_ids"] = original["token_ids"]
-            result.append(plain)
+            result.append({**plain, **native})
         return result
 
 
@@ -97,12 +107,13 @@ def chat_messages(system_prompt: str, history: list[dict], tools: ToolPrompt | N
 
 
 def _tool_fields(item: dict) -> dict:
+    """An answer's calls (and the reasoning that led to them, as ``thinking``), a result's call."""
     if item.get("tool_calls"):
         calls = [
             {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
             for c in item["tool_calls"]
         ]
-        return {"tool_calls": calls}
+        return {"tool_calls": calls, **({"thinking": item["reasoning"]} if item.get("reasoning") else {})}
     if item["role"] == "tool":
         return {"tool_call_id": item.get("tool_call_id") or "", "name": item.get("tool_name") or ""}
     return {}
@@ -150,7 +161,10 @@ def build_prompt(
 
     def encode(first: int):
         return encode_segments(
-            tokenizer, chat_messages(system_prompt, history[first:], tools), add_generation_prompt
+            tokenizer,
+            chat_messages(system_prompt, history[first:], tools),
+            add_generation_prompt,
+            tools.template_tools if tools is not None else None,
         )
 
     anchored = _anchored(encode, history, turn_starts, start_id, budget)

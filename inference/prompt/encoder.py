@@ -18,18 +18,24 @@ from collections.abc import Sequence
 
 from inference.prompt.layout import Layout, marked_layout, render
 from inference.prompt.local import local_layout
-from inference.prompt.types import ChatEncoding, ChatTokenizer, Message
+from inference.prompt.types import ChatEncoding, ChatTokenizer, Message, Tools, WithTools
 
 
 def encode_chat(
-    tokenizer: ChatTokenizer, messages: Sequence[Message], add_generation_prompt: bool = True
+    tokenizer: ChatTokenizer,
+    messages: Sequence[Message],
+    add_generation_prompt: bool = True,
+    tools: Tools | None = None,
 ) -> list[int]:
     """The prompt ids of ``messages`` (see :func:`encode_segments`)."""
-    return encode_segments(tokenizer, messages, add_generation_prompt).token_ids
+    return encode_segments(tokenizer, messages, add_generation_prompt, tools).token_ids
 
 
 def encode_segments(
-    tokenizer: ChatTokenizer, messages: Sequence[Message], add_generation_prompt: bool = True
+    tokenizer: ChatTokenizer,
+    messages: Sequence[Message],
+    add_generation_prompt: bool = True,
+    tools: Tools | None = None,
 ) -> ChatEncoding:
     """Each message's ids apart (for storing per message), and the generation prompt's.
 
@@ -37,7 +43,10 @@ def encode_segments(
     generated for it (with or without its final end-of-turn token); for any other role,
     that message's segment ids as returned earlier. They are used verbatim, so the
     encoding of ``history + [reply, next_user]`` starts with that of ``history`` plus
-    ``reply``'s ids. Only role and content reach the template."""
+    ``reply``'s ids. Role, content and the native fields (``NATIVE_FIELDS``) reach the
+    template, and ``tools`` (OpenAI-shaped) as its ``tools``."""
+    if tools:
+        tokenizer = WithTools(tokenizer, tools)
     if not messages:
         opening = render_prompt(tokenizer, [], add_generation_prompt)
         return ChatEncoding(generation_prompt=tokenizer.encode(opening) if opening else [])

@@ -103,8 +103,11 @@ class _ProbeStore:
 
     def fresh(self, tokenizer: ChatTokenizer, roles: tuple[str, ...]) -> _Probe | None:
         probe = [{"role": role, "content": _marker(i)} for i, role in enumerate(roles)]
-        glue = _glue(render(tokenizer, probe), len(roles))
-        tails = _tails(tokenizer, probe) if glue is not None else None
+        try:
+            glue = _glue(render(tokenizer, probe), len(roles))
+            tails = _tails(tokenizer, probe) if glue is not None else None
+        except Exception:  # noqa: BLE001 - the template rejects role and content alone
+            glue = tails = None  # (gpt-oss's: a tool result without the call it answers)
         found = _Probe(glue, tails) if glue is not None and tails is not None else None
         with self._lock:
             kept = self._by_tokenizer.setdefault(tokenizer, OrderedDict())

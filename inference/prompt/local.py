@@ -34,6 +34,15 @@ def local_layout(
 ) -> Layout | None:
     """Each message's segment in ``text``, the render of ``messages`` (``before``: the render
     of all but the last), or None where the pieces do not add up to it."""
+    try:
+        return _local_layout(tokenizer, messages, text, before)
+    except Exception:  # noqa: BLE001 - the template rejects a stand-in prefix
+        return None  # (gpt-oss's: a tool result whose call the stand-in left out)
+
+
+def _local_layout(
+    tokenizer: ChatTokenizer, messages: Sequence[Message], text: str, before: str
+) -> Layout | None:
     bounds, frames = [0], []
     for i, message in enumerate(messages):
         prefix = stand_in(messages, i)

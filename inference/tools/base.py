@@ -90,6 +90,9 @@ class CallFormat:
     list_close = ""
     max_calls: int | None = None  # the family's own limit on calls per answer
     markers: tuple[str, ...] = ()  # the special tokens its calls are written with
+    # Whether ``render`` gives native messages (``inference.prompt.types.NATIVE_FIELDS``) and
+    # leaves the tools to the template's ``tools``, rather than plain text.
+    native = False
 
     def call_begin(self, name: str) -> str:
         raise NotImplementedError

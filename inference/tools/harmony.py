@@ -5,9 +5,12 @@ turn (``<|call|>`` ends the turn).
 The engine's harmony splitter (``inference.sampling.harmony``) turns the answer's messages
 into reasoning (the ``analysis`` channel) and answer text (the ``final`` channel, plain); a
 message to a function stays in the answer as ``<|channel|>commentary to=functions.NAME
-<|message|>{...}<|call|>``, which this format reads. Tools are described in the system
-message (the template makes it the developer message) as TypeScript-like signatures in a
-``functions`` namespace, as the family's template writes them.
+<|message|>{...}<|call|>``, which this format reads.
+
+The family's template writes the tools (TypeScript-like signatures in a ``functions``
+namespace of the developer message), earlier calls with the reasoning before them, and
+results itself: ``render`` gives it native messages (``native``), and the caller passes the
+tools to the template as its ``tools``.
 """
 
 from __future__ import annotations
@@ -15,9 +18,7 @@ from __future__ import annotations
 from inference.tools.base import (
     ARGS_OBJECT,
     CallFormat,
-    dumps,
-    function_of,
-    render_with_system,
+    arguments_object,
     result_name,
     text_of,
 )
@@ -27,43 +28,38 @@ from inference.tools.syntax import BareName, Lit, Ws
 CALL_HEAD = "<|channel|>commentary to=functions."
 
 
-def _ts_type(schema: object) -> str:
-    """A JSON schema as the TypeScript-like type gpt-oss's template writes."""
-    if not isinstance(schema, dict):
-        return "any"
-    if "enum" in schema:
-        return " | ".join(dumps(v) for v in schema["enum"]) or "any"
-    kind = schema.get("type")
-    if kind == "object" or "properties" in schema:
-        required = set(schema.get("required") or [])
-        fields = []
-        for key, sub in (schema.get("properties") or {}).items():
-            if isinstance(sub, dict) and sub.get("description"):
-                fields.append(f"// {sub['description']}")
-            fields.append(f"{key}{'' if key in required else '?'}: {_ts_type(sub)},")
-        return "{\n" + "\n".join(fields) + "\n}" if fields else "object"
-    if kind == "array":
-        return f"{_ts_type(schema.get('items'))}[]"
-    return {"string": "string", "integer": "number", "number": "number", "boolean": "boolean"}.get(
-        str(kind), "any"
-    )
+def _native_call(call: dict) -> dict:
+    fn = call.get("function", call)
+    function = {"name": fn.get("name", ""), "arguments": arguments_object(fn.get("arguments", {}))}
+    return {"id": call.get("id", ""), "type": "function", "function": function}
 
 
-def tools_text(tools: list[dict]) -> str:
-    lines = ["# Tools", "", "## functions", "", "namespace functions {", ""]
-    for tool in tools:
-        fn = function_of(tool)
-        if fn.get("description"):
-            lines.append(f"// {fn['description']}")
-        params = fn.get("parameters") or {}
-        signature = f"(_: {_ts_type(params)}) => any" if params.get("properties") else "() => any"
-        lines += [f"type {fn.get('name', '')} = {signature};", ""]
-    lines.append("} // namespace functions")
-    return "\n".join(lines)
-
-
-def _result(message: dict, names: dict) -> tuple[str, str]:
-    return "user", f"functions.{result_name(message, names)} returned:\n{text_of(message.get('content'))}"
+def _native(message: dict, names: dict) -> dict:
+    """One OpenAI-shaped message as the template takes it: an answer's calls with their
+    arguments as objects and its reasoning as ``thinking`` (the template writes an answer's
+    content before its call on the analysis channel too, so the two are joined), a result
+    with the name of the function it answers."""
+    role = message.get("role")
+    content = text_of(message.get("content"))
+    if role == "assistant" and message.get("tool_calls"):
+        calls = [_native_call(c) for c in message["tool_calls"]]
+        names.update((str(c["id"]), c["function"]["name"]) for c in calls)
+        thinking = "\n\n".join(t for t in (text_of(message.get("thinking")), content) if t)
+        return {
+            "role": role,
+            "content": "",
+            "tool_calls": calls,
+            **({"thinking": thinking} if thinking else {}),
+        }
+    if role == "tool":
+        name = result_name(message, names)
+        return {
+            "role": role,
+            "content": content,
+            "tool_call_id": message.get("tool_call_id", ""),
+            "name": name,
+        }
+    return {"role": role, "content": content}
 
 
 class HarmonyFormat(CallFormat):
@@ -99,5 +95,9 @@ class HarmonyFormat(CallFormat):
     def call_begin(self, name: str) -> str:
         return f"{CALL_HEAD}{name} <|constrain|>json<|message|>"
 
+    native = True
+
     def render(self, messages: list[dict], tools: list[dict]) -> list[dict]:
-        return render_with_system(self, messages, tools, tools_text(tools), "", _result)
+        """Native messages, one for one; the template writes ``tools`` (passed to it apart)."""
+        names: dict[str, str] = {}
+        return [_native(m, names) for m in messages]

@@ -1,12 +1,17 @@
 """Chat templates written for the tests, one per model family, each writing its family's
 documented markers for reasoning and tool calls (real checkpoints' tokenizer files cannot be
-downloaded here). They render plain role/content messages as the family's template does;
+downloaded here). They render plain role/content messages as the family's template does
+(gpt-oss's, in ``templates/``, also its tools, calls, results and reasoning);
 the tool-call and reasoning formats are picked from these markers alone.
 
 ``FAMILY_TEMPLATES``: family -> (template, tool format name, reasoning format).
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+
+TEMPLATES_DIR = Path(__file__).parent / "templates"
 
 _CHATML = "{%- for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{%- endfor %}"
 
@@ -59,16 +64,9 @@ GRANITE3 = (
     "{%- if add_generation_prompt %}<|start_of_role|>assistant<|end_of_role|>{%- endif %}"
 )
 
-# gpt-oss: harmony messages with channels (analysis, commentary, final).
-GPT_OSS = (
-    "<|start|>system<|message|>You are ChatGPT.\nReasoning: medium\n\n"
-    "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>"
-    "{%- for m in messages %}"
-    "{%- if m['role'] == 'system' %}<|start|>developer<|message|># Instructions\n\n{{ m['content'] }}<|end|>"
-    "{%- elif m['role'] == 'assistant' %}<|start|>assistant<|channel|>final<|message|>{{ m['content'] }}<|end|>"
-    "{%- else %}<|start|>{{ m['role'] }}<|message|>{{ m['content'] }}<|end|>{%- endif %}"
-    "{%- endfor %}{%- if add_generation_prompt %}<|start|>assistant{%- endif %}"
-)
+# gpt-oss: harmony messages with channels (analysis, commentary, final), tools, calls and
+# results as the family's template writes them.
+GPT_OSS = (TEMPLATES_DIR / "gpt_oss.jinja").read_text()
 
 FAMILY_TEMPLATES: dict[str, tuple[str, str, str | None]] = {
     "qwen3": (QWEN3, "hermes", "think"),

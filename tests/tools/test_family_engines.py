@@ -50,7 +50,7 @@ def test_family_answer_gives_reasoning_and_call(family: str) -> None:
     fmt = tool_format_for(tokenizer)
     assert fmt.name == FAMILY_TEMPLATES[family][1]
     # The tools, an earlier call and its result go through the family's own template.
-    prompt = tokenizer.encode_chat(fmt.render(HISTORY, TOOLS))
+    prompt = tokenizer.encode_chat(fmt.render(HISTORY, TOOLS), tools=TOOLS if fmt.native else None)
     rendered = tokenizer.decode(prompt, skip_special_tokens=False)
     assert "get_weather" in rendered and "Sunny, 21 C" in rendered and '"Oslo"' in rendered
     request = engine.add_request(
