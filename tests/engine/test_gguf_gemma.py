@@ -6,7 +6,6 @@ de-quantized weights under the original config."""
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +14,9 @@ import torch
 from gguf import GGMLQuantizationType
 from safetensors.torch import load_file
 
-from inference.config import EngineConfig
-from inference.engine.llm_engine import LLMEngine
 from inference.models.registry import read_model_config
 from inference.runner.model_loader import ensure_gguf_converted, load_model
-from tests.engine.engine_fixtures import greedy, run_to_completion
+from tests.support.gguf_greedy import assert_gguf_greedy_matches
 from tests.support.gguf_sliding import write_sliding_gguf
 from tests.support.sliding_models import make_sliding_model_dir, sliding_config
 
@@ -76,15 +73,4 @@ def test_gguf_gemma_loads_the_original_config_and_decodes_transformers_tokens(
         torch.testing.assert_close(ours[name], source[name], rtol=0, atol=2e-7)
 
     hf = _reference(family, ensure_gguf_converted(gguf, cache))
-    rng = random.Random(family)
-    prompts = [[rng.randrange(100, 40000) for _ in range(n)] for n in (5, 40, 90)]  # past the window of 32
-    with torch.no_grad():
-        expected = [
-            hf.generate(torch.tensor([p]), max_new_tokens=6, do_sample=False)[0, len(p) :].tolist()
-            for p in prompts
-        ]
-    engine_config = EngineConfig(
-        model=str(gguf), device="cpu", num_kv_blocks=64, block_size=16, max_num_batched_tokens=256
-    )
-    outs = run_to_completion(LLMEngine(engine_config, loaded=loaded), prompts, greedy(6))
-    assert [o.outputs[0].token_ids for o in outs] == expected
+    assert_gguf_greedy_matches(gguf, loaded, hf, family)

@@ -7,7 +7,6 @@ test's own spec decoder)."""
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import numpy as np
@@ -15,11 +14,9 @@ import torch
 from gguf import GGMLQuantizationType, GGUFReader, dequantize
 from safetensors.torch import load_file
 
-from inference.config import EngineConfig
-from inference.engine.llm_engine import LLMEngine
 from inference.models.registry import read_model_config
 from inference.runner.model_loader import load_model
-from tests.engine.engine_fixtures import greedy, run_to_completion
+from tests.support.gguf_greedy import assert_gguf_greedy_matches
 from tests.support.gguf_sliding import write_gpt_oss_gguf
 from tests.support.mxfp4_spec import dequantize_mxfp4
 from tests.support.sliding_models import load_reference, make_sliding_model_dir, sliding_config
@@ -56,15 +53,4 @@ def test_gguf_gpt_oss_loads_the_original_and_decodes_transformers_tokens(tmp_pat
     for name, value in hf.state_dict().items():  # experts exactly the MXFP4 values, gate/up interleaved
         assert torch.equal(ours[name], value), name
 
-    rng = random.Random(11)
-    prompts = [[rng.randrange(100, 40000) for _ in range(n)] for n in (5, 40, 90)]  # past the window of 32
-    with torch.no_grad():
-        expected = [
-            hf.generate(torch.tensor([p]), max_new_tokens=6, do_sample=False)[0, len(p) :].tolist()
-            for p in prompts
-        ]
-    engine_config = EngineConfig(
-        model=str(gguf), device="cpu", num_kv_blocks=64, block_size=16, max_num_batched_tokens=256
-    )
-    outs = run_to_completion(LLMEngine(engine_config, loaded=loaded), prompts, greedy(6))
-    assert [o.outputs[0].token_ids for o in outs] == expected
+    assert_gguf_greedy_matches(gguf, loaded, hf, 11)

@@ -4,7 +4,6 @@ hostile files that save nothing."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -215,10 +214,8 @@ def test_a_file_over_the_conversation_cap_is_refused_before_its_conversations_ar
 
 
 def test_three_hundred_thousand_empty_conversations_are_refused_at_once(alice):
-    # 10.8 MB, under the byte limit: it used to be written conversation by conversation.
+    # 10.8 MB, under the byte limit: counted before anything is written.
     raw = json.dumps(ours(*[{"title": "empty", "messages": []}] * 300_000)).encode()
-    started = time.monotonic()
     with pytest.raises(InvalidFile, match="300,000 conversations; the limit is 10,000"):
         import_bytes(alice, raw)
-    assert time.monotonic() - started < 10  # read and counted, nothing more (it took minutes)
     assert not Conversation.all_objects.exists()

@@ -34,7 +34,8 @@ def _stack_experts(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return out
 
 
-def _metadata(writer: GGUFWriter, arch: str, config: Any) -> None:
+def shared_metadata(writer: GGUFWriter, config: Any, head_dim: int) -> None:
+    """The keys every family's file carries, as llama.cpp's converter writes them."""
     writer.add_context_length(config.max_position_embeddings)
     writer.add_block_count(config.num_hidden_layers)
     writer.add_embedding_length(config.hidden_size)
@@ -42,11 +43,22 @@ def _metadata(writer: GGUFWriter, arch: str, config: Any) -> None:
     writer.add_head_count(config.num_attention_heads)
     writer.add_head_count_kv(config.num_key_value_heads)
     writer.add_layer_norm_rms_eps(config.rms_norm_eps)
-    writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
-    writer.add_vocab_size(config.vocab_size)
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     writer.add_key_length(head_dim)
     writer.add_value_length(head_dim)
+    writer.add_vocab_size(config.vocab_size)
+
+
+def finish_file(writer: GGUFWriter) -> None:
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def _metadata(writer: GGUFWriter, arch: str, config: Any) -> None:
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    shared_metadata(writer, config, head_dim)
+    writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
     rope = config.rope_parameters
     if arch == "phi3":
         writer.add_rope_dimension_count(int(head_dim * rope.get("partial_rotary_factor", 1.0)))
@@ -60,7 +72,7 @@ def _metadata(writer: GGUFWriter, arch: str, config: Any) -> None:
         writer.add_expert_feed_forward_length(config.moe_intermediate_size)
 
 
-def _copy_tokenizer(writer: GGUFWriter) -> None:
+def copy_tokenizer(writer: GGUFWriter) -> None:
     source = GGUFReader(str(default_model_path()))
     for key, field in source.fields.items():
         if not key.startswith("tokenizer."):
@@ -99,7 +111,7 @@ def write_family_gguf(model_dir: Path, out: Path, gguf_arch: str, qtype: GGMLQua
     writer = GGUFWriter(str(out), gguf_arch)
     writer.add_name(model_dir.name)
     _metadata(writer, gguf_arch, config)
-    _copy_tokenizer(writer)
+    copy_tokenizer(writer)
     for hf_name, tensor in tensors.items():
         base, _, suffix = hf_name.rpartition(".")
         gguf_base = name_map.get_name(base)
@@ -115,8 +127,5 @@ def write_family_gguf(model_dir: Path, out: Path, gguf_arch: str, qtype: GGMLQua
             writer.add_tensor(f"{gguf_base}.{suffix}", quantize(data, qtype), raw_dtype=qtype)
         else:
             writer.add_tensor(f"{gguf_base}.{suffix}", np.ascontiguousarray(data, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish_file(writer)
     return out

@@ -29,22 +29,13 @@ from gguf import (
 )
 from safetensors.torch import load_file
 
-from tests.support.gguf_families import _copy_tokenizer
+from tests.support.gguf_families import copy_tokenizer, finish_file, shared_metadata
 
 GGUF_ARCH = {"gemma2": "gemma2", "gemma3": "gemma3"}
 
 
 def _gemma_metadata(writer: GGUFWriter, family: str, config: Any) -> None:
-    writer.add_context_length(config.max_position_embeddings)
-    writer.add_block_count(config.num_hidden_layers)
-    writer.add_embedding_length(config.hidden_size)
-    writer.add_feed_forward_length(config.intermediate_size)
-    writer.add_head_count(config.num_attention_heads)
-    writer.add_head_count_kv(config.num_key_value_heads)
-    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
-    writer.add_key_length(config.head_dim)
-    writer.add_value_length(config.head_dim)
-    writer.add_vocab_size(config.vocab_size)
+    shared_metadata(writer, config, config.head_dim)
     writer.add_sliding_window(config.sliding_window)
     writer.add_sliding_window_pattern([t == "sliding_attention" for t in config.layer_types])
     rope = config.rope_parameters
@@ -75,7 +66,7 @@ def write_sliding_gguf(model_dir: Path, out: Path, family: str, qtype: GGMLQuant
     writer = GGUFWriter(str(out), gguf_arch)
     writer.add_name(model_dir.name)
     _gemma_metadata(writer, family, config)
-    _copy_tokenizer(writer)
+    copy_tokenizer(writer)
     for hf_name, tensor in load_file(model_dir / "model.safetensors").items():
         base, _, suffix = hf_name.rpartition(".")
         gguf_base = name_map.get_name(base)
@@ -88,10 +79,7 @@ def write_sliding_gguf(model_dir: Path, out: Path, family: str, qtype: GGMLQuant
             writer.add_tensor(f"{gguf_base}.{suffix}", quantize(data, qtype), raw_dtype=qtype)
         else:
             writer.add_tensor(f"{gguf_base}.{suffix}", np.ascontiguousarray(data, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish_file(writer)
     return out
 
 
@@ -107,17 +95,8 @@ def gguf_mxfp4_from_blocks(blocks: np.ndarray, scales: np.ndarray) -> np.ndarray
 
 
 def _gpt_oss_metadata(writer: GGUFWriter, config: Any) -> None:
-    writer.add_context_length(config.max_position_embeddings)
-    writer.add_block_count(config.num_hidden_layers)
-    writer.add_embedding_length(config.hidden_size)
-    writer.add_feed_forward_length(config.intermediate_size)
+    shared_metadata(writer, config, config.head_dim)
     writer.add_expert_feed_forward_length(config.intermediate_size)
-    writer.add_head_count(config.num_attention_heads)
-    writer.add_head_count_kv(config.num_key_value_heads)
-    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
-    writer.add_key_length(config.head_dim)
-    writer.add_value_length(config.head_dim)
-    writer.add_vocab_size(config.vocab_size)
     writer.add_expert_count(config.num_local_experts)
     writer.add_expert_used_count(config.num_experts_per_tok)
     writer.add_sliding_window(config.sliding_window)
@@ -172,7 +151,7 @@ def write_gpt_oss_gguf(model_dir: Path, out: Path, qtype: GGMLQuantizationType) 
     writer = GGUFWriter(str(out), MODEL_ARCH_NAMES[MODEL_ARCH.GPT_OSS])
     writer.add_name(model_dir.name)
     _gpt_oss_metadata(writer, config)
-    _copy_tokenizer(writer)
+    copy_tokenizer(writer)
     for hf_name, (data, raw) in _gpt_oss_tensors(load_file(model_dir / "model.safetensors")).items():
         base, _, suffix = hf_name.rpartition(".")
         gguf_base = name_map.get_name(base)
@@ -190,8 +169,5 @@ def write_gpt_oss_gguf(model_dir: Path, out: Path, qtype: GGMLQuantizationType) 
             writer.add_tensor(f"{gguf_base}.{suffix}", quantize(data, qtype), raw_dtype=qtype)
         else:
             writer.add_tensor(f"{gguf_base}.{suffix}", np.ascontiguousarray(data, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish_file(writer)
     return out
