@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import json
 
-import httpx2
-import openai
 import pytest
 
-from conversations.models import ApiKey
-from tests.support.api_engine import serve_in_process
+from tests.support.api_engine import in_process_openai_client
 from tests.support.family_models import scripted_family_model
 
 pytestmark = pytest.mark.timeout(180)
@@ -40,21 +37,13 @@ MESSAGES = [
 
 @pytest.fixture
 def gpt_oss_client(api_user, monkeypatch):
-    from django.core.asgi import get_asgi_application
 
     from inference import AsyncEngine, EngineConfig
 
     engine = AsyncEngine(
         EngineConfig(device="cpu", num_kv_blocks=64), loaded=scripted_family_model("gpt-oss")
     )
-    serve_in_process(monkeypatch, engine)
-    _key, raw = ApiKey.objects.create_key(api_user)
-    http_client = httpx2.AsyncClient(
-        transport=httpx2.ASGITransport(app=get_asgi_application()), base_url="http://t"
-    )
-    client = openai.AsyncOpenAI(
-        base_url="http://testserver/v1", api_key=raw, max_retries=0, http_client=http_client
-    )
+    client = in_process_openai_client(monkeypatch, engine, api_user)
     yield client, engine
     engine.shutdown()
 

@@ -4,12 +4,9 @@ client sends back is not given to the model."""
 
 from __future__ import annotations
 
-import httpx2
-import openai
 import pytest
 
-from conversations.models import ApiKey
-from tests.support.api_engine import serve_in_process
+from tests.support.api_engine import in_process_openai_client
 from tests.support.fakes import SCRIPTED_ANSWER, SCRIPTED_REASONING, scripted_reasoning_model
 
 pytestmark = pytest.mark.timeout(120)
@@ -19,7 +16,6 @@ pytestmark = pytest.mark.timeout(120)
 def reasoning_client(api_user, monkeypatch):
     """The official async client on this process's ASGI app, over an engine whose model
     marks reasoning in its template and answers with a fixed think + answer."""
-    from django.core.asgi import get_asgi_application
 
     from inference import AsyncEngine, EngineConfig
 
@@ -33,14 +29,7 @@ def reasoning_client(api_user, monkeypatch):
 
     monkeypatch.setattr(engine, "stream", recording_stream)
 
-    serve_in_process(monkeypatch, engine)
-    _key, raw = ApiKey.objects.create_key(api_user)
-    http_client = httpx2.AsyncClient(
-        transport=httpx2.ASGITransport(app=get_asgi_application()), base_url="http://t"
-    )
-    client = openai.AsyncOpenAI(
-        base_url="http://testserver/v1", api_key=raw, max_retries=0, http_client=http_client
-    )
+    client = in_process_openai_client(monkeypatch, engine, api_user)
     yield client, engine, prompts
     engine.shutdown()
 

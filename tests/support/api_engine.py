@@ -31,3 +31,22 @@ def serve_no_engine(monkeypatch: Any) -> None:
     monkeypatch.setattr("conversations.ops.engine_handle.get_engine", unavailable)
     # An engine an earlier test loaded in this process would name the catalogue's model.
     monkeypatch.setattr("conversations.ops.engine_handle.model_names", lambda: [""])
+
+
+def in_process_openai_client(monkeypatch: Any, engine: Any, user: Any) -> Any:
+    """An ``openai.AsyncOpenAI`` for ``user`` (a fresh API key) talking to this process's
+    ASGI app, which serves ``engine``."""
+    import httpx2
+    import openai
+    from django.core.asgi import get_asgi_application
+
+    from conversations.models import ApiKey
+
+    serve_in_process(monkeypatch, engine)
+    _key, raw = ApiKey.objects.create_key(user)
+    http_client = httpx2.AsyncClient(
+        transport=httpx2.ASGITransport(app=get_asgi_application()), base_url="http://t"
+    )
+    return openai.AsyncOpenAI(
+        base_url="http://testserver/v1", api_key=raw, max_retries=0, http_client=http_client
+    )
