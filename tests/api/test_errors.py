@@ -213,7 +213,7 @@ class BrokenEngine:
 
     model_name = "broken-model"
     max_model_len = 256
-    tokenizer = SimpleNamespace(encode_chat=lambda messages: [1, 2, 3], vocab_size=100)
+    tokenizer = SimpleNamespace(encode_chat=lambda messages, tools=None: [1, 2, 3], vocab_size=100)
 
     def __init__(self, good_deltas: int = 0) -> None:
         self.good_deltas = good_deltas
