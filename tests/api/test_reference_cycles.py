@@ -25,7 +25,7 @@ class StreamingEngine:
 
     model_name = "streaming-model"
     max_model_len = 256
-    tokenizer = SimpleNamespace(encode_chat=lambda messages: [1, 2, 3], vocab_size=100)
+    tokenizer = SimpleNamespace(encode_chat=lambda messages, tools=None: [1, 2, 3], vocab_size=100)
 
     async def stream(self, prompt, params, request_id=None, **options):  # owner, cache_salt
         from inference.engine.outputs import StreamDelta
