@@ -231,6 +231,8 @@ ENGINE = {
     **_engine_speculative(),
     # While answers stream, a step carries only the prompt tokens that fit this time budget.
     "step_budget_ms": env_float("ENGINE_STEP_BUDGET_MS", 150.0),
+    # CPU prefill products in bf16 where the CPU has AMX-BF16 ("auto"), or "fp32" / "bf16".
+    "cpu_matmul": env_str("ENGINE_CPU_MATMUL", "auto"),
     # Prefill/decode disaggregation: N prefill worker processes (0 = off) for prompts whose
     # uncached part is longer than ENGINE_PD_MIN_PROMPT_TOKENS.
     "prefill_workers": env_int("ENGINE_PREFILL_WORKERS", 0),

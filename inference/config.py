@@ -70,6 +70,9 @@ class EngineConfig:
     max_num_seqs: int = 64  # sequences that may run at once
     max_model_len: int | None = None  # None = min(model's, 8192)
     enable_prefix_caching: bool = True
+    # CPU products of many rows (prefill chunks): "fp32", "bf16" or "auto" (bf16 where the
+    # CPU has AMX-BF16); inference.layers.cpu_matmul says what each costs in accuracy.
+    cpu_matmul: str = "fp32"
     max_waiting: int = 256  # waiting-queue limit; more raises EngineOverloadedError
     weights_cache_dir: str | None = None
     num_threads: int | None = None  # torch CPU threads; None leaves torch's default
@@ -144,6 +147,10 @@ class EngineConfig:
         for name, ok in checks.items():
             if not ok:
                 raise ValueError(f"EngineConfig.{name} is invalid: {getattr(self, name)!r}")
+        if self.cpu_matmul not in ("fp32", "bf16", "auto"):
+            raise ValueError(
+                f"EngineConfig.cpu_matmul must be 'fp32', 'bf16' or 'auto', got {self.cpu_matmul!r}"
+            )
         if self.device not in (None, "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"EngineConfig.device must be 'cpu', 'cuda' or None, got {self.device!r}")
 

@@ -25,6 +25,7 @@ from inference.kv.fingerprint import kv_fingerprint
 from inference.kv.hybrid_setup import build_hybrid_tiers, build_state_pool, make_block_manager
 from inference.kv.retention import Retention
 from inference.kv.tiers import TierStack, build_tiers
+from inference.layers.cpu_matmul import resolve_cpu_matmul
 from inference.model_config import ModelConfig
 from inference.models.contract import CausalLM
 from inference.runner.cuda_graphs import MAX_GRAPH_BATCH
@@ -74,6 +75,7 @@ def build_kv_stack(
         max_model_len=pool.max_model_len,
         enforce_eager=config.enforce_eager,
         recurrent_states=states.states if states is not None else None,
+        cpu_matmul=resolve_cpu_matmul(config.cpu_matmul, device),
     )
     fingerprint = None
     if config.kv_disk_dir:  # hashing the tokenizer (and, once, the weights) only when it counts

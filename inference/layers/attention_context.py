@@ -29,6 +29,8 @@ class AttentionContext:
     # Recurrent (linear-attention) layers of a hybrid model: each sequence's state slot.
     # None for a model without recurrent layers.
     recurrent: RecurrentContext | None = None
+    # CPU: attention products of many rows may run in bf16 (``inference.layers.cpu_matmul``).
+    cpu_bf16: bool = False
 
     # (rows to keep or None, block ids, offsets) of slot_mapping: the same for every layer.
     _store_index: tuple[torch.Tensor | None, torch.Tensor, torch.Tensor] | None = field(

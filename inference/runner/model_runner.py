@@ -24,6 +24,7 @@ import torch
 from inference.engine.scheduler import ScheduledBatch
 from inference.kv.spec import KVSpec
 from inference.layers.attention_context import AttentionContext
+from inference.layers.cpu_matmul import CpuMatmul
 from inference.layers.recurrent_context import RecurrentStates
 from inference.model_config import ModelConfig
 from inference.models.contract import CausalLM
@@ -64,14 +65,17 @@ class ModelRunner:
         max_model_len: int | None = None,
         enforce_eager: bool = False,
         recurrent_states: RecurrentStates | None = None,
+        cpu_matmul: CpuMatmul | None = None,
     ) -> None:
         """``max_num_seqs``: the largest decode batch a step can hold (the engine passes
         ``min(max_num_seqs, max_num_batched_tokens)``); ``max_model_len`` bounds a block
         table's width (None = the whole pool). Both size the CUDA graphs' static inputs.
         ``recurrent_states``: a hybrid model's state pool (``inference.kv.state_pool``);
         each step then tells the recurrent layers every sequence's slot. Such a model
-        runs eagerly (its recurrent layers read per-step host metadata)."""
+        runs eagerly (its recurrent layers read per-step host metadata).
+        ``cpu_matmul``: the precision of the CPU's many-row products (fp32 when None)."""
         self.model = model
+        self.cpu_matmul = cpu_matmul or CpuMatmul()
         if device.type == "cpu":
             model.prepare_cpu_kernels()
         self.block_size = block_size
@@ -201,6 +205,7 @@ class ModelRunner:
             block_tables=self._block_tables(seq_tables),
             max_query_len=max(batch.num_new_tokens),
             max_context_len=max(context_lens),
+            cpu_bf16=self.cpu_matmul.bf16,
         )
         if self.recurrent_states is not None:
             ctx.recurrent = recurrent_context(batch, query_start_loc, self.recurrent_states, self._tensor)

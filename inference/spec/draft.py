@@ -22,6 +22,7 @@ from inference.config import EngineConfig
 from inference.engine.scheduler import ScheduledBatch
 from inference.engine.sequence import Sequence
 from inference.kv.block_manager import BlockManager
+from inference.layers.cpu_matmul import resolve_cpu_matmul
 from inference.runner.model_loader import load_model
 from inference.runner.model_runner import ModelRunner
 from inference.sampling.sampler import greedy_tokens
@@ -71,6 +72,7 @@ class DraftProposer:
             max_num_seqs=config.max_decode_batch,
             max_model_len=engine.max_model_len,
             enforce_eager=config.enforce_eager,
+            cpu_matmul=resolve_cpu_matmul(config.cpu_matmul, engine.device),
         )
         bm = BlockManager(
             num_blocks, config.block_size, enable_prefix_caching=False, groups=model.kv_spec.groups
