@@ -26,15 +26,20 @@ BF16_ATOL = 3e-2
 
 @pytest.fixture
 def sdpa_dtypes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, torch.dtype]]:
-    """(query rows, operand dtype) of every SDPA call from here on."""
+    """(query rows, operand dtype) of every SDPA call from here on, through
+    ``F.scaled_dot_product_attention`` or the flash kernel the bf16 path calls itself."""
     calls: list[tuple[int, torch.dtype]] = []
-    real: Callable[..., torch.Tensor] = F.scaled_dot_product_attention
 
-    def spy(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        calls.append((q.shape[-2], q.dtype))
-        return real(q, k, v, *args, **kwargs)
+    def spying(real: Callable[..., Any]) -> Callable[..., Any]:
+        def spy(q: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+            calls.append((q.shape[-2], q.dtype))
+            return real(q, *args, **kwargs)
 
-    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+        return spy
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spying(F.scaled_dot_product_attention))
+    if attention._flash_with_lse is not None:
+        monkeypatch.setattr(attention, "_flash_with_lse", spying(attention._flash_with_lse))
     return calls
 
 
@@ -48,9 +53,14 @@ def sdpa_dtypes(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, torch.dtype]
         ([MIN_ROWS, 5, 1, 70], [0, 20, 7, 33], 4, 4),
     ],
 )
+@pytest.mark.parametrize("merged", [True, False], ids=["prefix-merged", "masked"])
 def test_bf16_prefill_attention_is_within_bf16_rounding_of_the_oracle(
-    lens_new, lens_cached, q_heads, kv_heads, sdpa_dtypes
+    lens_new, lens_cached, q_heads, kv_heads, merged, sdpa_dtypes, monkeypatch
 ) -> None:
+    if merged:
+        assert attention._flash_with_lse is not None, "this torch lacks the CPU flash kernel's op"
+    else:  # a torch without it: the masked SDPA call
+        monkeypatch.setattr(attention, "_flash_with_lse", None)
     q, k, v, k_cache, v_cache, ctx = random_case(lens_new, lens_cached, q_heads, kv_heads, seed=3)
     scale = 16**-0.5
     fp32 = attention.paged_attention(q, k, v, k_cache, v_cache, ctx, scale)  # also stores K/V
@@ -64,8 +74,8 @@ def test_bf16_prefill_attention_is_within_bf16_rounding_of_the_oracle(
     ours = attention.paged_attention(q, k, v, k_cache, v_cache, replace(ctx, cpu_bf16=True), scale)
     assert ours.dtype == torch.float32
     assert torch.isfinite(ours).all()  # the NaN in unused cache slots never leaks
-    # One SDPA call per prefill chunk (the decodes go through the C kernel or query
-    # rows of one head group, which no chunk here matches in length).
+    # SDPA calls of each prefill chunk's rows (the decodes go through the C kernel or
+    # query rows of one head group, which no chunk here matches in length).
     prefill = {(n, torch.bfloat16 if n >= MIN_ROWS else torch.float32) for n in lens_new if n > 1}
     assert prefill <= set(sdpa_dtypes)
     assert not {(n, dt) for n, dt in sdpa_dtypes if any(n == p for p, _ in prefill)} - prefill
