@@ -191,12 +191,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--decode-history", type=int, default=500)
     parser.add_argument("--decode-steps", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch's CPU threads (0: as the engine sets them)"
+    )
     parser.add_argument("--skip", nargs="*", default=[], choices=["products", "prefill", "mixed", "decode"])
     args = parser.parse_args(argv)
 
     import torch
 
     from inference.layers.cpu_matmul import has_amx_bf16
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     print(f"threads {torch.get_num_threads()}, AMX-BF16 {has_amx_bf16()}, load average {os.getloadavg()}")
     if "products" not in args.skip:
