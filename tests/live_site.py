@@ -74,6 +74,10 @@ def launch_live_site(
     env = {
         "TITLES_FROM_MODEL": "false",
         "API_RATE_LIMIT_PER_MINUTE": "100000",
+        # fp32 products on purpose: these sites' tests compare embeddings and prompt
+        # log-probs with transformers' fp32 (the bf16 default has its own site test,
+        # tests/chat/test_cpu_matmul_default.py).
+        "ENGINE_CPU_MATMUL": "fp32",
         **os.environ,
         **database_env(),
         "CLUSTER_PREFIX": f"test-{uuid.uuid4().hex[:8]}",

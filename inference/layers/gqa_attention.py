@@ -21,7 +21,8 @@ from chatsite_kernels.cpu import quant as cpu_quant
 from chatsite_kernels.cpu.quant import PackedQuant, QuantRows
 from inference.layers.attention import paged_attention
 from inference.layers.attention_context import AttentionContext
-from inference.layers.linear import Linear, linear_released, packable, quant_linear, weight_key
+from inference.layers.bf16_weights import Bf16Weight
+from inference.layers.linear import Linear, linear_released, packable, quant_linear, unpanel, weight_key
 from inference.layers.norm import RMSNorm
 from inference.layers.rotary import apply_rotary
 from inference.layers.window_attention import AttentionFeatures, feature_attention
@@ -36,6 +37,7 @@ class Attention(nn.Module):
     _packed_key: tuple[tuple[int, int], ...] | None = None
     _qkv_quant: PackedQuant | None = None  # q, k and v rows of one quantized format
     lora: AttentionAdapters | None = None  # LoRA adapters' products (inference.lora), when served
+    _qkv_bf16: Bf16Weight | None = None  # q, k and v stacked, for many-row products
 
     def __init__(self, config: ModelConfig, layer_idx: int, kv_slot: tuple[int, int] | None = None) -> None:
         """``kv_slot``: the layer's (KV group, slot in a block) when the model has several
@@ -150,6 +152,8 @@ class Attention(nn.Module):
         """``[T, (Hq + 2 Hkv) D]`` from one product over the packed q/k/v weights, or
         None where the separate projections serve instead."""
         out_features = (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
+        if self._qkv_bf16 is not None and self._qkv_bf16.serves(hidden):
+            return self._qkv_bf16.linear(hidden)
         biases = [p.bias for p in (self.q_proj, self.k_proj, self.v_proj) if p.bias is not None]
         if self._qkv_quant is not None:
             return quant_linear(hidden, self._qkv_quant, torch.cat(biases) if biases else None)
@@ -160,6 +164,28 @@ class Attention(nn.Module):
             packed, bias = self.packed_qkv()
             return cpu_linear.linear_packed(hidden, packed, out_features, bias)
         return None
+
+    def prepare_bf16(self, min_rows: int | None) -> int:
+        """bf16 copies for many-row products: q, k and v stacked into one where they are
+        fused (quantized or packed), else each projection's own (None: drop them); returns
+        their bytes."""
+        self._qkv_bf16 = None
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        total = self.o_proj.prepare_bf16(min_rows)
+        weight = self.fused_qkv_weight() if min_rows is not None else None
+        if weight is None or weight.device.type != "cpu":
+            return total + sum(p.prepare_bf16(min_rows) for p in projections)
+        biases = [p.bias for p in projections if p.bias is not None]
+        self._qkv_bf16 = Bf16Weight.of(weight, torch.cat(biases) if biases else None, min_rows)
+        return total + self._qkv_bf16.nbytes
+
+    def fused_qkv_weight(self) -> torch.Tensor | None:
+        """``[q; k; v]`` fp32 where the three are fused (quantized or packed), else None."""
+        if self._qkv_quant is not None:
+            return self._qkv_quant.dequantize()
+        if self._packed is None:
+            return None
+        return unpanel(self._packed[0], (self.num_heads + 2 * self.num_kv_heads) * self.head_dim)
 
     def release_weights(self) -> None:
         if self._packed is not None:

@@ -11,6 +11,7 @@ from torch import nn
 from chatsite_kernels.cpu import linear as cpu_linear
 from chatsite_kernels.cpu import quant as cpu_quant
 from chatsite_kernels.cpu.quant import PackedQuant
+from inference.layers.bf16_weights import Bf16Weight
 
 
 def weight_key(weight: torch.Tensor) -> tuple[int, int]:
@@ -42,6 +43,19 @@ def quant_linear(
     return out
 
 
+def unpanel(packed: torch.Tensor, out_features: int) -> torch.Tensor:
+    """The fp32 weight ``[N, K]`` read back out of packed panels ``[P, K, 16]`` (a view)."""
+    return packed.transpose(1, 2).reshape(-1, packed.shape[1])[:out_features]
+
+
+def unpanel_gate_up(packed: torch.Tensor, out_features: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(gate, up)`` weights, each ``[N, K]``, read back out of interleaved gate/up panels."""
+    half = cpu_linear.GATE_UP_PANEL
+    gate = packed[:, :, :half].transpose(1, 2).reshape(-1, packed.shape[1])[:out_features]
+    up = packed[:, :, half:].transpose(1, 2).reshape(-1, packed.shape[1])[:out_features]
+    return gate, up
+
+
 def linear_released(
     x: torch.Tensor, packed: torch.Tensor, out_features: int, bias: torch.Tensor | None
 ) -> torch.Tensor:
@@ -49,15 +63,13 @@ def linear_released(
     kernel (turned off after packing) the weight is read back out of the panels."""
     if cpu_linear.available():
         return cpu_linear.linear_packed(x, packed, out_features, bias)
-    return F.linear(x, packed.transpose(1, 2).reshape(-1, packed.shape[1])[:out_features], bias)
+    return F.linear(x, unpanel(packed, out_features), bias)
 
 
 def gate_up_released(x: torch.Tensor, packed: torch.Tensor, out_features: int) -> torch.Tensor:
     if cpu_linear.available():
         return cpu_linear.gate_up_silu(x, packed, out_features)
-    half = cpu_linear.GATE_UP_PANEL
-    gate = packed[:, :, :half].transpose(1, 2).reshape(-1, packed.shape[1])[:out_features]
-    up = packed[:, :, half:].transpose(1, 2).reshape(-1, packed.shape[1])[:out_features]
+    gate, up = unpanel_gate_up(packed, out_features)
     return F.silu(F.linear(x, gate)) * F.linear(x, up)
 
 
@@ -69,13 +81,18 @@ class Linear(nn.Linear):
     (at engine start) then drops the original, so a weight is held once.
 
     A GGUF weight of a quantized type is held only as ``quant`` (panels of blocks,
-    ``chatsite_kernels.cpu.quant``); ``weight`` is None then."""
+    ``chatsite_kernels.cpu.quant``); ``weight`` is None then.
+
+    ``prepare_bf16`` adds a bf16 copy for many-row products (``inference.layers.bf16_weights``)."""
 
     _packed: torch.Tensor | None = None
     _packed_key: tuple[int, int] | None = None
     quant: PackedQuant | None = None
+    bf16: Bf16Weight | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.bf16 is not None and self.bf16.serves(x):
+            return self.bf16.linear(x)
         if self.quant is not None:
             return quant_linear(x, self.quant, self.bias)
         if self.weight is None:  # released: the packed panels are the only copy
@@ -95,6 +112,24 @@ class Linear(nn.Linear):
         if self._packed is None or self._packed_key != key:
             self._packed, self._packed_key = cpu_linear.pack_weight(self.weight), key
         return self._packed
+
+    def dense_weight(self) -> torch.Tensor | None:
+        """The fp32 weight from whichever form holds it (None: a parent's fused product serves it)."""
+        if self.quant is not None:
+            return self.quant.dequantize()
+        if self.weight is not None:
+            return self.weight
+        return None if self._packed is None else unpanel(self._packed, self.out_features)
+
+    def prepare_bf16(self, min_rows: int | None) -> int:
+        """Hold the weight in bf16 too, for products of ``min_rows`` or more rows (None:
+        drop the copy); returns its bytes."""
+        self.bf16 = None
+        weight = self.dense_weight() if min_rows is not None else None
+        if weight is None or weight.device.type != "cpu":
+            return 0
+        self.bf16 = Bf16Weight.of(weight, self.bias, min_rows)
+        return self.bf16.nbytes
 
     def release_weight(self) -> None:
         """Drop the fp32 weight once the packed copy exists (it serves every product)."""

@@ -12,7 +12,15 @@ from torch import nn
 from chatsite_kernels.cpu import linear as cpu_linear
 from chatsite_kernels.cpu import quant as cpu_quant
 from chatsite_kernels.cpu.quant import PackedQuant, QuantRows
-from inference.layers.linear import Linear, gate_up_released, packable, quant_linear, weight_key
+from inference.layers.bf16_weights import Bf16Weight
+from inference.layers.linear import (
+    Linear,
+    gate_up_released,
+    packable,
+    quant_linear,
+    unpanel_gate_up,
+    weight_key,
+)
 from inference.model_config import ModelConfig
 
 if TYPE_CHECKING:
@@ -27,6 +35,7 @@ class MLP(nn.Module):
     _packed_key: tuple[tuple[int, int], tuple[int, int]] | None = None
     _gate_up_quant: PackedQuant | None = None  # gate and up rows interleaved 8 by 8
     lora: MlpAdapters | None = None  # LoRA adapters' products (inference.lora), when served
+    _gate_up_bf16: Bf16Weight | None = None  # [gate; up] stacked, for many-row products
 
     def __init__(self, config: ModelConfig, intermediate_size: int | None = None) -> None:
         super().__init__()
@@ -40,7 +49,9 @@ class MLP(nn.Module):
         if self.lora is not None and self.lora.active:
             return self.lora.forward(self, x)
         gate, up = self.gate_proj, self.up_proj
-        if self._gate_up_quant is not None:
+        if self._gate_up_bf16 is not None and self._gate_up_bf16.serves(x):
+            hidden = self._gate_up_bf16.silu_gate_up(x)
+        elif self._gate_up_quant is not None:
             hidden = quant_linear(x, self._gate_up_quant, None, silu_pairs=True)
         elif gate.weight is None and self._packed is not None:  # released after packing
             hidden = gate_up_released(x, self._packed, gate.out_features)
@@ -55,6 +66,29 @@ class MLP(nn.Module):
         if gate.bias is None and up.bias is None and packable(gate.weight) and packable(up.weight):
             self.packed_gate_up()
         self.down_proj.prepare_packed()
+
+    def prepare_bf16(self, min_rows: int | None) -> int:
+        """bf16 copies for many-row products: gate and up stacked into one where they are
+        fused (quantized or packed), else each projection's own (None: drop them); returns
+        their bytes."""
+        self._gate_up_bf16 = None
+        total = self.down_proj.prepare_bf16(min_rows)
+        weight = self.fused_gate_up_weight() if min_rows is not None else None
+        if weight is None or weight.device.type != "cpu":
+            return total + self.gate_proj.prepare_bf16(min_rows) + self.up_proj.prepare_bf16(min_rows)
+        self._gate_up_bf16 = Bf16Weight.of(weight, None, min_rows)
+        return total + self._gate_up_bf16.nbytes
+
+    def fused_gate_up_weight(self) -> torch.Tensor | None:
+        """``[gate; up]`` fp32 ``[2N, K]`` where the two are fused (quantized or packed), else None."""
+        gate, up, n = self.gate_proj, self.up_proj, self.gate_proj.out_features
+        if self._gate_up_quant is not None:  # rows interleaved 8 gate, 8 up
+            return self._gate_up_quant.dequantize().view(n // 8, 2, 8, -1).transpose(0, 1).reshape(2 * n, -1)
+        if self._packed is None:
+            return None
+        if gate.weight is None or up.weight is None:  # released after packing
+            return torch.cat(unpanel_gate_up(self._packed, n))
+        return torch.cat([gate.weight, up.weight])
 
     def release_weights(self) -> None:
         if self._packed is not None:

@@ -23,6 +23,7 @@ import torch
 
 from inference.engine.scheduler import ScheduledBatch
 from inference.kv.spec import KVSpec
+from inference.layers import bf16_weights
 from inference.layers.attention_context import AttentionContext
 from inference.layers.cpu_matmul import CpuMatmul
 from inference.layers.recurrent_context import RecurrentStates
@@ -76,8 +77,11 @@ class ModelRunner:
         ``cpu_matmul``: the precision of the CPU's many-row products (fp32 when None)."""
         self.model = model
         self.cpu_matmul = cpu_matmul or CpuMatmul()
+        # Bytes of the bf16 weight copies the policy asked for (``inference.layers.bf16_weights``).
+        self.bf16_weight_bytes = 0
         if device.type == "cpu":
             model.prepare_cpu_kernels()
+            self.bf16_weight_bytes = bf16_weights.attach(model, self.cpu_matmul)
         self.block_size = block_size
         self.device = device
         # The pool, laid out by the model's KV spec: block-major so that one block of

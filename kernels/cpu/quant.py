@@ -57,11 +57,13 @@ class QuantRows:
         )
 
     def dequantize(self) -> torch.Tensor:
+        n, k = self.shape
         g = GROUP[self.fmt]
-        w = self.scale.repeat_interleave(g, dim=1) * self.q.float()
+        # Per group, broadcast rather than repeated: the same products and sums, bit for bit.
+        w = self.q.view(n, k // g, g).float().mul_(self.scale.unsqueeze(-1))
         if self.offset is not None:
-            w = w + self.offset.repeat_interleave(g, dim=1)
-        return w
+            w.add_(self.offset.unsqueeze(-1))
+        return w.view(n, k)
 
 
 def cat_rows(parts: list[QuantRows]) -> QuantRows:
