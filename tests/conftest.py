@@ -25,6 +25,16 @@ def _no_cluster_loop_in_the_test_runner():
 
 
 @pytest.fixture(autouse=True, scope="session")
+def _quick_password_hashing():
+    """Passwords hashed in the test process take 1,000 PBKDF2 rounds, not 1,000,000
+    (``tests.support.hashers``). ``override_settings`` clears Django's cached hashers."""
+    from django.test import override_settings
+
+    with override_settings(PASSWORD_HASHERS=["tests.support.hashers.QuickPBKDF2PasswordHasher"]):
+        yield
+
+
+@pytest.fixture(autouse=True, scope="session")
 def _flush_again_after_a_deadlock():
     """Site processes that a test module starts keep working on the database between its
     tests (each sweeps stale answers every few seconds), and the flush that empties the

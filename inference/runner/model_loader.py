@@ -37,7 +37,7 @@ from inference.models.registry import read_model_config
 from inference.runner.gguf import gpt_oss as gpt_oss_gguf
 from inference.runner.gguf.config_fixes import fix_gguf_config
 from inference.runner.gguf.names import gguf_index_names
-from inference.runner.gguf.own_reader import gguf_architecture, read_gpt_oss_gguf
+from inference.runner.gguf.own_reader import gguf_architecture, open_gguf, read_gpt_oss_gguf
 from inference.runner.gguf.weights import load_index, read_gguf_weights
 from inference.runner.model_files import default_model_path
 from inference.runner.weights_identity import source_identity, tag
@@ -268,10 +268,11 @@ def read_gguf(gguf_path: Path) -> tuple[Any, Any, dict[str, torch.Tensor]]:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
     from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
 
-    if gguf_architecture(gguf_path) == gpt_oss_gguf.ARCHITECTURE:
-        return read_gpt_oss_gguf(gguf_path)
+    reader = open_gguf(gguf_path)  # parsed once for the architecture and the config fixes
+    if gguf_architecture(gguf_path, reader) == gpt_oss_gguf.ARCHITECTURE:
+        return read_gpt_oss_gguf(gguf_path, reader)
     config = AutoConfig.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
-    fix_gguf_config(config, gguf_path)
+    fix_gguf_config(config, gguf_path, reader)
     read_model_config(config)  # fail fast on unsupported architectures, before de-quantising
     tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
     with torch.device("meta"):

@@ -32,8 +32,10 @@ def tiny_engine(tiny_model_dir):
     settings.ENGINE = original
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def tokenizer(tiny_model_dir):
+    """One for the session (a second or so to load each time): tests read it, and the one
+    that changes a template changes a deep copy."""
     from transformers import AutoTokenizer
 
     from inference.tokenizer import Tokenizer

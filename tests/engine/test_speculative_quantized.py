@@ -17,10 +17,20 @@ from inference.sampling.params import SamplingParams
 from inference.spec.verify import expand
 
 
+@pytest.fixture(scope="module")
+def default_model() -> tuple:
+    """The default model loaded once for the cases (seconds each: its GGUF's index is read
+    again per load); each case builds its own engine on it, so no KV or cache state carries
+    over."""
+    return load_model(None, device="cpu")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("proposed", [5, 12, 15])
-def test_verify_rows_get_the_logits_of_decoding_each_position_alone(proposed: int) -> None:
-    engine = LLMEngine(EngineConfig(kv_cache_gb=0.05), loaded=load_model(None, device="cpu"))
+def test_verify_rows_get_the_logits_of_decoding_each_position_alone(
+    default_model: tuple, proposed: int
+) -> None:
+    engine = LLMEngine(EngineConfig(kv_cache_gb=0.05), loaded=default_model)
     request = engine.add_request(list(range(1000, 1200)), SamplingParams(temperature=0, max_tokens=4))
     engine.step()  # the prefill
     seq = request.seqs[0]

@@ -7,12 +7,21 @@ from __future__ import annotations
 
 import re
 import zlib
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from gguf import MODEL_ARCH, MODEL_ARCH_NAMES, GGMLQuantizationType, GGUFReader, GGUFWriter, quantize
+from gguf import (
+    MODEL_ARCH,
+    MODEL_ARCH_NAMES,
+    GGMLQuantizationType,
+    GGUFReader,
+    GGUFValueType,
+    GGUFWriter,
+    quantize,
+)
 from safetensors.torch import load_file
 
 from inference.runner.model_files import default_model_path
@@ -72,17 +81,29 @@ def _metadata(writer: GGUFWriter, arch: str, config: Any) -> None:
         writer.add_expert_feed_forward_length(config.moe_intermediate_size)
 
 
-def copy_tokenizer(writer: GGUFWriter) -> None:
+@cache
+def _smollm2_tokenizer_fields() -> tuple[tuple[str, Any, GGUFValueType | None], ...]:
+    """SmolLM2's ``tokenizer.*`` keys as (key, value, scalar type; None for an array), read
+    once per process: gguf-py parses its ~150,000 vocabulary and merge strings one by one,
+    seconds per read, and every GGUF the tests write copies them."""
     source = GGUFReader(str(default_model_path()))
+    fields: list[tuple[str, Any, GGUFValueType | None]] = []
     for key, field in source.fields.items():
         if not key.startswith("tokenizer."):
             continue
-        value_type = field.types[0]
         if len(field.types) > 1:  # an array
-            values = [field.contents(i) for i in range(len(field.data))]
-            writer.add_array(key, values)
+            fields.append((key, tuple(field.contents(i) for i in range(len(field.data))), None))
         else:
-            writer.add_key_value(key, field.contents(), value_type)
+            fields.append((key, field.contents(), field.types[0]))
+    return tuple(fields)
+
+
+def copy_tokenizer(writer: GGUFWriter) -> None:
+    for key, value, value_type in _smollm2_tokenizer_fields():
+        if value_type is None:
+            writer.add_array(key, list(value))
+        else:
+            writer.add_key_value(key, value, value_type)
 
 
 def random_q5_k_blocks(rows: int, cols: int, rng: np.random.Generator) -> np.ndarray:

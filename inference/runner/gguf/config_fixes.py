@@ -17,17 +17,21 @@ Without these the converted model would run with the wrong shapes or rotation.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from inference.runner.gguf.gemma_config import fix_gemma_config
 
-
-def fix_gguf_config(config: Any, gguf_path: Path) -> None:
+if TYPE_CHECKING:
     from gguf import GGUFReader
 
-    reader = GGUFReader(str(gguf_path))
+
+def fix_gguf_config(config: Any, gguf_path: Path, reader: GGUFReader | None = None) -> None:
+    """``reader``: the file already parsed (``own_reader.open_gguf``), else it is parsed here."""
+    from gguf import GGUFReader
+
+    reader = reader if reader is not None else GGUFReader(str(gguf_path))
     arch = str(reader.fields["general.architecture"].contents())
 
     def field(key: str) -> Any:

@@ -5,25 +5,36 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from inference.runner.gguf import gpt_oss
 from inference.runner.gguf.weights import build_index, read_gguf_weights
 
-
-def gguf_architecture(gguf_path: Path) -> str:
+if TYPE_CHECKING:
     from gguf import GGUFReader
 
-    return str(GGUFReader(str(gguf_path)).fields["general.architecture"].contents())
 
-
-def read_gpt_oss_gguf(gguf_path: Path) -> tuple[Any, Any, dict[str, torch.Tensor]]:
+def open_gguf(gguf_path: Path) -> GGUFReader:
+    """One parse of the file's metadata, shared by the readers of one conversion: gguf-py reads
+    a vocabulary's strings one by one, seconds per parse for a 49,152-token tokenizer."""
     from gguf import GGUFReader
+
+    return GGUFReader(str(gguf_path))
+
+
+def gguf_architecture(gguf_path: Path, reader: GGUFReader | None = None) -> str:
+    reader = reader if reader is not None else open_gguf(gguf_path)
+    return str(reader.fields["general.architecture"].contents())
+
+
+def read_gpt_oss_gguf(
+    gguf_path: Path, reader: GGUFReader | None = None
+) -> tuple[Any, Any, dict[str, torch.Tensor]]:
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    reader = GGUFReader(str(gguf_path))
+    reader = reader if reader is not None else open_gguf(gguf_path)
     fields = {key: field.contents() for key, field in reader.fields.items()}
     config = gpt_oss.gpt_oss_config(fields)
     # AutoTokenizer would read the config through transformers' GGUF reader first.
