@@ -35,7 +35,9 @@ def engine_options() -> dict[str, object]:
         # Speculative decoding: off unless set (ngram, ngram:k=5, draft:/path).
         **_engine_speculative(),
         # While answers stream, a step carries only the prompt tokens that fit this time budget.
-        "step_budget_ms": env_float("ENGINE_STEP_BUDGET_MS", 150.0),
+        # 300 ms: with many chats, shorter budgets keep prompts pending over many stretched
+        # steps, and every stream then slows with them (docs/benchmarks.md, the budget's size).
+        "step_budget_ms": env_float("ENGINE_STEP_BUDGET_MS", 300.0),
         # CPU prefill products in bf16 where the CPU has AMX-BF16 ("auto"), or "fp32" / "bf16".
         "cpu_matmul": env_str("ENGINE_CPU_MATMUL", "auto"),
         # Prefill/decode disaggregation: N prefill worker processes (0 = off) for prompts whose
