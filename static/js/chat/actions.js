@@ -137,6 +137,7 @@ export function currentModel(store, boot) {
 export function createActions(store, boot) {
   const urls = boot.urls;
   const refreshConversations = listRefresher(store, urls.list);
+  let creating = null; // the "New chat" request in flight
   const app = { store, show, openConversation, refreshConversations };
   const socket = createSocket({
     url: urls.websocket,
@@ -201,10 +202,20 @@ export function createActions(store, boot) {
       refreshConversations(200);
     },
     async newChat() {
-      const data = await api(urls.create, { method: "POST", body: startOptions() });
-      show(data.conversation.id, true, data.conversation);
-      socket.send({ type: "open", conversation_id: data.conversation.id });
+      creating = api(urls.create, { method: "POST", body: startOptions() });
+      try {
+        const data = await creating;
+        show(data.conversation.id, true, data.conversation);
+        socket.send({ type: "open", conversation_id: data.conversation.id });
+      } finally {
+        creating = null;
+      }
       refreshConversations();
+    },
+    // Resolves once no "New chat" request is in flight (and its conversation is shown), so a
+    // choice made meanwhile (the temporary toggle) applies to that conversation, not the one before.
+    async creationSettled() {
+      if (creating) await creating.catch(() => {});
     },
     async updateConversation(fields) {
       const c = store.state.conversation;

@@ -54,7 +54,10 @@ export function installStart(store, actions) {
     toggle.setAttribute("aria-pressed", String(workspace.next.temporary));
   }
 
-  toggle.addEventListener("click", () => {
+  toggle.addEventListener("click", async () => {
+    // Right after "New chat" its conversation may not be shown yet: wait for it, or the empty
+    // ordinary conversation would stay behind and take the first message.
+    await actions.creationSettled();
     workspace.next.temporary = !workspace.next.temporary;
     // An empty conversation already open would take the first message: start afresh instead.
     // An empty ordinary one ("New chat" just before) is removed, so no empty row stays behind.
