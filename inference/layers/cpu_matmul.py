@@ -29,9 +29,6 @@ class CpuMatmul:
     bf16: bool = False
     min_rows: int = MIN_ROWS
 
-    def use_bf16(self, rows: int) -> bool:
-        return self.bf16 and rows >= self.min_rows
-
 
 def has_amx_bf16() -> bool:
     """Does this CPU have AMX tiles with bf16 (and may this process use them)?"""

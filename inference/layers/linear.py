@@ -51,9 +51,7 @@ def unpanel(packed: torch.Tensor, out_features: int) -> torch.Tensor:
 def unpanel_gate_up(packed: torch.Tensor, out_features: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(gate, up)`` weights, each ``[N, K]``, read back out of interleaved gate/up panels."""
     half = cpu_linear.GATE_UP_PANEL
-    gate = packed[:, :, :half].transpose(1, 2).reshape(-1, packed.shape[1])[:out_features]
-    up = packed[:, :, half:].transpose(1, 2).reshape(-1, packed.shape[1])[:out_features]
-    return gate, up
+    return unpanel(packed[:, :, :half], out_features), unpanel(packed[:, :, half:], out_features)
 
 
 def linear_released(
