@@ -54,8 +54,9 @@ def count_upload(owner) -> None:
         return
     now = time.time()
     window = int(now // UPLOAD_WINDOW_S)
-    # The join time too: ids restart with a fresh database, a count's key must not.
-    key = f"document-uploads:{owner.pk}:{int(owner.date_joined.timestamp())}:{window}"
+    # The join time too, to the microsecond: ids restart with a fresh database (and are reused
+    # after a rolled-back transaction), a count's key must not.
+    key = f"document-uploads:{owner.pk}:{owner.date_joined.timestamp():.6f}:{window}"
     if add_one(key, UPLOAD_WINDOW_S + 5) > limit:
         retry_after = max(1, int((window + 1) * UPLOAD_WINDOW_S - now + 0.999))
         raise UploadRateLimited(
