@@ -224,10 +224,9 @@ export function createActions(store, boot) {
       refreshConversations();
       return data.conversation;
     },
-    async deleteConversation() {
-      const c = store.state.conversation;
-      await api(`/chat/conversations/${c.id}/delete/`, { method: "POST", body: {} });
-      show(null, true);
+    async deleteConversation(id = store.state.conversation.id) {
+      await api(`/chat/conversations/${id}/delete/`, { method: "POST", body: {} });
+      if (store.state.conversationId === id) show(null, true);
       refreshConversations();
     },
   };

@@ -69,6 +69,9 @@ export function installAttachments(store, actions) {
     drawCitations($("thread"), sources);
   }
 
+  // Aborted when another conversation is shown, so no read outlives the conversation it is for.
+  let reading = new AbortController();
+
   async function refresh() {
     const id = store.state.conversationId;
     if (!id) {
@@ -78,7 +81,7 @@ export function installAttachments(store, actions) {
       return;
     }
     try {
-      const data = await api(`/chat/conversations/${id}/documents/`);
+      const data = await api(`/chat/conversations/${id}/documents/`, { signal: reading.signal });
       if (store.state.conversationId !== id) return;
       docs = data.documents;
       sources = data.sources;
@@ -165,6 +168,9 @@ export function installAttachments(store, actions) {
 
   store.subscribe((state, action) => {
     if (action.type === "show" && state.conversationId !== shownFor) {
+      // The conversation left may be on its way out: its reads in flight would come back 404.
+      reading.abort();
+      reading = new AbortController();
       shownFor = state.conversationId;
       uploads.clear();
       refresh().then(fillLibrary);

@@ -64,7 +64,9 @@ export function installStart(store, actions) {
     if (isEmptyShown()) {
       const c = store.state.conversation;
       if (workspace.next.temporary && c && !c.temporary && c.title === "New chat") {
-        actions.deleteConversation().catch((err) => toast(err.message));
+        // Left first, so its reads in flight stop before it goes.
+        actions.show(null, true);
+        actions.deleteConversation(c.id).catch((err) => toast(err.message));
       } else {
         actions.show(null, true);
       }
