@@ -40,6 +40,9 @@ def engine_options() -> dict[str, object]:
         "step_budget_ms": env_float("ENGINE_STEP_BUDGET_MS", 300.0),
         # CPU prefill products in bf16 where the CPU has AMX-BF16 ("auto"), or "fp32" / "bf16".
         "cpu_matmul": env_str("ENGINE_CPU_MATMUL", "auto"),
+        # The KV pool's element type: "auto" = float16 on the CPU (half the bytes a decode step's
+        # attention reads), the model's dtype elsewhere; "model" keeps the model's; "float16".
+        "kv_cache_dtype": env_str("ENGINE_KV_CACHE_DTYPE", "auto"),
         # Prefill/decode disaggregation: N prefill worker processes (0 = off) for prompts whose
         # uncached part is longer than ENGINE_PD_MIN_PROMPT_TOKENS.
         "prefill_workers": env_int("ENGINE_PREFILL_WORKERS", 0),

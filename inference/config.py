@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 # gathers are sized for chat, not for a model's full 128k window.
 DEFAULT_MAX_MODEL_LEN = 8192
 
+# EngineConfig.kv_cache_dtype's values (inference.kv.kv_dtype resolves them).
+KV_DTYPE_CHOICES = ("model", "float16", "auto")
+
 
 # Each numeric limit's least value; the fields in _MAY_BE_NONE also take None (their default).
 _LEAST: dict[str, float] = {
@@ -73,6 +76,9 @@ class EngineConfig:
     # CPU products of many rows (prefill chunks): "fp32", "bf16" or "auto" (bf16 where the
     # CPU has AMX-BF16); inference.layers.cpu_matmul says what each costs in accuracy.
     cpu_matmul: str = "fp32"
+    # The KV pool's element type: "model" (the model's dtype), "float16", or "auto" (float16
+    # on the CPU); inference.kv.kv_dtype says what float16 gains and costs.
+    kv_cache_dtype: str = "model"
     max_waiting: int = 256  # waiting-queue limit; more raises EngineOverloadedError
     weights_cache_dir: str | None = None
     num_threads: int | None = None  # torch CPU threads; None leaves torch's default
@@ -150,6 +156,11 @@ class EngineConfig:
         if self.cpu_matmul not in ("fp32", "bf16", "auto"):
             raise ValueError(
                 f"EngineConfig.cpu_matmul must be 'fp32', 'bf16' or 'auto', got {self.cpu_matmul!r}"
+            )
+        if self.kv_cache_dtype not in KV_DTYPE_CHOICES:
+            raise ValueError(
+                f"EngineConfig.kv_cache_dtype must be one of {', '.join(KV_DTYPE_CHOICES)}, "
+                f"got {self.kv_cache_dtype!r}"
             )
         if self.device not in (None, "cpu", "cuda") and not str(self.device).startswith("cuda:"):
             raise ValueError(f"EngineConfig.device must be 'cpu', 'cuda' or None, got {self.device!r}")

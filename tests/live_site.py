@@ -78,6 +78,7 @@ def launch_live_site(
         # log-probs with transformers' fp32 (the bf16 default has its own site test,
         # tests/chat/test_cpu_matmul_default.py).
         "ENGINE_CPU_MATMUL": "fp32",
+        "ENGINE_KV_CACHE_DTYPE": "model",
         **os.environ,
         **database_env(),
         "CLUSTER_PREFIX": f"test-{uuid.uuid4().hex[:8]}",

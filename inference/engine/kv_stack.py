@@ -23,6 +23,7 @@ from inference.kv.block_manager import BlockManager
 from inference.kv.chain_hash import hash_root
 from inference.kv.fingerprint import kv_fingerprint
 from inference.kv.hybrid_setup import build_hybrid_tiers, build_state_pool, make_block_manager
+from inference.kv.kv_dtype import resolve_kv_dtype
 from inference.kv.retention import Retention
 from inference.kv.tiers import TierStack, build_tiers
 from inference.layers.cpu_matmul import resolve_cpu_matmul
@@ -52,10 +53,11 @@ class KVStack:
 def build_kv_stack(
     config: EngineConfig, model: CausalLM, model_config: ModelConfig, tokenizer: Tokenizer
 ) -> KVStack:
-    """Size the pool for ``model`` (on its device, in its dtype, laid out by its
-    ``kv_spec``) and build the parts that use it, each given its collaborators whole."""
+    """Size the pool for ``model`` (on its device, in ``config.kv_cache_dtype``, laid out by
+    its ``kv_spec``) and build the parts that use it, each given its collaborators whole."""
     param = next(model.parameters())
-    device, dtype, bs = param.device, param.dtype, config.block_size
+    device, bs = param.device, config.block_size
+    dtype = resolve_kv_dtype(config.kv_cache_dtype, device, param.dtype)
     block_bytes = model.kv_spec.block_bytes(bs, dtype)
     pool = config.size_kv_pool(model_config, block_bytes, device, graph_batch_limit=MAX_GRAPH_BATCH)
     workers = None
@@ -70,12 +72,13 @@ def build_kv_stack(
         pool.num_blocks,
         bs,
         device,
-        dtype,
+        param.dtype,
         max_num_seqs=config.max_decode_batch,
         max_model_len=pool.max_model_len,
         enforce_eager=config.enforce_eager,
         recurrent_states=states.states if states is not None else None,
         cpu_matmul=resolve_cpu_matmul(config.cpu_matmul, device),
+        kv_dtype=dtype,
     )
     fingerprint = None
     if config.kv_disk_dir:  # hashing the tokenizer (and, once, the weights) only when it counts
@@ -105,12 +108,13 @@ def build_kv_stack(
     )
     scheduler = _build_scheduler(config, block_manager, pool.max_model_len, runner.kv_cache, workers)
     logger.info(
-        "engine: %s on %s/%s, %d KV blocks of %d tokens (%.2f GiB), max_model_len %d",
+        "engine: %s on %s/%s, %d KV blocks of %d tokens in %s (%.2f GiB), max_model_len %d",
         model_config.name,
         device,
-        dtype,
+        param.dtype,
         pool.num_blocks,
         bs,
+        dtype,
         pool.gib,
         pool.max_model_len,
     )

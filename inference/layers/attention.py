@@ -326,7 +326,10 @@ def prefill_attention_torch(
         q_len = end - start
         dtype = torch.bfloat16 if bf16 and q_len >= MIN_ROWS else torch.float32
         if q_len == kv_len:
-            k, v = key[start:end].to(dtype), value[start:end].to(dtype)
+            # The fresh K/V as the cache holds them (rounded where it is float16), so the
+            # answer does not depend on whether a prefix was computed or found cached.
+            k = key[start:end].to(k_cache.dtype).to(dtype)
+            v = value[start:end].to(v_cache.dtype).to(dtype)
         else:
             k, v = _gather_kv(k_cache, v_cache, block_tables[i], kv_len, dtype)
         # GQA as a 4-D [Hkv, group, len, D] problem with K/V broadcast over the group (a

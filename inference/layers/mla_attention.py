@@ -60,7 +60,9 @@ def mla_attention(
         )
     for i, start, end, kv_len in split.prefills:
         if end - start == kv_len:
-            context = latent[start:end]  # a fresh sequence: its latent is all of its context
+            # A fresh sequence: its latent is all of its context, rounded as the cache holds it
+            # (a no-op unless the pool is float16), so a cached prefix would give the same.
+            context = latent[start:end].to(cache.dtype)
         else:
             context = gather_latent(cache, ctx.block_tables[i], kv_len)
         out[start:end] = mla_prefill(q_nope[start:end], q_pe[start:end], context, w_kv_b, scale)

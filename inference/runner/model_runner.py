@@ -67,6 +67,7 @@ class ModelRunner:
         enforce_eager: bool = False,
         recurrent_states: RecurrentStates | None = None,
         cpu_matmul: CpuMatmul | None = None,
+        kv_dtype: torch.dtype | None = None,
     ) -> None:
         """``max_num_seqs``: the largest decode batch a step can hold (the engine passes
         ``min(max_num_seqs, max_num_batched_tokens)``); ``max_model_len`` bounds a block
@@ -74,7 +75,8 @@ class ModelRunner:
         ``recurrent_states``: a hybrid model's state pool (``inference.kv.state_pool``);
         each step then tells the recurrent layers every sequence's slot. Such a model
         runs eagerly (its recurrent layers read per-step host metadata).
-        ``cpu_matmul``: the precision of the CPU's many-row products (fp32 when None)."""
+        ``cpu_matmul``: the precision of the CPU's many-row products (fp32 when None).
+        ``kv_dtype``: the pool's element type (``inference.kv.kv_dtype``; None = ``dtype``)."""
         self.model = model
         self.cpu_matmul = cpu_matmul or CpuMatmul()
         # Bytes of the bf16 weight copies the policy asked for (``inference.layers.bf16_weights``).
@@ -87,7 +89,7 @@ class ModelRunner:
         # The pool, laid out by the model's KV spec: block-major so that one block of
         # every layer is one contiguous slab (copy-on-write and CPU offload move it as a unit).
         self.kv_spec: KVSpec = model.kv_spec
-        self.kv_cache = self.kv_spec.allocate(num_blocks, block_size, dtype, device)
+        self.kv_cache = self.kv_spec.allocate(num_blocks, block_size, kv_dtype or dtype, device)
         self._sliding = self.kv_spec.is_hybrid
         self._pin = device.type == "cuda"
         self.recurrent_states = recurrent_states

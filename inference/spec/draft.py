@@ -22,6 +22,7 @@ from inference.config import EngineConfig
 from inference.engine.scheduler import ScheduledBatch
 from inference.engine.sequence import Sequence
 from inference.kv.block_manager import BlockManager
+from inference.kv.kv_dtype import resolve_kv_dtype
 from inference.layers.cpu_matmul import resolve_cpu_matmul
 from inference.runner.model_loader import load_model
 from inference.runner.model_runner import ModelRunner
@@ -73,6 +74,7 @@ class DraftProposer:
             max_model_len=engine.max_model_len,
             enforce_eager=config.enforce_eager,
             cpu_matmul=resolve_cpu_matmul(config.cpu_matmul, engine.device),
+            kv_dtype=resolve_kv_dtype(config.kv_cache_dtype, engine.device, engine.dtype),
         )
         bm = BlockManager(
             num_blocks, config.block_size, enable_prefix_caching=False, groups=model.kv_spec.groups

@@ -235,13 +235,14 @@ class PagedSequenceRunner:
         block_size: int = 16,
         shuffle: bool = False,
         seed: int = 0,
+        kv_dtype: torch.dtype | None = None,
     ) -> None:
         config: ModelConfig = model.config
         param = next(model.parameters())
         self.model = model
         self.block_size = block_size
         self.device = param.device
-        self.kv_cache = allocate_kv_cache(config, num_blocks, block_size, param.dtype, param.device)
+        self.kv_cache = allocate_kv_cache(config, num_blocks, block_size, kv_dtype or param.dtype, param.device)
         self.free = list(range(num_blocks))
         if shuffle:
             random.Random(seed).shuffle(self.free)
