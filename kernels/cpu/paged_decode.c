@@ -108,8 +108,15 @@ static inline __attribute__((always_inline)) v8f kv_load8(const void *base, int6
     return kv16 ? load8_f16((const uint16_t *)base + i) : load8((const float *)base + i);
 }
 
-static inline __attribute__((always_inline)) float kv_load1(const void *base, int64_t i, const int kv16) {
-    return kv16 ? f16_to_f32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
+/* The row of `head_dim` elements at element i as floats: in place for an fp32 cache,
+ * else widened into `buf`. The scalar path then sums the same floats with the same
+ * loop (so the same vectorisation and order) whatever the cache's type. */
+static inline __attribute__((always_inline)) const float *widen_row(const void *base, int64_t i, int head_dim,
+                                                                    float *buf, const int kv16) {
+    if (!kv16) return (const float *)base + i;
+    const uint16_t *h = (const uint16_t *)base + i;
+    for (int d = 0; d < head_dim; d++) buf[d] = f16_to_f32(h[d]);
+    return buf;
 }
 
 /* Scores of one query head over a tile of n K rows: s[t] = scale * q . k[t]. */
@@ -131,11 +138,12 @@ static inline __attribute__((always_inline)) void qk_tile(const float *restrict 
             s[t] = hsum8(a0 + a1) * scale;
         }
     } else {
+        float widened[kv16 ? head_dim : 1];
         for (int t = 0; t < n; t++) {
-            const void *krow = kv_at(k, (int64_t)t * k_pos_stride, kv16);
+            const float *krow = widen_row(k, (int64_t)t * k_pos_stride, head_dim, widened, kv16);
             float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-            for (int d = 0; d < head_dim; d++) dot += q[d] * kv_load1(krow, d, kv16);
+            for (int d = 0; d < head_dim; d++) dot += q[d] * krow[d];
             s[t] = dot * scale;
         }
     }
@@ -156,11 +164,12 @@ static inline __attribute__((always_inline)) void pv_tile(float *restrict acc, f
         }
         for (int c = 0; c < nv; c++) store8(acc + 8 * c, av[c]);
     } else {
+        float widened[kv16 ? head_dim : 1];
         for (int d = 0; d < head_dim; d++) acc[d] *= alpha;
         for (int t = 0; t < n; t++) {
-            const void *vrow = kv_at(v, (int64_t)t * v_pos_stride, kv16);
+            const float *vrow = widen_row(v, (int64_t)t * v_pos_stride, head_dim, widened, kv16);
 #pragma omp simd
-            for (int d = 0; d < head_dim; d++) acc[d] += p[t] * kv_load1(vrow, d, kv16);
+            for (int d = 0; d < head_dim; d++) acc[d] += p[t] * vrow[d];
         }
     }
 }
