@@ -119,23 +119,54 @@ static inline __attribute__((always_inline)) const float *widen_row(const void *
     return buf;
 }
 
-/* Scores of one query head over a tile of n K rows: s[t] = scale * q . k[t]. */
+/* The 8 lanes' sum in the order sum8x8 adds each of its vectors': ((x0 + x1) + (x2 +
+ * x3)) + ((x4 + x5) + (x6 + x7)), so that a score does not depend on whether its
+ * position was scored in a group of 8 or alone. */
+static inline float pair_sum8(v8f v) {
+    v = v + __builtin_shuffle(v, (v8i){1, 0, 3, 2, 5, 4, 7, 6});
+    v = v + __builtin_shuffle(v, (v8i){2, 3, 0, 1, 6, 7, 4, 5});
+    return v[0] + v[4];
+}
+
+/* Lane j of the result: the sum of a[j]'s 8 lanes (an 8x8 transpose folded into the
+ * additions: 7 vector additions for 8 sums, where 8 horizontal sums take 24). */
+static inline v8f sum8x8(const v8f *a) {
+    v8f h[4], u[2];
+    for (int i = 0; i < 4; i++) /* lanes: a[2i] pairs 0-1, 2-3, a[2i+1]'s, then the same for 4-7 */
+        h[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], (v8i){0, 2, 8, 10, 4, 6, 12, 14}) +
+               __builtin_shuffle(a[2 * i], a[2 * i + 1], (v8i){1, 3, 9, 11, 5, 7, 13, 15});
+    for (int i = 0; i < 2; i++)
+        u[i] = __builtin_shuffle(h[2 * i], h[2 * i + 1], (v8i){0, 2, 8, 10, 4, 6, 12, 14}) +
+               __builtin_shuffle(h[2 * i], h[2 * i + 1], (v8i){1, 3, 9, 11, 5, 7, 13, 15});
+    /* u[0] lanes 0-3: a[0..3]'s first-half sums, lanes 4-7 their second-half sums. */
+    return __builtin_shuffle(u[0], u[1], (v8i){0, 1, 2, 3, 8, 9, 10, 11}) +
+           __builtin_shuffle(u[0], u[1], (v8i){4, 5, 6, 7, 12, 13, 14, 15});
+}
+
+/* Scores of one query head over a tile of n K rows: s[t] = scale * q . k[t]. Eight
+ * positions at a time, each with its own accumulator (eight independent FMA chains,
+ * the query chunk loaded once for the eight), summed across by sum8x8. */
 static inline __attribute__((always_inline)) void qk_tile(const float *restrict q, const void *restrict k,
                                                           int64_t k_pos_stride, int n, const int head_dim,
                                                           float scale, float *restrict s, const int kv16) {
     if (head_dim % 8 == 0 && head_dim / 8 <= MAX_VEC) {
         const int nv = head_dim / 8;
-        v8f qv[MAX_VEC]; /* the query row, in registers for 64/128 */
-        for (int c = 0; c < nv; c++) qv[c] = load8(q + 8 * c);
-        for (int t = 0; t < n; t++) {
-            const void *krow = kv_at(k, (int64_t)t * k_pos_stride, kv16);
-            v8f a0 = qv[0] * kv_load8(krow, 0, kv16), a1 = {0};
-            for (int c = 1; c + 1 < nv; c += 2) { /* two chains: FMA latency */
-                a1 += qv[c] * kv_load8(krow, 8 * c, kv16);
-                a0 += qv[c + 1] * kv_load8(krow, 8 * c + 8, kv16);
+        int t = 0;
+        for (; t + 8 <= n; t += 8) {
+            const void *k0 = kv_at(k, (int64_t)t * k_pos_stride, kv16);
+            v8f a[8];
+            for (int j = 0; j < 8; j++) a[j] = (v8f){0};
+            for (int c = 0; c < nv; c++) {
+                const v8f qc = load8(q + 8 * c);
+                for (int j = 0; j < 8; j++) a[j] += qc * kv_load8(k0, j * k_pos_stride + 8 * c, kv16);
             }
-            if (nv % 2 == 0) a1 += qv[nv - 1] * kv_load8(krow, 8 * (nv - 1), kv16);
-            s[t] = hsum8(a0 + a1) * scale;
+            store8(s + t, sum8x8(a) * splat8(scale));
+        }
+        for (; t < n; t++) {
+            const void *krow = kv_at(k, (int64_t)t * k_pos_stride, kv16);
+            v8f a = {0};
+            for (int c = 0; c < nv; c++) a += load8(q + 8 * c) * kv_load8(krow, 8 * c, kv16);
+            s[t] = pair_sum8(a) * scale;
         }
     } else {
         float widened[kv16 ? head_dim : 1];
