@@ -119,30 +119,6 @@ static inline __attribute__((always_inline)) const float *widen_row(const void *
     return buf;
 }
 
-/* The 8 lanes' sum in the order sum8x8 adds each of its vectors': ((x0 + x1) + (x2 +
- * x3)) + ((x4 + x5) + (x6 + x7)), so that a score does not depend on whether its
- * position was scored in a group of 8 or alone. */
-static inline float pair_sum8(v8f v) {
-    v = v + __builtin_shuffle(v, (v8i){1, 0, 3, 2, 5, 4, 7, 6});
-    v = v + __builtin_shuffle(v, (v8i){2, 3, 0, 1, 6, 7, 4, 5});
-    return v[0] + v[4];
-}
-
-/* Lane j of the result: the sum of a[j]'s 8 lanes (an 8x8 transpose folded into the
- * additions: 7 vector additions for 8 sums, where 8 horizontal sums take 24). */
-static inline v8f sum8x8(const v8f *a) {
-    v8f h[4], u[2];
-    for (int i = 0; i < 4; i++) /* lanes: a[2i] pairs 0-1, 2-3, a[2i+1]'s, then the same for 4-7 */
-        h[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], (v8i){0, 2, 8, 10, 4, 6, 12, 14}) +
-               __builtin_shuffle(a[2 * i], a[2 * i + 1], (v8i){1, 3, 9, 11, 5, 7, 13, 15});
-    for (int i = 0; i < 2; i++)
-        u[i] = __builtin_shuffle(h[2 * i], h[2 * i + 1], (v8i){0, 2, 8, 10, 4, 6, 12, 14}) +
-               __builtin_shuffle(h[2 * i], h[2 * i + 1], (v8i){1, 3, 9, 11, 5, 7, 13, 15});
-    /* u[0] lanes 0-3: a[0..3]'s first-half sums, lanes 4-7 their second-half sums. */
-    return __builtin_shuffle(u[0], u[1], (v8i){0, 1, 2, 3, 8, 9, 10, 11}) +
-           __builtin_shuffle(u[0], u[1], (v8i){4, 5, 6, 7, 12, 13, 14, 15});
-}
-
 /* Scores of one query head over a tile of n K rows: s[t] = scale * q . k[t]. Eight
  * positions at a time, each with its own accumulator (eight independent FMA chains,
  * the query chunk loaded once for the eight), summed across by sum8x8. */
