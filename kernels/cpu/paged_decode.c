@@ -98,7 +98,7 @@ static inline void prefetch_rows(const char *base, int rows, int64_t row_stride_
     }
 }
 
-/* A cache's element i, as an address and as fp32 (8 at a time or one), for a cache of
+/* A cache's element i as an address, and elements i..i+7 as fp32, for a cache of
  * floats (kv16 = 0) or of halves (kv16 = 1). */
 static inline __attribute__((always_inline)) const void *kv_at(const void *base, int64_t i, const int kv16) {
     return kv16 ? (const void *)((const uint16_t *)base + i) : (const void *)((const float *)base + i);
@@ -109,8 +109,9 @@ static inline __attribute__((always_inline)) v8f kv_load8(const void *base, int6
 }
 
 /* The row of `head_dim` elements at element i as floats: in place for an fp32 cache,
- * else widened into `buf`. The scalar path then sums the same floats with the same
- * loop (so the same vectorisation and order) whatever the cache's type. */
+ * else widened into `buf` (head_dim floats of the thread's scratch). The scalar path
+ * then sums the same floats with the same loop (so the same vectorisation and order)
+ * whatever the cache's type. */
 static inline __attribute__((always_inline)) const float *widen_row(const void *base, int64_t i, int head_dim,
                                                                     float *buf, const int kv16) {
     if (!kv16) return (const float *)base + i;
@@ -124,7 +125,8 @@ static inline __attribute__((always_inline)) const float *widen_row(const void *
  * the query chunk loaded once for the eight), summed across by sum8x8. */
 static inline __attribute__((always_inline)) void qk_tile(const float *restrict q, const void *restrict k,
                                                           int64_t k_pos_stride, int n, const int head_dim,
-                                                          float scale, float *restrict s, const int kv16) {
+                                                          float scale, float *restrict s, float *restrict buf,
+                                                          const int kv16) {
     if (head_dim % 8 == 0 && head_dim / 8 <= MAX_VEC) {
         const int nv = head_dim / 8;
         int t = 0;
@@ -145,9 +147,8 @@ static inline __attribute__((always_inline)) void qk_tile(const float *restrict 
             s[t] = pair_sum8(a) * scale;
         }
     } else {
-        float widened[kv16 ? head_dim : 1];
         for (int t = 0; t < n; t++) {
-            const float *krow = widen_row(k, (int64_t)t * k_pos_stride, head_dim, widened, kv16);
+            const float *krow = widen_row(k, (int64_t)t * k_pos_stride, head_dim, buf, kv16);
             float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
             for (int d = 0; d < head_dim; d++) dot += q[d] * krow[d];
@@ -160,7 +161,7 @@ static inline __attribute__((always_inline)) void qk_tile(const float *restrict 
 static inline __attribute__((always_inline)) void pv_tile(float *restrict acc, float alpha,
                                                           const float *restrict p, const void *restrict v,
                                                           int64_t v_pos_stride, int n, const int head_dim,
-                                                          const int kv16) {
+                                                          float *restrict buf, const int kv16) {
     if (head_dim % 8 == 0 && head_dim / 8 <= MAX_VEC) {
         const int nv = head_dim / 8;
         v8f av[MAX_VEC]; /* the accumulator row, in registers for 64/128 */
@@ -171,10 +172,9 @@ static inline __attribute__((always_inline)) void pv_tile(float *restrict acc, f
         }
         for (int c = 0; c < nv; c++) store8(acc + 8 * c, av[c]);
     } else {
-        float widened[kv16 ? head_dim : 1];
         for (int d = 0; d < head_dim; d++) acc[d] *= alpha;
         for (int t = 0; t < n; t++) {
-            const float *vrow = widen_row(v, (int64_t)t * v_pos_stride, head_dim, widened, kv16);
+            const float *vrow = widen_row(v, (int64_t)t * v_pos_stride, head_dim, buf, kv16);
 #pragma omp simd
             for (int d = 0; d < head_dim; d++) acc[d] += p[t] * vrow[d];
         }
@@ -195,7 +195,8 @@ struct item {
     const float *sinks;  /* NULL, or this group's first head's sink logit */
     float *out; /* the first row's group's first output head */
     int64_t out_seq_stride, out_head_stride;
-    float *acc; /* rows * group * head_dim floats of scratch */
+    float *acc;  /* rows * group * head_dim floats of scratch */
+    float *wide; /* head_dim more: a float16 row widened (scalar path) */
 };
 
 /* One work item: a run of rows (query tokens whose K/V are the same cache positions,
@@ -248,14 +249,14 @@ static inline __attribute__((always_inline)) void attend(const struct item *it, 
                     const int rg = r * group + g;
                     qk_tile(it->q + r * it->q_seq_stride + g * it->q_head_stride,
                             kv_at(kt, skip * it->k_pos_stride, kv16), it->k_pos_stride, kept, head_dim, it->scale,
-                            s, kv16);
+                            s, it->wide, kv16);
                     if (featured && it->softcap > 0.0f) {
                         const float cap = it->softcap;
                         for (int t = 0; t < kept; t++) s[t] = cap * tanhf(s[t] / cap);
                     }
                     const float alpha = softmax_tile(s, kept, &m[rg], &l[rg]);
                     pv_tile(it->acc + (int64_t)rg * head_dim, alpha, s, kv_at(vt, skip * it->v_pos_stride, kv16),
-                            it->v_pos_stride, kept, head_dim, kv16);
+                            it->v_pos_stride, kept, head_dim, it->wide, kv16);
                 }
             }
         }
@@ -360,7 +361,7 @@ static int paged_decode(const float *query, int64_t q_seq_stride, int64_t q_head
     const int64_t target = 2 * (int64_t)(num_threads > 1 ? num_threads : 1);
     int pieces = (int)((target + (int64_t)runs * kv_heads - 1) / ((int64_t)runs * kv_heads));
     const int64_t items = (int64_t)runs * pieces * kv_heads;
-    const size_t acc_floats = (size_t)RUN_MAX * (size_t)group * (size_t)head_dim;
+    const size_t acc_floats = ((size_t)RUN_MAX * (size_t)group + 1) * (size_t)head_dim;
     int failed = 0;
 
 #pragma omp parallel num_threads(num_threads) if (num_threads > 1 && items > 1)
@@ -409,6 +410,7 @@ static int paged_decode(const float *query, int64_t q_seq_stride, int64_t q_head
                 .out_seq_stride = out_seq_stride,
                 .out_head_stride = out_head_stride,
                 .acc = acc,
+                .wide = acc + (size_t)RUN_MAX * (size_t)group * (size_t)head_dim,
             };
             attend_item(&it, head_dim, featured, kv16);
         }
