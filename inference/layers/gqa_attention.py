@@ -88,7 +88,10 @@ class Attention(nn.Module):
         if (
             qkv is not None
             and self.whole_head_rotary
-            and cpu_layer_ops.is_cpu_f32(kv_cache)
+            # An fp32 model may keep a float16 KV cache: the kernel rounds as the
+            # PyTorch store does; the activations it rotates must be fp32.
+            and cpu_layer_ops.is_cpu_f32(qkv, cos_sin)
+            and cpu_layer_ops.is_cpu_cache(kv_cache)
             and cpu_layer_ops.available()
         ):
             # Decode steps are dominated by per-op overhead at these sizes: one packed

@@ -2,7 +2,10 @@
 built with gcc on first use and loaded with ctypes (``chatsite_kernels.cpu.build``).
 
 Same contract as ``inference.layers.attention.decode_attention_torch`` (and
-``chatsite_kernels.reference.paged_attention_ref`` with one query per sequence), fp32 only.
+``chatsite_kernels.reference.paged_attention_ref`` with one query per sequence). The
+query, the output and all the arithmetic are fp32; the K/V caches are fp32 or float16
+(both the same), each half element widened as it is loaded, so a float16 cache gives
+exactly what the fp32 kernel gives on that cache upcast, reading half the bytes.
 The kernel reads each sequence's K/V blocks once, in place through the block table,
 never past its length, with an online softmax; see the C file for the details. With
 ``window``, ``softcap`` or ``sinks`` it computes what
@@ -21,8 +24,12 @@ import torch
 from chatsite_kernels.cpu import build as cpu_build
 from chatsite_kernels.cpu import checks as cpu_checks
 
-_SYMBOL = "paged_decode_attention_f32"
-_EXT_SYMBOL = "paged_decode_attention_ext_f32"
+# The kernel's entry points by cache dtype: (plain, featured).
+_SYMBOLS = {
+    torch.float32: ("paged_decode_attention_f32", "paged_decode_attention_ext_f32"),
+    torch.float16: ("paged_decode_attention_f16kv", "paged_decode_attention_ext_f16kv"),
+}
+CACHE_DTYPES = tuple(_SYMBOLS)
 
 
 def _declare(lib: ctypes.CDLL) -> None:
@@ -38,13 +45,14 @@ def _declare(lib: ctypes.CDLL) -> None:
         *(i32, i32, i32, i32, i32),  # num_seqs, q_heads, kv_heads, head_dim, block_size
         ctypes.c_float,  # scale
     ]
-    plain = getattr(lib, _SYMBOL)
-    plain.argtypes = [*common, i32]  # num_threads
-    plain.restype = i32
-    featured = getattr(lib, _EXT_SYMBOL)
-    # window, softcap, sinks, num_threads
-    featured.argtypes = [*common, i32, ctypes.c_float, ptr, i32]
-    featured.restype = i32
+    for plain_name, featured_name in _SYMBOLS.values():
+        plain = getattr(lib, plain_name)
+        plain.argtypes = [*common, i32]  # num_threads
+        plain.restype = i32
+        featured = getattr(lib, featured_name)
+        # window, softcap, sinks, num_threads
+        featured.argtypes = [*common, i32, ctypes.c_float, ptr, i32]
+        featured.restype = i32
 
 
 def _library() -> ctypes.CDLL | None:
@@ -57,11 +65,14 @@ def available() -> bool:
 
 
 def supports(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> bool:
-    """Whether these tensors can go through the kernel: fp32, on the CPU, each cache
-    row (``head_dim``) contiguous, and the kernel available."""
+    """Whether these tensors can go through the kernel: on the CPU, an fp32 query, fp32
+    or float16 caches (both the same), each cache row (``head_dim``) contiguous, and the
+    kernel available."""
     return (
         query.device.type == "cpu"
-        and query.dtype == k_cache.dtype == v_cache.dtype == torch.float32
+        and query.dtype == torch.float32
+        and k_cache.dtype == v_cache.dtype
+        and k_cache.dtype in CACHE_DTYPES
         and k_cache.device.type == "cpu"
         and v_cache.device.type == "cpu"
         and k_cache.stride(-1) == 1
@@ -84,8 +95,8 @@ def paged_decode_attention_cpu(
     sinks: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``query`` ``[B, Hq, D]`` (one new token per sequence, its K/V already stored),
-    ``k_cache``/``v_cache`` ``[num_blocks, block_size, Hkv, D]`` (strided views of the
-    pool are fine), ``block_tables`` ``[B, W]``, ``context_lens`` ``[B]``. Returns
+    ``k_cache``/``v_cache`` ``[num_blocks, block_size, Hkv, D]``, fp32 or float16 (strided
+    views of the pool are fine), ``block_tables`` ``[B, W]``, ``context_lens`` ``[B]``. Returns
     ``[B, Hq, D]``. Requires ``supports(query, k_cache, v_cache)``.
 
     ``window``: attend to the last ``window`` positions only (the block table's entries
@@ -95,8 +106,8 @@ def paged_decode_attention_cpu(
     lib = cpu_build.require("paged_decode", _declare)
     check = cpu_checks
     check.tensor("query", query, dim=3)
-    check.tensor("k_cache", k_cache, dim=4, inner_contiguous=True)
-    check.tensor("v_cache", v_cache, dim=4, inner_contiguous=True)
+    check.tensor("k_cache", k_cache, dtypes=CACHE_DTYPES, dim=4, inner_contiguous=True)
+    check.tensor("v_cache", v_cache, dtypes=(k_cache.dtype,), dim=4, inner_contiguous=True)
     check.tensor("block_tables", block_tables, dtypes=check.INDEX_DTYPES, dim=2)
     check.tensor("context_lens", context_lens, dtypes=check.INDEX_DTYPES, dim=1)
     num_seqs, q_heads, head_dim = query.shape
@@ -133,12 +144,13 @@ def paged_decode_attention_cpu(
         check.size("sinks", sinks.numel(), q_heads, "one per query head")
         sinks = sinks.detach().to(device="cpu", dtype=torch.float32).contiguous()
     featured = window is not None or softcap is not None or sinks is not None
+    symbol = _SYMBOLS[k_cache.dtype][featured]
     out = torch.empty(num_seqs, q_heads, head_dim, dtype=query.dtype)
     if num_seqs == 0:
         return out
     ks, vs = k_cache.stride(), v_cache.stride()
     extra = (window or 0, softcap or 0.0, sinks.data_ptr() if sinks is not None else None) if featured else ()
-    rc = getattr(lib, _EXT_SYMBOL if featured else _SYMBOL)(
+    rc = getattr(lib, symbol)(
         query.data_ptr(),
         query.stride(0),
         query.stride(1),
@@ -169,7 +181,7 @@ def paged_decode_attention_cpu(
     )
     cpu_build.check(
         rc,
-        _EXT_SYMBOL if featured else _SYMBOL,
+        symbol,
         "a context length exceeds its block table, or a block id is outside the cache",
     )
     return out

@@ -13,6 +13,10 @@
  * checks, tensor allocation, ctypes) costs about as much again, and for a 30-layer
  * model that glue was over half the step. Here it is one call per step.
  *
+ * The KV pool is fp32 or float16 (pool->kv16): the K/V store and attention take the
+ * matching entry points of layer_ops.c and paged_decode.c, as the per-op path does for
+ * that pool, and everything else stays fp32.
+ *
  * Every row is a decode token (one new token per sequence, its position's K/V stored
  * at slots[m]); the caller checks that and falls back to the per-op path otherwise.
  *
@@ -66,12 +70,49 @@ typedef struct {
     int64_t num_slots, rank;
 } stack_lora;
 
-/* The pool [num_blocks, 2, num_layers, block_size, kv_heads, head_dim] by its strides. */
+/* The pool [num_blocks, 2, num_layers, block_size, kv_heads, head_dim] by its strides,
+ * in elements: floats, or float16 bits when kv16 is 1. */
 typedef struct {
-    float *base;
+    void *base;
     int64_t block, plane, layer, pos, head;
     int64_t num_blocks, block_size;
+    int64_t kv16;
 } stack_pool;
+
+/* rotary_store of layer `l`'s K/V into the pool, whichever its element type. */
+static int store_kv(const stack_pool *p, int64_t l, float *qkv, int64_t qkv_width, int64_t M, int hq,
+                    int hkv, int D, const float *cos_sin, const int64_t *slots, int threads) {
+    const int64_t k = l * p->layer, v = k + p->plane;
+    if (p->kv16) {
+        uint16_t *base = p->base;
+        return rotary_store_f16kv(qkv, qkv_width, M, hq, hkv, D, cos_sin, slots, base + k, p->block, p->pos,
+                                  p->head, base + v, p->block, p->pos, p->head, p->num_blocks,
+                                  (int)p->block_size, threads);
+    }
+    float *base = p->base;
+    return rotary_store_f32(qkv, qkv_width, M, hq, hkv, D, cos_sin, slots, base + k, p->block, p->pos, p->head,
+                            base + v, p->block, p->pos, p->head, p->num_blocks, (int)p->block_size, threads);
+}
+
+/* Decode attention of layer `l`'s query heads (in qkv) over the pool into attn. */
+static int attend_kv(const stack_pool *p, int64_t l, const float *qkv, int64_t qkv_width, int64_t D,
+                     const int32_t *block_tables, int64_t table_stride, int64_t table_width,
+                     const int32_t *context_lens, float *attn, int64_t attn_width, int64_t M, int hq, int hkv,
+                     float scale, int threads) {
+    const int64_t k = l * p->layer, v = k + p->plane;
+    if (p->kv16) {
+        const uint16_t *base = p->base;
+        return paged_decode_attention_f16kv(qkv, qkv_width, D, base + k, p->block, p->pos, p->head, base + v,
+                                            p->block, p->pos, p->head, (int)p->num_blocks, block_tables,
+                                            table_stride, (int)table_width, context_lens, attn, attn_width, D,
+                                            (int)M, hq, hkv, (int)D, (int)p->block_size, scale, threads);
+    }
+    const float *base = p->base;
+    return paged_decode_attention_f32(qkv, qkv_width, D, base + k, p->block, p->pos, p->head, base + v, p->block,
+                                      p->pos, p->head, (int)p->num_blocks, block_tables, table_stride,
+                                      (int)table_width, context_lens, attn, attn_width, D, (int)M, hq, hkv,
+                                      (int)D, (int)p->block_size, scale, threads);
+}
 
 static int product(const stack_linear *w, const float *x, int64_t xs, float *y, int64_t ys,
                    int64_t M, int64_t N, int64_t K, int threads) {
@@ -137,7 +178,6 @@ int decode_stack_f32(const stack_layer *layers, int64_t num_layers, const stack_
     memcpy(residual, hidden, (size_t)(M * H) * sizeof(float));
     for (int64_t l = 0; l < num_layers && !rc; l++) {
         const stack_layer *w = &layers[l];
-        float *k_cache = pool->base + l * pool->layer, *v_cache = k_cache + pool->plane;
         /* The first layer normalises the embeddings; later ones add the previous
          * layer's MLP output into the running sum first. */
         rc = rms_norm_f32(l ? hidden : residual, H, l ? residual : NULL, H, w->input_norm, normed, H,
@@ -147,16 +187,10 @@ int decode_stack_f32(const stack_layer *layers, int64_t num_layers, const stack_
         if (!rc && a)
             rc = lora_group(lora, &a->qkv, 3, normed, H, H, qkv, qkv_width, qkv_offsets, qkv_widths, M, y,
                             threads);
+        if (!rc) rc = store_kv(pool, l, qkv, qkv_width, M, (int)hq, (int)hkv, (int)D, cos_sin, slots, threads);
         if (!rc)
-            rc = rotary_store_f32(qkv, qkv_width, M, (int)hq, (int)hkv, (int)D, cos_sin, slots, k_cache,
-                                  pool->block, pool->pos, pool->head, v_cache, pool->block, pool->pos,
-                                  pool->head, pool->num_blocks, (int)pool->block_size, threads);
-        if (!rc)
-            rc = paged_decode_attention_f32(
-                qkv, qkv_width, D, k_cache, pool->block, pool->pos, pool->head, v_cache, pool->block,
-                pool->pos, pool->head, (int)pool->num_blocks, block_tables, table_stride,
-                (int)table_width, context_lens, attn, attn_width, D, (int)M, (int)hq, (int)hkv, (int)D,
-                (int)pool->block_size, s->scale, threads);
+            rc = attend_kv(pool, l, qkv, qkv_width, D, block_tables, table_stride, table_width, context_lens,
+                           attn, attn_width, M, (int)hq, (int)hkv, s->scale, threads);
         if (!rc) rc = product(&w->o, attn, attn_width, hidden, H, M, H, attn_width, threads);
         if (!rc && a)
             rc = lora_group(lora, &a->o, 1, attn, attn_width, attn_width, hidden, H, no_offset, hidden_width,

@@ -1,6 +1,6 @@
 """A Llama-style decoder stack's decode step on CPU in one C call
 (``kernels/cpu/decode_stack.c``, linked with the quantized and fp32 GEMMs, the layer
-ops and paged decode attention).
+ops and paged decode attention). The KV pool is fp32 or float16; everything else is fp32.
 
 The model describes its layers once (``StackLayer``: the norms and four products, each
 quantized panels from ``chatsite_kernels.cpu.quant`` or fp32 panels from ``chatsite_kernels.cpu.linear``);
@@ -23,6 +23,7 @@ from chatsite_kernels.cpu.stack_adapters import AdapterGroup, AdapterStep, Stack
 
 _SYMBOL = "decode_stack_f32"
 FMT_F32 = -1  # fp32 panels (cpu_linear.pack_weight / pack_gate_up)
+POOL_DTYPES = (torch.float32, torch.float16)  # the KV pool's; the C side takes either
 
 
 class _Linear(ctypes.Structure):
@@ -50,7 +51,7 @@ class _Pool(ctypes.Structure):
         ("base", ctypes.c_void_p),
         *(
             (name, ctypes.c_int64)
-            for name in ("block", "plane", "layer", "pos", "head", "num_blocks", "block_size")
+            for name in ("block", "plane", "layer", "pos", "head", "num_blocks", "block_size", "kv16")
         ),
     ]
 
@@ -220,19 +221,21 @@ class DecodeStack:
         return base + (rows * (3 * padded + 3 * rank) if rank else 0)
 
     def _pool(self, kv_cache: torch.Tensor) -> _Pool:
-        """The pool ``[num_blocks, 2, num_layers, block_size, Hkv, D]`` by its strides."""
+        """The pool ``[num_blocks, 2, num_layers, block_size, Hkv, D]`` (fp32 or float16)
+        by its strides, in elements."""
         s, layers = self.shape, len(self.layers)
-        cpu_checks.tensor("kv_cache", kv_cache, dim=6, inner_contiguous=True)
+        cpu_checks.tensor("kv_cache", kv_cache, dtypes=POOL_DTYPES, dim=6, inner_contiguous=True)
         expected = (2, layers, kv_cache.shape[3], s.kv_heads, s.head_dim)
         if tuple(kv_cache.shape[1:]) != expected:
             raise ValueError(
-                f"kv_cache: expected fp32 CPU [blocks, 2, {layers}, block, {s.kv_heads}, {s.head_dim}],"
-                f" got {list(kv_cache.shape)}"
+                f"kv_cache: expected float32 or float16 CPU [blocks, 2, {layers}, block, {s.kv_heads},"
+                f" {s.head_dim}], got {list(kv_cache.shape)}"
             )
         blocks = cpu_checks.int32("kv_cache: the number of blocks", kv_cache.shape[0])
         block_size = cpu_checks.int32("kv_cache: the block size", kv_cache.shape[3], minimum=1)
         st = kv_cache.stride()
-        return _Pool(kv_cache.data_ptr(), st[0], st[1], st[2], st[3], st[4], blocks, block_size)
+        kv16 = int(kv_cache.dtype == torch.float16)
+        return _Pool(kv_cache.data_ptr(), st[0], st[1], st[2], st[3], st[4], blocks, block_size, kv16)
 
     def __call__(
         self,
@@ -246,7 +249,8 @@ class DecodeStack:
     ) -> torch.Tensor:
         """One decode step: ``hidden`` ``[M, H]`` embeddings of each sequence's new token
         (overwritten), ``cos_sin`` ``[M, D]``, ``slots`` ``[M]`` (its K/V's cache slot),
-        ``kv_cache`` the pool ``[num_blocks, 2, num_layers, block_size, Hkv, D]``,
+        ``kv_cache`` the pool ``[num_blocks, 2, num_layers, block_size, Hkv, D]``
+        (fp32 or float16),
         ``block_tables`` ``[M, W]`` and ``context_lens`` ``[M]``; ``adapters``: the rows'
         LoRA adapters (``StackAdapters.step``) or None. Returns the final norm's output
         ``[M, H]`` (in ``hidden``'s storage)."""

@@ -11,8 +11,11 @@
  *
  * - rms_norm_f32: optional residual add (r += x, in place), then
  *   out = r * rsqrt(mean(r^2) + eps) * weight, as HF's LlamaRMSNorm in fp32.
- * - rotary_store_f32: rotate-half RoPE of the q and k heads of a packed q/k/v row, in
- *   place, then store k and v of each token at its cache slot (slot -1: not stored).
+ * - rotary_store_f32 / rotary_store_f16kv: rotate-half RoPE of the q and k heads of a
+ *   packed q/k/v row, in place, then store k and v of each token at its cache slot
+ *   (slot -1: not stored), into an fp32 cache or a float16 one (rounded to nearest
+ *   even as torch's .to(torch.float16) rounds, see half8.h, so this store and the
+ *   PyTorch one write the same bits).
  * - argmax_rows_f32: index of each row's maximum (the first one; a NaN counts as the
  *   maximum, as in torch.argmax).
  */
@@ -20,6 +23,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "half8.h"
 #include "kernels.h"
 #include "vec8.h"
 
@@ -64,16 +68,32 @@ static inline void rotate_half(float *h, const float *c, const float *s, int hal
     }
 }
 
+/* One head's D floats written to a cache row of floats or of halves. */
+static inline __attribute__((always_inline)) void store_head(void *dst, const float *src, int D, const int kv16) {
+    if (!kv16) {
+        memcpy(dst, src, (size_t)D * sizeof(float));
+        return;
+    }
+    uint16_t *h = dst;
+    int i = 0;
+    for (; i + 8 <= D; i += 8) store8_f16(h + i, load8(src + i));
+    for (; i < D; i++) h[i] = f32_to_f16(src[i]);
+}
+
 /* qkv [T, (hq + 2 hkv) * D] with row stride qs: q heads, then k heads, then v heads.
  * cos_sin [T, D] contiguous: cos in the first half, sin in the second. slots [T].
  * Cache views k/v [num_blocks, block_size, hkv, D] given by base pointer and the
- * strides of their first three dimensions (the last is 1). */
-int rotary_store_f32(float *qkv, int64_t qs, int64_t T, int hq, int hkv, int D,
-                     const float *cos_sin, const int64_t *slots, float *k_cache, int64_t kb,
-                     int64_t kp, int64_t kh, float *v_cache, int64_t vb, int64_t vp, int64_t vh,
-                     int64_t num_blocks, int block_size, int num_threads) {
+ * strides of their first three dimensions in elements (the last is 1); kv16: the
+ * caches hold float16, else float. */
+static inline __attribute__((always_inline)) int rotary_store(float *qkv, int64_t qs, int64_t T, int hq, int hkv,
+                                                              int D, const float *cos_sin, const int64_t *slots,
+                                                              void *k_cache, int64_t kb, int64_t kp, int64_t kh,
+                                                              void *v_cache, int64_t vb, int64_t vp, int64_t vh,
+                                                              int64_t num_blocks, int block_size, int num_threads,
+                                                              const int kv16) {
     if (T < 0 || D < 2 || D % 2 || block_size < 1) return 1;
     const int half = D / 2;
+    const int64_t elem = kv16 ? 2 : 4;
     int bad = 0;
 #pragma omp parallel for schedule(static) num_threads(num_threads) if (T > 64) reduction(| : bad)
     for (int64_t t = 0; t < T; t++) {
@@ -89,11 +109,26 @@ int rotary_store_f32(float *qkv, int64_t qs, int64_t T, int hq, int hkv, int D,
         }
         const float *k = row + (int64_t)hq * D, *v = k + (int64_t)hkv * D;
         for (int h = 0; h < hkv; h++) {
-            memcpy(k_cache + block * kb + pos * kp + h * kh, k + (int64_t)h * D, D * sizeof(float));
-            memcpy(v_cache + block * vb + pos * vp + h * vh, v + (int64_t)h * D, D * sizeof(float));
+            store_head((char *)k_cache + (block * kb + pos * kp + h * kh) * elem, k + (int64_t)h * D, D, kv16);
+            store_head((char *)v_cache + (block * vb + pos * vp + h * vh) * elem, v + (int64_t)h * D, D, kv16);
         }
     }
     return bad ? 3 : 0;
+}
+
+int rotary_store_f32(float *qkv, int64_t qs, int64_t T, int hq, int hkv, int D, const float *cos_sin,
+                     const int64_t *slots, float *k_cache, int64_t kb, int64_t kp, int64_t kh, float *v_cache,
+                     int64_t vb, int64_t vp, int64_t vh, int64_t num_blocks, int block_size, int num_threads) {
+    return rotary_store(qkv, qs, T, hq, hkv, D, cos_sin, slots, k_cache, kb, kp, kh, v_cache, vb, vp, vh,
+                        num_blocks, block_size, num_threads, 0);
+}
+
+int rotary_store_f16kv(float *qkv, int64_t qs, int64_t T, int hq, int hkv, int D, const float *cos_sin,
+                       const int64_t *slots, uint16_t *k_cache, int64_t kb, int64_t kp, int64_t kh,
+                       uint16_t *v_cache, int64_t vb, int64_t vp, int64_t vh, int64_t num_blocks, int block_size,
+                       int num_threads) {
+    return rotary_store(qkv, qs, T, hq, hkv, D, cos_sin, slots, k_cache, kb, kp, kh, v_cache, vb, vp, vh,
+                        num_blocks, block_size, num_threads, 1);
 }
 
 int argmax_rows_f32(const float *x, int64_t xs, int64_t M, int64_t N, int64_t *out,

@@ -3,8 +3,10 @@ with the residual add fused in, rotary embedding plus K/V store, and the greedy
 argmax over the vocabulary. Built with gcc on first use (``chatsite_kernels.cpu.build``).
 
 Each replaces a group of small PyTorch ops whose dispatch costs more than their
-arithmetic at decode sizes. Callers check ``available()`` (and fp32 CPU tensors) and
-keep their PyTorch path for everything else.
+arithmetic at decode sizes. Callers check ``available()`` (and fp32 CPU tensors, or
+``is_cpu_cache`` for the KV cache, which may also be float16) and keep their PyTorch
+path for everything else. A float16 cache is written rounded to nearest even, the
+bits ``tensor.to(torch.float16)`` gives, so the C and the PyTorch store agree.
 """
 
 from __future__ import annotations
@@ -16,19 +18,24 @@ import torch
 from chatsite_kernels.cpu import build as cpu_build
 from chatsite_kernels.cpu import checks as cpu_checks
 
+# rotary_store's entry point by KV cache dtype.
+_ROTARY_SYMBOLS = {torch.float32: "rotary_store_f32", torch.float16: "rotary_store_f16kv"}
+CACHE_DTYPES = tuple(_ROTARY_SYMBOLS)
+
 
 def _declare(lib: ctypes.CDLL) -> None:
     i64, i32, ptr, f32 = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_float
     lib.rms_norm_f32.argtypes = [ptr, i64, ptr, i64, ptr, ptr, i64, i64, i64, f32, i32]
-    lib.rotary_store_f32.argtypes = [
-        *(ptr, i64, i64, i32, i32, i32),  # qkv, row stride, tokens, q heads, kv heads, head dim
-        *(ptr, ptr),  # cos_sin, slots
-        *(ptr, i64, i64, i64),  # k_cache, block / position / head strides
-        *(ptr, i64, i64, i64),  # v_cache
-        *(i64, i32, i32),  # num_blocks, block_size, threads
-    ]
+    for name in _ROTARY_SYMBOLS.values():
+        getattr(lib, name).argtypes = [
+            *(ptr, i64, i64, i32, i32, i32),  # qkv, row stride, tokens, q heads, kv heads, head dim
+            *(ptr, ptr),  # cos_sin, slots
+            *(ptr, i64, i64, i64),  # k_cache, block / position / head strides (in elements)
+            *(ptr, i64, i64, i64),  # v_cache
+            *(i64, i32, i32),  # num_blocks, block_size, threads
+        ]
     lib.argmax_rows_f32.argtypes = [ptr, i64, i64, i64, ptr, i32]
-    for fn in (lib.rms_norm_f32, lib.rotary_store_f32, lib.argmax_rows_f32):
+    for fn in (lib.rms_norm_f32, *(getattr(lib, n) for n in _ROTARY_SYMBOLS.values()), lib.argmax_rows_f32):
         fn.restype = i32
 
 
@@ -42,6 +49,11 @@ def available() -> bool:
 
 def is_cpu_f32(*tensors: torch.Tensor) -> bool:
     return all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
+
+
+def is_cpu_cache(kv_cache: torch.Tensor) -> bool:
+    """A KV cache ``rotary_store`` can write: on the CPU, fp32 or float16."""
+    return kv_cache.device.type == "cpu" and kv_cache.dtype in CACHE_DTYPES
 
 
 def rms_norm(
@@ -92,13 +104,14 @@ def rotary_store(
     """In place on ``qkv`` ``[T, (Hq + 2 Hkv) * D]`` (q, k, v heads in that order, unit
     inner stride): rotate the q and k heads with ``cos_sin`` ``[T, D]`` (cos | sin),
     then write each token's k and v heads to ``k_cache``/``v_cache`` ``[num_blocks,
-    block_size, Hkv, D]`` (strided views are fine) at ``slot_mapping`` (-1 = skip)."""
+    block_size, Hkv, D]`` (strided views are fine; fp32, or float16 rounded to nearest
+    even as ``.to(torch.float16)`` rounds) at ``slot_mapping`` (-1 = skip)."""
     check = cpu_checks
     check.tensor("qkv", qkv, dim=2)
     check.tensor("cos_sin", cos_sin, dim=2)
     check.tensor("slot_mapping", slot_mapping, dtypes=check.INDEX_DTYPES, dim=1)
-    check.tensor("k_cache", k_cache, dim=4, inner_contiguous=True)
-    check.tensor("v_cache", v_cache, dim=4, inner_contiguous=True)
+    check.tensor("k_cache", k_cache, dtypes=CACHE_DTYPES, dim=4, inner_contiguous=True)
+    check.tensor("v_cache", v_cache, dtypes=(k_cache.dtype,), dim=4, inner_contiguous=True)
     tokens, head_dim = qkv.shape[0], cos_sin.shape[-1]
     if num_heads < 1 or num_kv_heads < 1:
         raise ValueError(f"num_heads ({num_heads}) and num_kv_heads ({num_kv_heads}) must be positive")
@@ -120,7 +133,8 @@ def rotary_store(
     cos_sin = cos_sin.contiguous()
     slots = (slot_mapping if slot_mapping.dtype == torch.int64 else slot_mapping.long()).contiguous()
     ks, vs = k_cache.stride(), v_cache.stride()
-    rc = cpu_build.require("layer_ops", _declare).rotary_store_f32(
+    symbol = _ROTARY_SYMBOLS[k_cache.dtype]
+    rc = getattr(cpu_build.require("layer_ops", _declare), symbol)(
         qkv.data_ptr(),
         qkv.stride(0) if tokens > 1 else qkv.shape[1],
         tokens,
@@ -137,7 +151,7 @@ def rotary_store(
         k_cache.shape[1],
         torch.get_num_threads(),
     )
-    cpu_build.check(rc, "rotary_store_f32", "rotary_store_f32: a slot is outside the KV cache")
+    cpu_build.check(rc, symbol, f"{symbol}: a slot is outside the KV cache")
 
 
 def argmax_rows(x: torch.Tensor) -> torch.Tensor:

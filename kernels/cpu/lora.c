@@ -23,7 +23,7 @@
  * eight independent accumulators (a single one would wait on each multiply-add's
  * latency), the input loaded once for the eight. The expand runs eight output features:
  * their B rows (R floats each) against the row's y. Either way the eight accumulators'
- * lanes are summed together by one transposing reduction (sum8x8) into the eight
+ * lanes are summed together by one transposing reduction (vec8.h sum8x8) into the eight
  * results, instead of eight horizontal sums. The expand walks the output features in
  * chunks with every row inside a chunk, so a chunk of B (CHUNK R floats per slot) stays
  * in L1 while the rows of its adapter pass over it.
@@ -53,22 +53,6 @@ static float dot(const float *a, const float *b, int64_t n) {
     float s = hsum8(acc);
     for (; i < n; i++) s += a[i] * b[i];
     return s;
-}
-
-/* Lane j of the result: the sum of v[j]'s eight lanes (an 8 x 8 transpose folded into
- * the adds: pairs, then quads, then halves). */
-static inline __attribute__((always_inline)) v8f sum8x8(const v8f v[8]) {
-    const v8i even = {0, 8, 2, 10, 4, 12, 6, 14}, odd = {1, 9, 3, 11, 5, 13, 7, 15};
-    const v8i lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
-    const v8i lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
-    v8f p[4], q[2];
-    for (int i = 0; i < 4; i++)
-        p[i] = __builtin_shuffle(v[2 * i], v[2 * i + 1], even) +
-               __builtin_shuffle(v[2 * i], v[2 * i + 1], odd);
-    for (int i = 0; i < 2; i++)
-        q[i] = __builtin_shuffle(p[2 * i], p[2 * i + 1], lo2) +
-               __builtin_shuffle(p[2 * i], p[2 * i + 1], hi2);
-    return __builtin_shuffle(q[0], q[1], lo4) + __builtin_shuffle(q[0], q[1], hi4);
 }
 
 /* Lane j: the dot product of rows[j * stride ..] (n floats) with x. */

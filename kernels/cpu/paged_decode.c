@@ -1,4 +1,4 @@
-/* Paged decode attention on CPU, fp32: one new query token per sequence.
+/* Paged decode attention on CPU, fp32 math: one new query token per sequence.
  *
  * Built by kernels/cpu/build.py, called from kernels/cpu/decode.py (GNU C, no torch headers; gcc -O3
  * -fopenmp, never -ffast-math). Same contract as
@@ -28,6 +28,13 @@
  *
  * Rows (head_dim) that are a multiple of 8 go through GCC vector extensions (8 floats:
  * AVX on x86-64, lowered to narrower vectors elsewhere); other sizes take a scalar path.
+ *
+ * The K/V caches are fp32 (the _f32 entry points) or IEEE float16 (_f16kv): the query,
+ * the output and every sum stay fp32, and a half element is widened as it is loaded
+ * (half8.h), so a float16 cache gives bit for bit what the fp32 kernel gives on that
+ * cache upcast, while reading half the bytes (decode attention over long histories is
+ * bound by them). One body serves both: the element type is a compile-time flag
+ * (`kv16`) of the always-inline functions below, strides stay in elements.
  */
 #include <math.h>
 #include <stdint.h>
@@ -38,6 +45,7 @@
 #define MAX_VEC 64 /* vector path up to head_dim 512 */
 #define RUN_MAX 16 /* rows of one work item */
 
+#include "half8.h"
 #include "kernels.h"
 #include "vec8.h"
 
@@ -83,34 +91,64 @@ static inline float softmax_tile(float *restrict s, int n, float *restrict m, fl
  * head are 8 KB at head_dim 64; L1 would evict the current block). Random block order
  * defeats the hardware prefetcher at every block start; measured on a 2-core EPYC with
  * a cache bigger than L3, this cuts decode attention time by about a fifth. */
-static inline void prefetch_rows(const float *base, int rows, int64_t row_stride, int row_bytes) {
+static inline void prefetch_rows(const char *base, int rows, int64_t row_stride_bytes, int row_bytes) {
     for (int t = 0; t < rows; t++) {
-        const char *row = (const char *)(base + (int64_t)t * row_stride);
+        const char *row = base + (int64_t)t * row_stride_bytes;
         for (int off = 0; off < row_bytes; off += 64) __builtin_prefetch(row + off, 0, 1);
     }
 }
 
-/* Scores of one query head over a tile of n K rows: s[t] = scale * q . k[t]. */
-static inline __attribute__((always_inline)) void qk_tile(const float *restrict q, const float *restrict k,
+/* A cache's element i as an address, and elements i..i+7 as fp32, for a cache of
+ * floats (kv16 = 0) or of halves (kv16 = 1). */
+static inline __attribute__((always_inline)) const void *kv_at(const void *base, int64_t i, const int kv16) {
+    return kv16 ? (const void *)((const uint16_t *)base + i) : (const void *)((const float *)base + i);
+}
+
+static inline __attribute__((always_inline)) v8f kv_load8(const void *base, int64_t i, const int kv16) {
+    return kv16 ? load8_f16((const uint16_t *)base + i) : load8((const float *)base + i);
+}
+
+/* The row of `head_dim` elements at element i as floats: in place for an fp32 cache,
+ * else widened into `buf` (head_dim floats of the thread's scratch). The scalar path
+ * then sums the same floats with the same loop (so the same vectorisation and order)
+ * whatever the cache's type. */
+static inline __attribute__((always_inline)) const float *widen_row(const void *base, int64_t i, int head_dim,
+                                                                    float *buf, const int kv16) {
+    if (!kv16) return (const float *)base + i;
+    const uint16_t *h = (const uint16_t *)base + i;
+    for (int d = 0; d < head_dim; d++) buf[d] = f16_to_f32(h[d]);
+    return buf;
+}
+
+/* Scores of one query head over a tile of n K rows: s[t] = scale * q . k[t]. Eight
+ * positions at a time, each with its own accumulator (eight independent FMA chains,
+ * the query chunk loaded once for the eight), summed across by sum8x8. */
+static inline __attribute__((always_inline)) void qk_tile(const float *restrict q, const void *restrict k,
                                                           int64_t k_pos_stride, int n, const int head_dim,
-                                                          float scale, float *restrict s) {
+                                                          float scale, float *restrict s, float *restrict buf,
+                                                          const int kv16) {
     if (head_dim % 8 == 0 && head_dim / 8 <= MAX_VEC) {
         const int nv = head_dim / 8;
-        v8f qv[MAX_VEC]; /* the query row, in registers for 64/128 */
-        for (int c = 0; c < nv; c++) qv[c] = load8(q + 8 * c);
-        for (int t = 0; t < n; t++) {
-            const float *krow = k + (int64_t)t * k_pos_stride;
-            v8f a0 = qv[0] * load8(krow), a1 = {0};
-            for (int c = 1; c + 1 < nv; c += 2) { /* two chains: FMA latency */
-                a1 += qv[c] * load8(krow + 8 * c);
-                a0 += qv[c + 1] * load8(krow + 8 * c + 8);
+        int t = 0;
+        for (; t + 8 <= n; t += 8) {
+            const void *k0 = kv_at(k, (int64_t)t * k_pos_stride, kv16);
+            v8f a[8];
+            for (int j = 0; j < 8; j++) a[j] = (v8f){0};
+            for (int c = 0; c < nv; c++) {
+                const v8f qc = load8(q + 8 * c);
+                for (int j = 0; j < 8; j++) a[j] += qc * kv_load8(k0, j * k_pos_stride + 8 * c, kv16);
             }
-            if (nv % 2 == 0) a1 += qv[nv - 1] * load8(krow + 8 * (nv - 1));
-            s[t] = hsum8(a0 + a1) * scale;
+            store8(s + t, sum8x8(a) * splat8(scale));
+        }
+        for (; t < n; t++) {
+            const void *krow = kv_at(k, (int64_t)t * k_pos_stride, kv16);
+            v8f a = {0};
+            for (int c = 0; c < nv; c++) a += load8(q + 8 * c) * kv_load8(krow, 8 * c, kv16);
+            s[t] = pair_sum8(a) * scale;
         }
     } else {
         for (int t = 0; t < n; t++) {
-            const float *krow = k + (int64_t)t * k_pos_stride;
+            const float *krow = widen_row(k, (int64_t)t * k_pos_stride, head_dim, buf, kv16);
             float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
             for (int d = 0; d < head_dim; d++) dot += q[d] * krow[d];
@@ -121,21 +159,22 @@ static inline __attribute__((always_inline)) void qk_tile(const float *restrict 
 
 /* acc = alpha * acc + sum_t p[t] * v[t] over a tile of n V rows. */
 static inline __attribute__((always_inline)) void pv_tile(float *restrict acc, float alpha,
-                                                          const float *restrict p, const float *restrict v,
-                                                          int64_t v_pos_stride, int n, const int head_dim) {
+                                                          const float *restrict p, const void *restrict v,
+                                                          int64_t v_pos_stride, int n, const int head_dim,
+                                                          float *restrict buf, const int kv16) {
     if (head_dim % 8 == 0 && head_dim / 8 <= MAX_VEC) {
         const int nv = head_dim / 8;
         v8f av[MAX_VEC]; /* the accumulator row, in registers for 64/128 */
         for (int c = 0; c < nv; c++) av[c] = alpha * load8(acc + 8 * c);
         for (int t = 0; t < n; t++) {
-            const float *vrow = v + (int64_t)t * v_pos_stride;
-            for (int c = 0; c < nv; c++) av[c] += p[t] * load8(vrow + 8 * c);
+            const void *vrow = kv_at(v, (int64_t)t * v_pos_stride, kv16);
+            for (int c = 0; c < nv; c++) av[c] += p[t] * kv_load8(vrow, 8 * c, kv16);
         }
         for (int c = 0; c < nv; c++) store8(acc + 8 * c, av[c]);
     } else {
         for (int d = 0; d < head_dim; d++) acc[d] *= alpha;
         for (int t = 0; t < n; t++) {
-            const float *vrow = v + (int64_t)t * v_pos_stride;
+            const float *vrow = widen_row(v, (int64_t)t * v_pos_stride, head_dim, buf, kv16);
 #pragma omp simd
             for (int d = 0; d < head_dim; d++) acc[d] += p[t] * vrow[d];
         }
@@ -145,7 +184,7 @@ static inline __attribute__((always_inline)) void pv_tile(float *restrict acc, f
 struct item {
     const float *q; /* the first row's group's first query head; heads q_head_stride apart */
     int64_t q_seq_stride, q_head_stride;
-    const float *k, *v; /* the caches at the item's kv head */
+    const void *k, *v; /* the caches at the item's kv head: floats or halves */
     int64_t k_block_stride, k_pos_stride, v_block_stride, v_pos_stride;
     const int32_t *table; /* the last row's, which covers every row's blocks */
     const int32_t *lengths; /* of each row, non-decreasing */
@@ -156,7 +195,8 @@ struct item {
     const float *sinks;  /* NULL, or this group's first head's sink logit */
     float *out; /* the first row's group's first output head */
     int64_t out_seq_stride, out_head_stride;
-    float *acc; /* rows * group * head_dim floats of scratch */
+    float *acc;  /* rows * group * head_dim floats of scratch */
+    float *wide; /* head_dim more: a float16 row widened (scalar path) */
 };
 
 /* One work item: a run of rows (query tokens whose K/V are the same cache positions,
@@ -167,10 +207,11 @@ struct item {
  * own length, so its result is bit-identical to a run of one. `head_dim` is a
  * compile-time constant in the specialised copies (rows unroll into registers). */
 static inline __attribute__((always_inline)) void attend(const struct item *it, const int head_dim,
-                                                         const int featured) {
+                                                         const int featured, const int kv16) {
     const int group = it->group, bs = it->block_size, rows = it->rows;
     const int heads = rows * group, length = it->lengths[rows - 1];
     const int window = featured ? it->window : 0;
+    const int64_t elem = kv16 ? 2 : 4;
     float m[heads], l[heads], s[TILE];
     for (int g = 0; g < heads; g++) {
         m[g] = -INFINITY;
@@ -184,14 +225,16 @@ static inline __attribute__((always_inline)) void attend(const struct item *it, 
         if (blk + 1 < num_blocks) {
             const int64_t next = it->table[blk + 1];
             const int ahead = length - (blk + 1) * bs < bs ? length - (blk + 1) * bs : bs;
-            prefetch_rows(it->k + next * it->k_block_stride, ahead, it->k_pos_stride, head_dim * 4);
-            prefetch_rows(it->v + next * it->v_block_stride, ahead, it->v_pos_stride, head_dim * 4);
+            prefetch_rows(kv_at(it->k, next * it->k_block_stride, kv16), ahead, it->k_pos_stride * elem,
+                          head_dim * (int)elem);
+            prefetch_rows(kv_at(it->v, next * it->v_block_stride, kv16), ahead, it->v_pos_stride * elem,
+                          head_dim * (int)elem);
         }
         const int64_t block = it->table[blk];
         const int in_block = length - blk * bs < bs ? length - blk * bs : bs;
         for (int t0 = 0; t0 < in_block; t0 += TILE) {
-            const float *kt = it->k + block * it->k_block_stride + (int64_t)t0 * it->k_pos_stride;
-            const float *vt = it->v + block * it->v_block_stride + (int64_t)t0 * it->v_pos_stride;
+            const void *kt = kv_at(it->k, block * it->k_block_stride + (int64_t)t0 * it->k_pos_stride, kv16);
+            const void *vt = kv_at(it->v, block * it->v_block_stride + (int64_t)t0 * it->v_pos_stride, kv16);
             for (int r = 0; r < rows; r++) {
                 const int row_in_block = it->lengths[r] - blk * bs < bs ? it->lengths[r] - blk * bs : bs;
                 const int n = row_in_block - t0 < TILE ? row_in_block - t0 : TILE;
@@ -204,15 +247,16 @@ static inline __attribute__((always_inline)) void attend(const struct item *it, 
                 const int kept = n - skip;
                 for (int g = 0; kept > 0 && g < group; g++) {
                     const int rg = r * group + g;
-                    qk_tile(it->q + r * it->q_seq_stride + g * it->q_head_stride, kt + skip * it->k_pos_stride,
-                            it->k_pos_stride, kept, head_dim, it->scale, s);
+                    qk_tile(it->q + r * it->q_seq_stride + g * it->q_head_stride,
+                            kv_at(kt, skip * it->k_pos_stride, kv16), it->k_pos_stride, kept, head_dim, it->scale,
+                            s, it->wide, kv16);
                     if (featured && it->softcap > 0.0f) {
                         const float cap = it->softcap;
                         for (int t = 0; t < kept; t++) s[t] = cap * tanhf(s[t] / cap);
                     }
                     const float alpha = softmax_tile(s, kept, &m[rg], &l[rg]);
-                    pv_tile(it->acc + (int64_t)rg * head_dim, alpha, s, vt + skip * it->v_pos_stride, it->v_pos_stride,
-                            kept, head_dim);
+                    pv_tile(it->acc + (int64_t)rg * head_dim, alpha, s, kv_at(vt, skip * it->v_pos_stride, kv16),
+                            it->v_pos_stride, kept, head_dim, it->wide, kv16);
                 }
             }
         }
@@ -268,19 +312,41 @@ static int find_runs(const int32_t *block_tables, int64_t table_stride, int tabl
     return runs;
 }
 
+/* One work item with `featured`, `kv16` and (for the plain kernel's common sizes)
+ * `head_dim` as compile-time constants: each combination is its own specialised copy. */
+static void attend_item(const struct item *it, int head_dim, int featured, int kv16) {
+#define ATTEND_SIZES(KV16)                     \
+    do {                                       \
+        if (featured)                          \
+            attend(it, head_dim, 1, KV16);     \
+        else if (head_dim == 64)               \
+            attend(it, 64, 0, KV16);           \
+        else if (head_dim == 128)              \
+            attend(it, 128, 0, KV16);          \
+        else                                   \
+            attend(it, head_dim, 0, KV16);     \
+    } while (0)
+    if (kv16)
+        ATTEND_SIZES(1);
+    else
+        ATTEND_SIZES(0);
+#undef ATTEND_SIZES
+}
+
 /* Returns 0 on success, 1 on bad sizes, 2 if out of memory, 3 if a length exceeds its
  * block table or a block id is outside [0, num_blocks) (such an item is not read).
- * Strides are in elements; the head_dim axis of every tensor must be contiguous.
- * window <= 0: no window; softcap <= 0: no soft-cap; sinks NULL or [q_heads]. */
-int paged_decode_attention_ext_f32(const float *query, int64_t q_seq_stride, int64_t q_head_stride,
-                                   const float *k_cache, int64_t k_block_stride, int64_t k_pos_stride,
-                                   int64_t k_head_stride, const float *v_cache, int64_t v_block_stride,
-                                   int64_t v_pos_stride, int64_t v_head_stride, int num_blocks,
-                                   const int32_t *block_tables, int64_t table_stride, int table_width,
-                                   const int32_t *context_lens, float *out, int64_t out_seq_stride,
-                                   int64_t out_head_stride, int num_seqs, int q_heads, int kv_heads,
-                                   int head_dim, int block_size, float scale, int window, float softcap,
-                                   const float *sinks, int num_threads) {
+ * Strides are in elements (of the cache's own type for the caches); the head_dim axis
+ * of every tensor must be contiguous. window <= 0: no window; softcap <= 0: no
+ * soft-cap; sinks NULL or [q_heads]. kv16: the caches hold float16, else float. */
+static int paged_decode(const float *query, int64_t q_seq_stride, int64_t q_head_stride,
+                        const void *k_cache, int64_t k_block_stride, int64_t k_pos_stride,
+                        int64_t k_head_stride, const void *v_cache, int64_t v_block_stride,
+                        int64_t v_pos_stride, int64_t v_head_stride, int num_blocks,
+                        const int32_t *block_tables, int64_t table_stride, int table_width,
+                        const int32_t *context_lens, float *out, int64_t out_seq_stride,
+                        int64_t out_head_stride, int num_seqs, int q_heads, int kv_heads, int head_dim,
+                        int block_size, float scale, int window, float softcap, const float *sinks,
+                        int kv16, int num_threads) {
     const int featured = window > 0 || softcap > 0.0f || sinks != NULL;
     if (kv_heads <= 0 || q_heads % kv_heads != 0 || block_size <= 0 || head_dim <= 0) return 1;
     if (num_seqs <= 0) return 0;
@@ -295,7 +361,7 @@ int paged_decode_attention_ext_f32(const float *query, int64_t q_seq_stride, int
     const int64_t target = 2 * (int64_t)(num_threads > 1 ? num_threads : 1);
     int pieces = (int)((target + (int64_t)runs * kv_heads - 1) / ((int64_t)runs * kv_heads));
     const int64_t items = (int64_t)runs * pieces * kv_heads;
-    const size_t acc_floats = (size_t)RUN_MAX * (size_t)group * (size_t)head_dim;
+    const size_t acc_floats = ((size_t)RUN_MAX * (size_t)group + 1) * (size_t)head_dim;
     int failed = 0;
 
 #pragma omp parallel num_threads(num_threads) if (num_threads > 1 && items > 1)
@@ -323,8 +389,10 @@ int paged_decode_attention_ext_f32(const float *query, int64_t q_seq_stride, int
                 .q = query + (int64_t)b * q_seq_stride + (int64_t)h * group * q_head_stride,
                 .q_seq_stride = q_seq_stride,
                 .q_head_stride = q_head_stride,
-                .k = k_cache + (int64_t)h * k_head_stride,
-                .v = v_cache + (int64_t)h * v_head_stride,
+                .k = kv16 ? (const void *)((const uint16_t *)k_cache + (int64_t)h * k_head_stride)
+                          : (const void *)((const float *)k_cache + (int64_t)h * k_head_stride),
+                .v = kv16 ? (const void *)((const uint16_t *)v_cache + (int64_t)h * v_head_stride)
+                          : (const void *)((const float *)v_cache + (int64_t)h * v_head_stride),
                 .k_block_stride = k_block_stride,
                 .k_pos_stride = k_pos_stride,
                 .v_block_stride = v_block_stride,
@@ -342,15 +410,9 @@ int paged_decode_attention_ext_f32(const float *query, int64_t q_seq_stride, int
                 .out_seq_stride = out_seq_stride,
                 .out_head_stride = out_head_stride,
                 .acc = acc,
+                .wide = acc + (size_t)RUN_MAX * (size_t)group * (size_t)head_dim,
             };
-            if (featured)
-                attend(&it, head_dim, 1);
-            else if (head_dim == 64)
-                attend(&it, 64, 0);
-            else if (head_dim == 128)
-                attend(&it, 128, 0);
-            else
-                attend(&it, head_dim, 0);
+            attend_item(&it, head_dim, featured, kv16);
         }
         free(acc);
     }
@@ -358,7 +420,40 @@ int paged_decode_attention_ext_f32(const float *query, int64_t q_seq_stride, int
     return failed;
 }
 
-/* The plain kernel: whole contexts, no soft-cap, no sinks. */
+/* The exported kernels (kernels.h): fp32 or float16 caches, plain (whole contexts, no
+ * soft-cap, no sinks) or featured. */
+int paged_decode_attention_ext_f32(const float *query, int64_t q_seq_stride, int64_t q_head_stride,
+                                   const float *k_cache, int64_t k_block_stride, int64_t k_pos_stride,
+                                   int64_t k_head_stride, const float *v_cache, int64_t v_block_stride,
+                                   int64_t v_pos_stride, int64_t v_head_stride, int num_blocks,
+                                   const int32_t *block_tables, int64_t table_stride, int table_width,
+                                   const int32_t *context_lens, float *out, int64_t out_seq_stride,
+                                   int64_t out_head_stride, int num_seqs, int q_heads, int kv_heads,
+                                   int head_dim, int block_size, float scale, int window, float softcap,
+                                   const float *sinks, int num_threads) {
+    return paged_decode(query, q_seq_stride, q_head_stride, k_cache, k_block_stride, k_pos_stride,
+                        k_head_stride, v_cache, v_block_stride, v_pos_stride, v_head_stride, num_blocks,
+                        block_tables, table_stride, table_width, context_lens, out, out_seq_stride,
+                        out_head_stride, num_seqs, q_heads, kv_heads, head_dim, block_size, scale,
+                        window, softcap, sinks, 0, num_threads);
+}
+
+int paged_decode_attention_ext_f16kv(const float *query, int64_t q_seq_stride, int64_t q_head_stride,
+                                     const uint16_t *k_cache, int64_t k_block_stride, int64_t k_pos_stride,
+                                     int64_t k_head_stride, const uint16_t *v_cache, int64_t v_block_stride,
+                                     int64_t v_pos_stride, int64_t v_head_stride, int num_blocks,
+                                     const int32_t *block_tables, int64_t table_stride, int table_width,
+                                     const int32_t *context_lens, float *out, int64_t out_seq_stride,
+                                     int64_t out_head_stride, int num_seqs, int q_heads, int kv_heads,
+                                     int head_dim, int block_size, float scale, int window, float softcap,
+                                     const float *sinks, int num_threads) {
+    return paged_decode(query, q_seq_stride, q_head_stride, k_cache, k_block_stride, k_pos_stride,
+                        k_head_stride, v_cache, v_block_stride, v_pos_stride, v_head_stride, num_blocks,
+                        block_tables, table_stride, table_width, context_lens, out, out_seq_stride,
+                        out_head_stride, num_seqs, q_heads, kv_heads, head_dim, block_size, scale,
+                        window, softcap, sinks, 1, num_threads);
+}
+
 int paged_decode_attention_f32(const float *query, int64_t q_seq_stride, int64_t q_head_stride,
                                const float *k_cache, int64_t k_block_stride, int64_t k_pos_stride,
                                int64_t k_head_stride, const float *v_cache, int64_t v_block_stride,
@@ -367,10 +462,24 @@ int paged_decode_attention_f32(const float *query, int64_t q_seq_stride, int64_t
                                const int32_t *context_lens, float *out, int64_t out_seq_stride,
                                int64_t out_head_stride, int num_seqs, int q_heads, int kv_heads,
                                int head_dim, int block_size, float scale, int num_threads) {
-    return paged_decode_attention_ext_f32(query, q_seq_stride, q_head_stride, k_cache, k_block_stride,
-                                          k_pos_stride, k_head_stride, v_cache, v_block_stride,
-                                          v_pos_stride, v_head_stride, num_blocks, block_tables,
-                                          table_stride, table_width, context_lens, out, out_seq_stride,
-                                          out_head_stride, num_seqs, q_heads, kv_heads, head_dim,
-                                          block_size, scale, 0, 0.0f, NULL, num_threads);
+    return paged_decode(query, q_seq_stride, q_head_stride, k_cache, k_block_stride, k_pos_stride,
+                        k_head_stride, v_cache, v_block_stride, v_pos_stride, v_head_stride, num_blocks,
+                        block_tables, table_stride, table_width, context_lens, out, out_seq_stride,
+                        out_head_stride, num_seqs, q_heads, kv_heads, head_dim, block_size, scale,
+                        0, 0.0f, NULL, 0, num_threads);
+}
+
+int paged_decode_attention_f16kv(const float *query, int64_t q_seq_stride, int64_t q_head_stride,
+                                 const uint16_t *k_cache, int64_t k_block_stride, int64_t k_pos_stride,
+                                 int64_t k_head_stride, const uint16_t *v_cache, int64_t v_block_stride,
+                                 int64_t v_pos_stride, int64_t v_head_stride, int num_blocks,
+                                 const int32_t *block_tables, int64_t table_stride, int table_width,
+                                 const int32_t *context_lens, float *out, int64_t out_seq_stride,
+                                 int64_t out_head_stride, int num_seqs, int q_heads, int kv_heads,
+                                 int head_dim, int block_size, float scale, int num_threads) {
+    return paged_decode(query, q_seq_stride, q_head_stride, k_cache, k_block_stride, k_pos_stride,
+                        k_head_stride, v_cache, v_block_stride, v_pos_stride, v_head_stride, num_blocks,
+                        block_tables, table_stride, table_width, context_lens, out, out_seq_stride,
+                        out_head_stride, num_seqs, q_heads, kv_heads, head_dim, block_size, scale,
+                        0, 0.0f, NULL, 1, num_threads);
 }

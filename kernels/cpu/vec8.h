@@ -21,6 +21,31 @@ static inline float hsum8(v8f v) {
     return v[0];
 }
 
+/* The 8 lanes' sum in the order sum8x8 (below) adds each of its vectors': ((x0 + x1) +
+ * (x2 + x3)) + ((x4 + x5) + (x6 + x7)), so that a sum does not depend on whether it
+ * was taken alone or among 8. */
+static inline float pair_sum8(v8f v) {
+    v = v + __builtin_shuffle(v, (v8i){1, 0, 3, 2, 5, 4, 7, 6});
+    v = v + __builtin_shuffle(v, (v8i){2, 3, 0, 1, 6, 7, 4, 5});
+    return v[0] + v[4];
+}
+
+/* Lane j of the result: the sum of v[j]'s eight lanes (an 8 x 8 transpose folded into
+ * the adds: pairs, then quads, then halves). */
+static inline __attribute__((always_inline)) v8f sum8x8(const v8f v[8]) {
+    const v8i even = {0, 8, 2, 10, 4, 12, 6, 14}, odd = {1, 9, 3, 11, 5, 13, 7, 15};
+    const v8i lo2 = {0, 1, 8, 9, 4, 5, 12, 13}, hi2 = {2, 3, 10, 11, 6, 7, 14, 15};
+    const v8i lo4 = {0, 1, 2, 3, 8, 9, 10, 11}, hi4 = {4, 5, 6, 7, 12, 13, 14, 15};
+    v8f p[4], q[2];
+    for (int i = 0; i < 4; i++)
+        p[i] = __builtin_shuffle(v[2 * i], v[2 * i + 1], even) +
+               __builtin_shuffle(v[2 * i], v[2 * i + 1], odd);
+    for (int i = 0; i < 2; i++)
+        q[i] = __builtin_shuffle(p[2 * i], p[2 * i + 1], lo2) +
+               __builtin_shuffle(p[2 * i], p[2 * i + 1], hi2);
+    return __builtin_shuffle(q[0], q[1], lo4) + __builtin_shuffle(q[0], q[1], hi4);
+}
+
 /* exp(x) lane by lane for x <= 0 (scores minus their running max), to about 1 ulp
  * (Cephes expf). Results below exp(-87) flush to 0: they are under 2^-125 times the
  * largest term of the sum, which is 1; x = -inf (padding) gives 0. */

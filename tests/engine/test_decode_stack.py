@@ -1,6 +1,6 @@
 """The one-call CPU decode step (``chatsite_kernels.cpu.decode_stack``): bit-identical to the
-model's per-op path on fp32 panels and on quantized blocks, taken only by models it
-applies to, and refusing a KV cache or slot it would read or write out of bounds.
+model's per-op path on fp32 panels and on quantized blocks, with an fp32 or a float16
+KV pool, taken only by models it applies to, and refusing a KV cache or slot it would read or write out of bounds.
 
 End to end, the engine's greedy tokens on the default GGUF against HF's
 (``test_engine_smollm2.py``) run through it too."""
@@ -16,6 +16,7 @@ import torch
 
 from chatsite_kernels.cpu import build as cpu_build
 from chatsite_kernels.cpu import decode_stack as cpu_decode_stack
+from chatsite_kernels.cpu import layer_ops as cpu_layer_ops
 from chatsite_kernels.cpu import quant as cpu_quant
 from chatsite_kernels.cpu.quant import QuantRows
 from inference.layers import cpu_packing
@@ -55,13 +56,15 @@ def loaded(tmp_path: Path, arch: str, fmt: str | None):
     return model, config
 
 
-def decode_inputs(model, config, cached: list[int], seed: int = 0):
+def decode_inputs(model, config, cached: list[int], seed: int = 0, cache_dtype: torch.dtype = torch.float32):
     """A decode step for sequences with ``cached`` tokens already in a NaN-filled pool
     (as stale slots may hold anything), whose cached K/V comes from a real prefill."""
     gen = torch.Generator().manual_seed(seed)
     num_blocks = 64
     kv = torch.full(
-        (num_blocks, 2, config.num_layers, BLOCK, config.num_kv_heads, config.head_dim), float("nan")
+        (num_blocks, 2, config.num_layers, BLOCK, config.num_kv_heads, config.head_dim),
+        float("nan"),
+        dtype=cache_dtype,
     )
     order = torch.randperm(num_blocks, generator=gen).tolist()
     tables = [[order.pop() for _ in range(-(-(n + 1) // BLOCK))] for n in cached]
@@ -72,19 +75,28 @@ def decode_inputs(model, config, cached: list[int], seed: int = 0):
     return ids, torch.tensor(cached), build_context(tables, cached, [1] * len(cached), BLOCK), kv
 
 
+@pytest.mark.parametrize("cache_dtype", [torch.float32, torch.float16])
 @pytest.mark.parametrize(
     ("arch", "fmt"),
     [("llama", None), ("qwen2", None), ("llama", "q4"), ("qwen2", "q8"), ("llama", "q8s")],
 )
-def test_one_call_decode_step_is_bit_identical_to_the_per_op_path(tmp_path: Path, arch: str, fmt: str | None):
+def test_one_call_decode_step_is_bit_identical_to_the_per_op_path(
+    tmp_path: Path, monkeypatch, arch: str, fmt: str | None, cache_dtype: torch.dtype
+):
     model, config = loaded(tmp_path, arch, fmt)
     assert model.decode_stack is not None
-    ids, positions, ctx, kv = decode_inputs(model, config, cached=[3, 9, 16, 1])
+    ids, positions, ctx, kv = decode_inputs(model, config, cached=[3, 9, 16, 1], cache_dtype=cache_dtype)
     kv_per_op = kv.clone()
     stacked = model(ids, positions, ctx, kv)
     stack, model.decode_stack = model.decode_stack, None
+    stores = []
+    real_store = cpu_layer_ops.rotary_store
+    monkeypatch.setattr(
+        cpu_layer_ops, "rotary_store", lambda *a: stores.append(a[-1].dtype) or real_store(*a)
+    )
     per_op = model(ids, positions, ctx, kv_per_op)
     model.decode_stack = stack
+    assert stores == [cache_dtype] * config.num_layers  # the per-op path's C store, this pool's dtype
     assert torch.equal(stacked, per_op)
     assert torch.equal(kv.nan_to_num(), kv_per_op.nan_to_num())  # the same K/V stored
     assert torch.isfinite(stacked).all()
@@ -294,6 +306,7 @@ STEP_CASES = {
     "a context length past 32 bits": ("context_lens", plus_2_32),
     "a negative 64-bit context length": ("context_lens", lambda n: n.long() - 100),
     "kv_cache float64": ("kv_cache", lambda kv: kv.double()),
+    "kv_cache bfloat16": ("kv_cache", lambda kv: kv.bfloat16()),
     "kv_cache with 2**31 blocks": ("kv_cache", lambda kv: kv[:1].expand(2**31, *kv.shape[1:])),
 }
 

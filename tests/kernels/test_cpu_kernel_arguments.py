@@ -63,7 +63,8 @@ DECODE_CASES = {
     "query float64": ("query", lambda a: a["query"].double()),
     "query 2-D": ("query", lambda a: a["query"][:, 0]),
     "query on the meta device": ("query", lambda a: a["query"].to("meta")),
-    "k_cache float16": ("k_cache", lambda a: a["k_cache"].half()),
+    "k_cache bfloat16": ("k_cache", lambda a: a["k_cache"].bfloat16()),
+    "v_cache float16 beside an fp32 k_cache": ("v_cache", lambda a: a["v_cache"].half()),
     "k_cache with the wrong head size": ("k_cache", lambda a: torch.randn(BLOCKS, BS, HKV, D + 1)),
     "k_cache head count not dividing the query's": ("k_cache", lambda a: torch.randn(BLOCKS, BS, 3, D)),
     "k_cache with a strided head dimension": (
@@ -97,6 +98,8 @@ ROTARY_CASES = {
     "slot_mapping of floats": ("slot_mapping", lambda a: a["slot_mapping"].float()),
     "k_cache with the wrong head count": ("k_cache", lambda a: torch.zeros(BLOCKS, BS, HKV + 1, D)),
     "k_cache int32": ("k_cache", lambda a: a["k_cache"].int()),
+    "k_cache bfloat16": ("k_cache", lambda a: a["k_cache"].bfloat16()),
+    "v_cache float16 beside an fp32 k_cache": ("v_cache", lambda a: a["v_cache"].half()),
     "k_cache with the wrong head size": ("k_cache", lambda a: torch.zeros(BLOCKS, BS, HKV, D * 2)),
     "v_cache of another shape": ("v_cache", lambda a: torch.zeros(BLOCKS, BS + 1, HKV, D)),
     "v_cache 3-D": ("v_cache", lambda a: torch.zeros(BLOCKS, BS, HKV * D)),

@@ -1,7 +1,8 @@
 """Sliding windows, logit soft-caps and attention sinks in the attention kernels: the C
 decode kernel (``chatsite_kernels.cpu.decode``) and the Triton decode and prefill
 kernels (under the interpreter without a GPU) against the PyTorch path,
-``inference.layers.window_attention.feature_attention_torch``."""
+``inference.layers.window_attention.feature_attention_torch``. The C kernel also
+reads float16 caches, checked against the PyTorch path on the values upcast."""
 
 from __future__ import annotations
 
@@ -64,6 +65,27 @@ def batch_for(
     )
 
 
+CACHE_DTYPES = [torch.float32, torch.float16]
+
+
+def with_cache_dtype(batch: PagedBatch, dtype: torch.dtype) -> tuple[PagedBatch, PagedBatch]:
+    """The batch with its pool in ``dtype`` (for the C kernel), and the same values as
+    fp32 (for the PyTorch path)."""
+    pool = batch.pool.to(dtype)
+    upcast = pool.float()
+    return (
+        dataclasses.replace(batch, pool=pool, k_cache=pool[:, 0, 1], v_cache=pool[:, 1, 1]),
+        dataclasses.replace(batch, pool=upcast, k_cache=upcast[:, 0, 1], v_cache=upcast[:, 1, 1]),
+    )
+
+
+def c_kernel(batch: PagedBatch, features: AttentionFeatures) -> torch.Tensor:
+    return cpu_decode.paged_decode_attention_cpu(
+        batch.query, batch.k_cache, batch.v_cache, batch.block_tables, batch.context_lens, batch.scale,
+        window=features.window, softcap=features.softcap, sinks=features.sinks,
+    )  # fmt: skip
+
+
 def torch_path(batch: PagedBatch, features: AttentionFeatures) -> torch.Tensor:
     sinks = features.sinks.to(batch.query.device) if features.sinks is not None else None
     return feature_attention_torch(
@@ -82,9 +104,10 @@ def torch_path(batch: PagedBatch, features: AttentionFeatures) -> torch.Tensor:
 DECODE_LENGTHS = [1, 19, 20, 21, 36, 37, 38, 64, 100, 300]
 
 
+@pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
 @pytest.mark.parametrize("name", list(FEATURES))
 @pytest.mark.parametrize(("heads", "head_dim"), [((9, 3), 64), ((4, 4), 40), ((16, 2), 128)])
-def test_c_decode_kernel_matches_the_torch_path(name, heads, head_dim):
+def test_c_decode_kernel_matches_the_torch_path(name, heads, head_dim, cache_dtype):
     assert cpu_decode.available(), "the C decode kernel did not build (is gcc installed?)"
     features = features_for(name, heads[0])
     batch = batch_for(
@@ -96,21 +119,14 @@ def test_c_decode_kernel_matches_the_torch_path(name, heads, head_dim):
         kv_heads=heads[1],
         head_dim=head_dim,
     )
-    out = cpu_decode.paged_decode_attention_cpu(
-        batch.query,
-        batch.k_cache,
-        batch.v_cache,
-        batch.block_tables,
-        batch.context_lens,
-        batch.scale,
-        window=features.window,
-        softcap=features.softcap,
-        sinks=features.sinks,
-    )
-    assert max_err(out, torch_path(batch, features)) <= ATOL
+    batch, upcast = with_cache_dtype(batch, cache_dtype)
+    out = c_kernel(batch, features)
+    assert max_err(out, torch_path(upcast, features)) <= ATOL
+    assert torch.equal(out, c_kernel(upcast, features))  # float16 loads are exact
 
 
-def test_c_decode_kernel_runs_of_one_sequence_see_their_own_windows():
+@pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
+def test_c_decode_kernel_runs_of_one_sequence_see_their_own_windows(cache_dtype):
     """Verify rows (one sequence at successive positions) share their K/V reads in the
     kernel; each still attends within its own window."""
     features = AttentionFeatures(window=20, sinks=torch.randn(9))
@@ -118,12 +134,9 @@ def test_c_decode_kernel_runs_of_one_sequence_see_their_own_windows():
     batch = batch_for(pairs, features, torch.device("cpu"), block_size=16, q_heads=9, kv_heads=3, head_dim=64)
     same = batch.block_tables[-1:].expand_as(batch.block_tables).clone()
     same[:, :1] = 0  # the longest row's dropped block is the shorter rows' first: keep it readable
-    batch = dataclasses.replace(batch, block_tables=same)
-    out = cpu_decode.paged_decode_attention_cpu(
-        batch.query, batch.k_cache, batch.v_cache, batch.block_tables, batch.context_lens, batch.scale,
-        window=20, sinks=features.sinks,
-    )  # fmt: skip
-    assert max_err(out, torch_path(batch, features)) <= ATOL
+    batch, upcast = with_cache_dtype(dataclasses.replace(batch, block_tables=same), cache_dtype)
+    out = c_kernel(batch, features)
+    assert max_err(out, torch_path(upcast, features)) <= ATOL
 
 
 def test_c_decode_kernel_refuses_a_block_its_window_reads_outside_the_cache():
@@ -139,13 +152,15 @@ def test_c_decode_kernel_refuses_a_block_its_window_reads_outside_the_cache():
         )
 
 
-def test_cpu_decode_steps_of_featured_layers_take_the_c_kernel(monkeypatch):
-    """``feature_attention`` sends a CPU fp32 decode step to the C kernel with the layer's
-    features, and its result is the PyTorch path's."""
+@pytest.mark.parametrize("cache_dtype", CACHE_DTYPES)
+def test_cpu_decode_steps_of_featured_layers_take_the_c_kernel(monkeypatch, cache_dtype):
+    """``feature_attention`` sends a CPU decode step (fp32 query, fp32 or float16 cache)
+    to the C kernel with the layer's features, and its result is the PyTorch path's."""
     features = AttentionFeatures(window=20, softcap=2.0, sinks=torch.randn(9))
     lengths = [5, 40, 77]
     batch = batch_for([(1, n) for n in lengths], features, torch.device("cpu"), block_size=16, q_heads=9,
                       kv_heads=3, head_dim=64)  # fmt: skip
+    batch, _ = with_cache_dtype(batch, cache_dtype)
     tables = batch.block_tables.clamp(max=batch.k_cache.shape[0] - 1).tolist()
     ctx = build_context(tables, [n - 1 for n in lengths], [1] * len(lengths), 16)
     ctx.block_tables = batch.block_tables
@@ -158,7 +173,8 @@ def test_cpu_decode_steps_of_featured_layers_take_the_c_kernel(monkeypatch):
     value = torch.randn(len(lengths), 3, 64)
     out = feature_attention(batch.query, key, value, batch.k_cache, batch.v_cache, ctx, batch.scale, features)
     assert calls and calls[0]["window"] == 20 and calls[0]["softcap"] == 2.0
-    assert max_err(out, torch_path(batch, features)) <= ATOL
+    _, upcast = with_cache_dtype(batch, cache_dtype)  # after the step stored its K/V
+    assert max_err(out, torch_path(upcast, features)) <= ATOL
 
 
 # ---- Triton (compiled on a GPU, the interpreter on the CPU) ---------------------------------
