@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         choices=["default", "active", "passive"],
         default="default",
         help="how idle kernel threads wait (OMP_WAIT_POLICY; llama-server's --poll 50 or 0); "
-        "default: each server's own (ours: ENGINE_OMP_WAIT_POLICY, passive unless set; "
+        "default: each server's own (ours: ENGINE_OMP_WAIT_POLICY, a short spin unless set; "
         "llama-server: --poll 50). On a shared machine spinning threads stall each other",
     )
     parser.add_argument("--json", default="", help="write the figures here")
