@@ -122,3 +122,16 @@ def test_smollm2_logits_stay_near_the_fp32_pools_and_greedy_answers_agree_but_at
     assert 0 < worst < LOGIT_TOL, f"max |logit float16 pool - logit fp32 pool| = {worst:.3f}"
     identical = sum(a == b for a, b in zip(answers["model"], answers["float16"], strict=True))
     assert identical >= len(prompts) - 1, f"only {identical} of {len(prompts)} answers agree"
+
+
+def test_float16_history_converts_to_bfloat16_through_fp32_with_the_same_bits() -> None:
+    from inference.layers.attention import _converted  # noqa: PLC0415 - the one private helper tested
+
+    halves = (
+        torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.float16)
+    )  # every half
+    direct, widened = halves.to(torch.bfloat16), _converted(halves, torch.bfloat16)
+    same = (direct.view(torch.int16) == widened.view(torch.int16)) | (direct.isnan() & widened.isnan())
+    assert bool(same.all())
+    finite = halves[halves.isfinite()]
+    assert _converted(finite, torch.float32).equal(finite.float())
