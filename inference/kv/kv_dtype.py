@@ -3,10 +3,10 @@
 - ``"model"``: the model's own dtype (fp32 on the CPU): attention reads exactly what the
   layers computed.
 - ``"float16"``: K and V stored as IEEE half precision, as llama.cpp stores them by
-  default. A decode step over long histories spends most of its attention time reading
-  K/V, so half the bytes is nearly half that time (on this 2-core CPU, 4 sequences of
-  1,500 tokens: 18.7 ms of fp32 attention a step against 10.2 ms), and the same memory
-  budget holds twice the blocks. The cost is each stored value's rounding (a relative
+  default. A decode step over long histories spends much of its time reading K/V, and
+  half the bytes cut it (on this 2-core CPU, 4 sequences of 1,500 tokens: 18.2 ms of
+  fp32 attention a step against 11.5 ms, the whole step 28.0 against 21.8 ms), and the
+  same memory budget holds twice the blocks. The cost is each stored value's rounding (a relative
   2^-11; values past 65,504 become infinite, as in ``Tensor.to(torch.float16)``); queries,
   scores and sums stay fp32. A fresh prompt's own chunk attends over its unrounded K/V,
   later steps over the stored ones.
