@@ -242,7 +242,9 @@ class PagedSequenceRunner:
         self.model = model
         self.block_size = block_size
         self.device = param.device
-        self.kv_cache = allocate_kv_cache(config, num_blocks, block_size, kv_dtype or param.dtype, param.device)
+        self.kv_cache = allocate_kv_cache(
+            config, num_blocks, block_size, kv_dtype or param.dtype, param.device
+        )
         self.free = list(range(num_blocks))
         if shuffle:
             random.Random(seed).shuffle(self.free)
