@@ -363,9 +363,17 @@ def _attend_after_prefix(
     also skips the blocks above the diagonal), the two merged by their log-sum-exp.
     With bf16 operands the masked kernel spends much of its time applying the
     ``[q_len, kv_len]`` mask: measured ~10% faster at 128 rows and ~25% at 512 rows
-    over 1,500-3,000 cached tokens, even at 54. Returns fp32 ``[..., q_len, D]``."""
+    over 1,500-3,000 cached tokens, even at 54. ``q`` is ``[Hkv, group, q_len, D]`` and
+    ``k``/``v`` ``[Hkv, group, kv_len, D]`` views broadcast over the group. The cached part
+    needs no mask, so a KV head's query heads go in as one ``group * q_len``-row problem
+    over its keys, read once instead of once per query head: the same values, measured 1.9x
+    faster for 105 rows over 1,500 cached tokens. Returns fp32 ``[Hkv, group, q_len, D]``."""
     assert _flash_with_lse is not None
-    o_prefix, lse_prefix = _flash_with_lse(q, k[..., :prefix, :], v[..., :prefix, :], scale=scale)
+    kv_heads, group, q_len, head_dim = q.shape
+    rows = q.reshape(kv_heads, 1, group * q_len, head_dim)
+    o_prefix, lse_prefix = _flash_with_lse(rows, k[:, :1, :prefix, :], v[:, :1, :prefix, :], scale=scale)
+    o_prefix = o_prefix.reshape(kv_heads, group, q_len, -1)
+    lse_prefix = lse_prefix.reshape(kv_heads, group, q_len)
     o_own, lse_own = _flash_with_lse(q, k[..., prefix:, :], v[..., prefix:, :], is_causal=True, scale=scale)
     # Every row sees at least one key in each part, so both log-sum-exps are finite.
     w_prefix = torch.sigmoid(lse_prefix - lse_own)[..., None]  # e^a / (e^a + e^b)
