@@ -24,17 +24,15 @@ import torch
 from chatsite_kernels.cpu import build as cpu_build
 from chatsite_kernels.cpu import checks as cpu_checks
 
-# The kernel's entry points by cache dtype: (plain, featured).
-_SYMBOLS = {
-    torch.float32: ("paged_decode_attention_f32", "paged_decode_attention_ext_f32"),
-    torch.float16: ("paged_decode_attention_f16kv", "paged_decode_attention_ext_f16kv"),
-}
-CACHE_DTYPES = tuple(_SYMBOLS)
+_SYMBOL = "paged_decode_attention"
+# The cache dtypes the kernel reads (its kv16 flag: float16, else float).
+CACHE_DTYPES = (torch.float32, torch.float16)
 
 
 def _declare(lib: ctypes.CDLL) -> None:
     i64, ptr, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-    common = [
+    fn = getattr(lib, _SYMBOL)
+    fn.argtypes = [
         *(ptr, i64, i64),  # query, seq and head strides
         *(ptr, i64, i64, i64),  # k_cache, block / position / head strides
         *(ptr, i64, i64, i64),  # v_cache
@@ -44,15 +42,10 @@ def _declare(lib: ctypes.CDLL) -> None:
         *(ptr, i64, i64),  # out, seq and head strides
         *(i32, i32, i32, i32, i32),  # num_seqs, q_heads, kv_heads, head_dim, block_size
         ctypes.c_float,  # scale
+        *(i32, ctypes.c_float, ptr),  # window (0: none), softcap (0: none), sinks (NULL: none)
+        *(i32, i32),  # kv16, num_threads
     ]
-    for plain_name, featured_name in _SYMBOLS.values():
-        plain = getattr(lib, plain_name)
-        plain.argtypes = [*common, i32]  # num_threads
-        plain.restype = i32
-        featured = getattr(lib, featured_name)
-        # window, softcap, sinks, num_threads
-        featured.argtypes = [*common, i32, ctypes.c_float, ptr, i32]
-        featured.restype = i32
+    fn.restype = i32
 
 
 def _library() -> ctypes.CDLL | None:
@@ -143,14 +136,11 @@ def paged_decode_attention_cpu(
     if sinks is not None:
         check.size("sinks", sinks.numel(), q_heads, "one per query head")
         sinks = sinks.detach().to(device="cpu", dtype=torch.float32).contiguous()
-    featured = window is not None or softcap is not None or sinks is not None
-    symbol = _SYMBOLS[k_cache.dtype][featured]
     out = torch.empty(num_seqs, q_heads, head_dim, dtype=query.dtype)
     if num_seqs == 0:
         return out
     ks, vs = k_cache.stride(), v_cache.stride()
-    extra = (window or 0, softcap or 0.0, sinks.data_ptr() if sinks is not None else None) if featured else ()
-    rc = getattr(lib, symbol)(
+    rc = getattr(lib, _SYMBOL)(
         query.data_ptr(),
         query.stride(0),
         query.stride(1),
@@ -176,12 +166,15 @@ def paged_decode_attention_cpu(
         head_dim,
         block_size,
         scale,
-        *extra,
+        window or 0,
+        softcap or 0.0,
+        sinks.data_ptr() if sinks is not None else None,
+        int(k_cache.dtype == torch.float16),
         torch.get_num_threads(),
     )
     cpu_build.check(
         rc,
-        symbol,
+        _SYMBOL,
         "a context length exceeds its block table, or a block id is outside the cache",
     )
     return out

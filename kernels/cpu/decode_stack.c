@@ -100,18 +100,13 @@ static int attend_kv(const stack_pool *p, int64_t l, const float *qkv, int64_t q
                      const int32_t *context_lens, float *attn, int64_t attn_width, int64_t M, int hq, int hkv,
                      float scale, int threads) {
     const int64_t k = l * p->layer, v = k + p->plane;
-    if (p->kv16) {
-        const uint16_t *base = p->base;
-        return paged_decode_attention_f16kv(qkv, qkv_width, D, base + k, p->block, p->pos, p->head, base + v,
-                                            p->block, p->pos, p->head, (int)p->num_blocks, block_tables,
-                                            table_stride, (int)table_width, context_lens, attn, attn_width, D,
-                                            (int)M, hq, hkv, (int)D, (int)p->block_size, scale, threads);
-    }
-    const float *base = p->base;
-    return paged_decode_attention_f32(qkv, qkv_width, D, base + k, p->block, p->pos, p->head, base + v, p->block,
-                                      p->pos, p->head, (int)p->num_blocks, block_tables, table_stride,
-                                      (int)table_width, context_lens, attn, attn_width, D, (int)M, hq, hkv,
-                                      (int)D, (int)p->block_size, scale, threads);
+    const size_t element = p->kv16 ? sizeof(uint16_t) : sizeof(float);
+    const char *base = p->base;
+    return paged_decode_attention(qkv, qkv_width, D, base + k * element, p->block, p->pos, p->head,
+                                  base + v * element, p->block, p->pos, p->head, (int)p->num_blocks,
+                                  block_tables, table_stride, (int)table_width, context_lens, attn, attn_width, D,
+                                  (int)M, hq, hkv, (int)D, (int)p->block_size, scale, 0, 0.0f, NULL, (int)p->kv16,
+                                  threads);
 }
 
 static int product(const stack_linear *w, const float *x, int64_t xs, float *y, int64_t ys,

@@ -8,8 +8,8 @@
  *   out[b, h] = softmax(scale * q[b, h] . K[b]^T) V[b]
  *
  * where K[b]/V[b] are the first context_lens[b] positions of sequence b, found block
- * by block through block_tables[b]. paged_decode_attention_ext_f32 adds the features
- * of inference.layers.window_attention: a sliding window (only the last `window`
+ * by block through block_tables[b]. Its arguments `window`, `softcap` and `sinks` add the
+ * features of inference.layers.window_attention: a sliding window (only the last `window`
  * positions; blocks before them are never read), a logit soft-cap
  * (s = cap * tanh(s / cap)) and per-head sinks (exp(sink[h]) joins the softmax
  * denominator). Those are compile-time switches of the inner loop, so the plain kernel
@@ -29,7 +29,7 @@
  * Rows (head_dim) that are a multiple of 8 go through GCC vector extensions (8 floats:
  * AVX on x86-64, lowered to narrower vectors elsewhere); other sizes take a scalar path.
  *
- * The K/V caches are fp32 (the _f32 entry points) or IEEE float16 (_f16kv): the query,
+ * The K/V caches are fp32 or IEEE float16 (the `kv16` argument): the query,
  * the output and every sum stay fp32, and a half element is widened as it is loaded
  * (half8.h), so a float16 cache gives bit for bit what the fp32 kernel gives on that
  * cache upcast, while reading half the bytes (decode attention over long histories is
@@ -338,15 +338,15 @@ static void attend_item(const struct item *it, int head_dim, int featured, int k
  * Strides are in elements (of the cache's own type for the caches); the head_dim axis
  * of every tensor must be contiguous. window <= 0: no window; softcap <= 0: no
  * soft-cap; sinks NULL or [q_heads]. kv16: the caches hold float16, else float. */
-static int paged_decode(const float *query, int64_t q_seq_stride, int64_t q_head_stride,
-                        const void *k_cache, int64_t k_block_stride, int64_t k_pos_stride,
-                        int64_t k_head_stride, const void *v_cache, int64_t v_block_stride,
-                        int64_t v_pos_stride, int64_t v_head_stride, int num_blocks,
-                        const int32_t *block_tables, int64_t table_stride, int table_width,
-                        const int32_t *context_lens, float *out, int64_t out_seq_stride,
-                        int64_t out_head_stride, int num_seqs, int q_heads, int kv_heads, int head_dim,
-                        int block_size, float scale, int window, float softcap, const float *sinks,
-                        int kv16, int num_threads) {
+int paged_decode_attention(const float *query, int64_t q_seq_stride, int64_t q_head_stride,
+                           const void *k_cache, int64_t k_block_stride, int64_t k_pos_stride,
+                           int64_t k_head_stride, const void *v_cache, int64_t v_block_stride,
+                           int64_t v_pos_stride, int64_t v_head_stride, int num_blocks,
+                           const int32_t *block_tables, int64_t table_stride, int table_width,
+                           const int32_t *context_lens, float *out, int64_t out_seq_stride,
+                           int64_t out_head_stride, int num_seqs, int q_heads, int kv_heads, int head_dim,
+                           int block_size, float scale, int window, float softcap, const float *sinks,
+                           int kv16, int num_threads) {
     const int featured = window > 0 || softcap > 0.0f || sinks != NULL;
     if (kv_heads <= 0 || q_heads % kv_heads != 0 || block_size <= 0 || head_dim <= 0) return 1;
     if (num_seqs <= 0) return 0;
@@ -418,68 +418,4 @@ static int paged_decode(const float *query, int64_t q_seq_stride, int64_t q_head
     }
     free(starts);
     return failed;
-}
-
-/* The exported kernels (kernels.h): fp32 or float16 caches, plain (whole contexts, no
- * soft-cap, no sinks) or featured. */
-int paged_decode_attention_ext_f32(const float *query, int64_t q_seq_stride, int64_t q_head_stride,
-                                   const float *k_cache, int64_t k_block_stride, int64_t k_pos_stride,
-                                   int64_t k_head_stride, const float *v_cache, int64_t v_block_stride,
-                                   int64_t v_pos_stride, int64_t v_head_stride, int num_blocks,
-                                   const int32_t *block_tables, int64_t table_stride, int table_width,
-                                   const int32_t *context_lens, float *out, int64_t out_seq_stride,
-                                   int64_t out_head_stride, int num_seqs, int q_heads, int kv_heads,
-                                   int head_dim, int block_size, float scale, int window, float softcap,
-                                   const float *sinks, int num_threads) {
-    return paged_decode(query, q_seq_stride, q_head_stride, k_cache, k_block_stride, k_pos_stride,
-                        k_head_stride, v_cache, v_block_stride, v_pos_stride, v_head_stride, num_blocks,
-                        block_tables, table_stride, table_width, context_lens, out, out_seq_stride,
-                        out_head_stride, num_seqs, q_heads, kv_heads, head_dim, block_size, scale,
-                        window, softcap, sinks, 0, num_threads);
-}
-
-int paged_decode_attention_ext_f16kv(const float *query, int64_t q_seq_stride, int64_t q_head_stride,
-                                     const uint16_t *k_cache, int64_t k_block_stride, int64_t k_pos_stride,
-                                     int64_t k_head_stride, const uint16_t *v_cache, int64_t v_block_stride,
-                                     int64_t v_pos_stride, int64_t v_head_stride, int num_blocks,
-                                     const int32_t *block_tables, int64_t table_stride, int table_width,
-                                     const int32_t *context_lens, float *out, int64_t out_seq_stride,
-                                     int64_t out_head_stride, int num_seqs, int q_heads, int kv_heads,
-                                     int head_dim, int block_size, float scale, int window, float softcap,
-                                     const float *sinks, int num_threads) {
-    return paged_decode(query, q_seq_stride, q_head_stride, k_cache, k_block_stride, k_pos_stride,
-                        k_head_stride, v_cache, v_block_stride, v_pos_stride, v_head_stride, num_blocks,
-                        block_tables, table_stride, table_width, context_lens, out, out_seq_stride,
-                        out_head_stride, num_seqs, q_heads, kv_heads, head_dim, block_size, scale,
-                        window, softcap, sinks, 1, num_threads);
-}
-
-int paged_decode_attention_f32(const float *query, int64_t q_seq_stride, int64_t q_head_stride,
-                               const float *k_cache, int64_t k_block_stride, int64_t k_pos_stride,
-                               int64_t k_head_stride, const float *v_cache, int64_t v_block_stride,
-                               int64_t v_pos_stride, int64_t v_head_stride, int num_blocks,
-                               const int32_t *block_tables, int64_t table_stride, int table_width,
-                               const int32_t *context_lens, float *out, int64_t out_seq_stride,
-                               int64_t out_head_stride, int num_seqs, int q_heads, int kv_heads,
-                               int head_dim, int block_size, float scale, int num_threads) {
-    return paged_decode(query, q_seq_stride, q_head_stride, k_cache, k_block_stride, k_pos_stride,
-                        k_head_stride, v_cache, v_block_stride, v_pos_stride, v_head_stride, num_blocks,
-                        block_tables, table_stride, table_width, context_lens, out, out_seq_stride,
-                        out_head_stride, num_seqs, q_heads, kv_heads, head_dim, block_size, scale,
-                        0, 0.0f, NULL, 0, num_threads);
-}
-
-int paged_decode_attention_f16kv(const float *query, int64_t q_seq_stride, int64_t q_head_stride,
-                                 const uint16_t *k_cache, int64_t k_block_stride, int64_t k_pos_stride,
-                                 int64_t k_head_stride, const uint16_t *v_cache, int64_t v_block_stride,
-                                 int64_t v_pos_stride, int64_t v_head_stride, int num_blocks,
-                                 const int32_t *block_tables, int64_t table_stride, int table_width,
-                                 const int32_t *context_lens, float *out, int64_t out_seq_stride,
-                                 int64_t out_head_stride, int num_seqs, int q_heads, int kv_heads,
-                                 int head_dim, int block_size, float scale, int num_threads) {
-    return paged_decode(query, q_seq_stride, q_head_stride, k_cache, k_block_stride, k_pos_stride,
-                        k_head_stride, v_cache, v_block_stride, v_pos_stride, v_head_stride, num_blocks,
-                        block_tables, table_stride, table_width, context_lens, out, out_seq_stride,
-                        out_head_stride, num_seqs, q_heads, kv_heads, head_dim, block_size, scale,
-                        0, 0.0f, NULL, 1, num_threads);
 }
