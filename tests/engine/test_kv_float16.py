@@ -135,3 +135,20 @@ def test_float16_history_converts_to_bfloat16_through_fp32_with_the_same_bits() 
     assert bool(same.all())
     finite = halves[halves.isfinite()]
     assert _converted(finite, torch.float32).equal(finite.float())
+
+
+def test_prefill_workers_ship_float16_blocks_that_answer_as_the_local_pool_does(tiny: TinyModel) -> None:
+    prompts = random_prompts(tiny.tokenizer, 3, seed=12, min_len=150, max_len=300)
+    local = run_to_completion(tiny.engine(kv_cache_dtype="float16"), prompts, greedy(10))
+    engine = tiny.engine(
+        kv_cache_dtype="float16", prefill_workers=1, pd_affinity="off", pd_min_prompt_tokens=64
+    )
+    try:
+        assert engine.scheduler.workers.wait_ready(180.0), "the prefill worker did not start"
+        shipped = run_to_completion(engine, prompts, greedy(10))
+        stats = engine.scheduler.disaggregation_stats()
+        assert stats["imported_requests"] == len(prompts) and stats["fallbacks_total"] == 0
+        assert engine.runner.kv_cache.dtype == torch.float16
+        assert [o.token_ids for o in shipped] == [o.token_ids for o in local]
+    finally:
+        engine.close()
