@@ -51,3 +51,17 @@ def test_summary_splits_first_and_warm_turns() -> None:
     # Per output token after the first: 0.5, 1.0 and 0.5 s (a one-token turn has none).
     assert figures["tpot_p50"] == pytest.approx(0.5) and figures["tpot_p90"] == pytest.approx(1.0)
     assert figures["output_tokens"] == 8 and figures["tokens_per_s"] == pytest.approx(1.0)
+
+
+def test_the_engine_alone_runs_every_turn_with_its_history(tiny) -> None:
+    from benchmarks.bench_multiturn_engine import run
+
+    load = Workload(clients=2, turns=3, answer_tokens=4, stagger_s=0.0, think_s=0.0, document_words=30)
+    engine = tiny.engine()
+    figures = run(engine, load)
+    assert figures["turns"] == 6 and figures["output_tokens"] == 6 * 4
+    assert set(figures["ttft_by_turn"]) == {0, 1, 2}
+    assert 0 < figures["warm_ttft_p50"] < figures["wall_s"]
+    assert figures["tokens_per_s"] > 0
+    assert engine.stats().prefix_hit_tokens > 0  # later turns found their histories cached
+    engine.close()
