@@ -8,8 +8,8 @@
   fp32 attention a step against 11.5 ms, the whole step 28.0 against 21.8 ms), and the
   same memory budget holds twice the blocks. The cost is each stored value's rounding (a relative
   2^-11; values past 65,504 become infinite, as in ``Tensor.to(torch.float16)``); queries,
-  scores and sums stay fp32. A fresh prompt's own chunk attends over its unrounded K/V,
-  later steps over the stored ones.
+  scores and sums stay fp32. Every attention reads K/V as stored, a fresh prompt's own
+  chunk included, so an answer does not depend on whether its prefix was cached.
 - ``"auto"``: ``float16`` on the CPU, the model's dtype elsewhere (a CUDA model already
   runs in bf16 or fp16).
 
